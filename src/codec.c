@@ -1,0 +1,494 @@
+/* Wire codec: ember_profile_t <-> ember.wire.v1.Profile (src/proto/ember.proto).
+ *
+ * Encoding builds the message tables from the profile's interned strings and
+ * frames (one location per frame), then packs once into the caller's buffer.
+ * Decoding unpacks with protobuf-c through Ember's allocator (so allocation
+ * failures are testable), validates the whole message, and only then
+ * builds a profile: a message is accepted whole or not at all. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ember.pb-c.h"
+#include "ember/codec.h"
+#include "htab.h"
+#include "utf8.h"
+
+typedef Ember__Wire__V1__Profile wire_profile_t;
+typedef Ember__Wire__V1__Location wire_location_t;
+
+_Static_assert((int)EMBER_VT_CPU_SAMPLES == (int)EMBER__WIRE__V1__VALUE_TYPE__CPU_SAMPLES, "wire enum");
+_Static_assert((int)EMBER_VT_CPU_NS == (int)EMBER__WIRE__V1__VALUE_TYPE__CPU_NS, "wire enum");
+_Static_assert((int)EMBER_VT_ALLOC_OBJECTS == (int)EMBER__WIRE__V1__VALUE_TYPE__ALLOC_OBJECTS, "wire enum");
+_Static_assert((int)EMBER_VT_ALLOC_BYTES == (int)EMBER__WIRE__V1__VALUE_TYPE__ALLOC_BYTES, "wire enum");
+_Static_assert((int)EMBER_FRAME_NATIVE == (int)EMBER__WIRE__V1__FRAME_KIND__NATIVE, "wire enum");
+_Static_assert((int)EMBER_FRAME_KERNEL == (int)EMBER__WIRE__V1__FRAME_KIND__KERNEL, "wire enum");
+_Static_assert((int)EMBER_FRAME_JIT == (int)EMBER__WIRE__V1__FRAME_KIND__JIT, "wire enum");
+
+void ember_codec_limits_default(ember_codec_limits_t *lim) {
+  lim->max_message = 16u << 20;
+  lim->max_strings = 1u << 20;
+  lim->max_locations = 1u << 20;
+  lim->max_samples = 1u << 20;
+  lim->max_depth = EMBER_MAX_STACK_DEPTH;
+}
+
+/* --- encoding --- */
+
+/* Tables keyed by interned pointers: within one profile equal strings are
+ * the same pointer, so pointer identity is string identity. */
+typedef struct ptr_table {
+  const void **keys; /* key pairs: keys[2i], keys[2i+1] */
+  size_t n, cap;
+  ember__htab_t index;
+} ptr_table_t;
+
+typedef struct ptr_key {
+  const ptr_table_t *t;
+  const void *a, *b;
+} ptr_key_t;
+
+static uint64_t ptr_hash(const void *a, const void *b) {
+  return ember__hash_mix(ember__hash_mix(0x7ab1e, (uint64_t)(uintptr_t)a), (uint64_t)(uintptr_t)b);
+}
+
+static bool ptr_eq(const void *ctx, uint32_t idx) {
+  const ptr_key_t *k = ctx;
+  return k->t->keys[2 * idx] == k->a && k->t->keys[2 * idx + 1] == k->b;
+}
+
+static uint64_t ptr_rehash(const void *ctx, uint32_t idx) {
+  const ptr_key_t *k = ctx;
+  return ptr_hash(k->t->keys[2 * idx], k->t->keys[2 * idx + 1]);
+}
+
+static void ptr_table_free(ptr_table_t *t) {
+  ember_free(t->keys);
+  ember__htab_free(&t->index);
+}
+
+/* Index of (a, b), adding it if new. */
+static int ptr_table_get(ptr_table_t *t, const void *a, const void *b, uint32_t *idx) {
+  ptr_key_t key = {t, a, b};
+  uint64_t h = ptr_hash(a, b);
+  int64_t found = ember__htab_find(&t->index, h, ptr_eq, &key);
+  if (found >= 0) {
+    *idx = (uint32_t)found;
+    return 0;
+  }
+  if (t->n == t->cap) {
+    size_t cap = t->cap ? t->cap * 2 : 64;
+    const void **k = ember_realloc(t->keys, cap * 2 * sizeof *k);
+    if (k == NULL) return -ENOMEM;
+    t->keys = k;
+    t->cap = cap;
+  }
+  t->keys[2 * t->n] = a;
+  t->keys[2 * t->n + 1] = b;
+  if (ember__htab_insert(&t->index, h, (uint32_t)t->n, ptr_rehash, &key) != 0) return -ENOMEM;
+  *idx = (uint32_t)t->n++;
+  return 0;
+}
+
+typedef struct encoder {
+  ptr_table_t strings, modules, functions;
+} encoder_t;
+
+/* String index of `s`; NULL and "" are index 0. */
+static int enc_str(encoder_t *e, const char *s, uint32_t *idx) {
+  if (s == NULL || s[0] == '\0') {
+    *idx = 0;
+    return 0;
+  }
+  return ptr_table_get(&e->strings, s, NULL, idx);
+}
+
+int ember_codec_encode(const ember_profile_t *p, ember_buf_t *out) {
+  if (p == NULL || out == NULL) return -EINVAL;
+  int rc = -ENOMEM;
+  encoder_t e;
+  memset(&e, 0, sizeof e);
+  size_t nframes = ember_profile_nframes(p), nstacks = ember_profile_nstacks(p);
+  size_t ntypes = ember_profile_ntypes(p);
+  wire_profile_t msg;
+  Ember__Wire__V1__Labels labels;
+  Ember__Wire__V1__ValueType types[EMBER_MAX_VALUE_TYPES];
+  wire_location_t *locs = NULL;
+  wire_location_t **loc_ptrs = NULL;
+  Ember__Wire__V1__Module *mods = NULL;
+  Ember__Wire__V1__Module **mod_ptrs = NULL;
+  Ember__Wire__V1__Function *fns = NULL;
+  Ember__Wire__V1__Function **fn_ptrs = NULL;
+  Ember__Wire__V1__Sample *samples = NULL;
+  Ember__Wire__V1__Sample **sample_ptrs = NULL;
+  char **strings = NULL;
+
+  /* The generated __init functions, not the INIT macros: the macros cast
+   * const away from protobuf_c_empty_string, which -Wcast-qual rejects. */
+  ember__wire__v1__profile__init(&msg);
+  ember__wire__v1__labels__init(&labels);
+
+  /* Entry 0 of the string table is "". */
+  if (ptr_table_get(&e.strings, "", NULL, &(uint32_t){0}) != 0) goto cleanup;
+
+  if (nframes > 0) {
+    locs = ember_calloc(nframes, sizeof *locs);
+    loc_ptrs = ember_calloc(nframes, sizeof *loc_ptrs);
+    if (locs == NULL || loc_ptrs == NULL) goto cleanup;
+  }
+  for (uint32_t i = 0; i < nframes; i++) {
+    const ember_frame_t *f = ember_profile_frame(p, i);
+    ember__wire__v1__location__init(&locs[i]);
+    loc_ptrs[i] = &locs[i];
+    uint32_t a, b, idx;
+    if (f->module != NULL || f->build_id != NULL) {
+      if (enc_str(&e, f->module, &a) != 0 || enc_str(&e, f->build_id, &b) != 0 ||
+          ptr_table_get(&e.modules, f->module, f->build_id, &idx) != 0)
+        goto cleanup;
+      locs[i].module = idx + 1;
+    }
+    if (f->function != NULL) {
+      if (enc_str(&e, f->function, &a) != 0 || enc_str(&e, f->file, &b) != 0 ||
+          ptr_table_get(&e.functions, f->function, f->file, &idx) != 0)
+        goto cleanup;
+      locs[i].function = idx + 1;
+    }
+    locs[i].address = f->address;
+    locs[i].line = f->line;
+    locs[i].kind = (Ember__Wire__V1__FrameKind)f->kind;
+  }
+
+  mods = ember_calloc(e.modules.n, sizeof *mods);
+  mod_ptrs = ember_calloc(e.modules.n, sizeof *mod_ptrs);
+  fns = ember_calloc(e.functions.n, sizeof *fns);
+  fn_ptrs = ember_calloc(e.functions.n, sizeof *fn_ptrs);
+  if (mods == NULL || mod_ptrs == NULL || fns == NULL || fn_ptrs == NULL) goto cleanup;
+  for (size_t i = 0; i < e.modules.n; i++) {
+    ember__wire__v1__module__init(&mods[i]);
+    /* Already in the string table, so these lookups cannot allocate. */
+    if (enc_str(&e, e.modules.keys[2 * i], &mods[i].name) != 0 ||
+        enc_str(&e, e.modules.keys[2 * i + 1], &mods[i].build_id) != 0)
+      goto cleanup;
+    mod_ptrs[i] = &mods[i];
+  }
+  for (size_t i = 0; i < e.functions.n; i++) {
+    ember__wire__v1__function__init(&fns[i]);
+    if (enc_str(&e, e.functions.keys[2 * i], &fns[i].name) != 0 ||
+        enc_str(&e, e.functions.keys[2 * i + 1], &fns[i].file) != 0)
+      goto cleanup;
+    fn_ptrs[i] = &fns[i];
+  }
+
+  if (nstacks > 0) {
+    samples = ember_calloc(nstacks, sizeof *samples);
+    sample_ptrs = ember_calloc(nstacks, sizeof *sample_ptrs);
+    if (samples == NULL || sample_ptrs == NULL) goto cleanup;
+  }
+  for (uint32_t s = 0; s < nstacks; s++) {
+    const uint32_t *ids;
+    size_t depth;
+    const int64_t *values;
+    ember_profile_stack(p, s, &ids, &depth, &values);
+    ember__wire__v1__sample__init(&samples[s]);
+    /* protobuf-c does not write through these pointers when packing. */
+    samples[s].n_locations = depth;
+    samples[s].locations = (uint32_t *)(uintptr_t)ids;
+    samples[s].n_values = ntypes;
+    samples[s].values = (int64_t *)(uintptr_t)values;
+    sample_ptrs[s] = &samples[s];
+  }
+
+  strings = ember_calloc(e.strings.n, sizeof *strings);
+  if (strings == NULL) goto cleanup;
+  for (size_t i = 0; i < e.strings.n; i++) strings[i] = (char *)(uintptr_t)e.strings.keys[2 * i];
+
+  const ember_labels_t *l = ember_profile_labels(p);
+  labels.worker = (char *)(uintptr_t)(l->worker ? l->worker : "");
+  labels.version = (char *)(uintptr_t)(l->version ? l->version : "");
+  labels.host = (char *)(uintptr_t)(l->host ? l->host : "");
+  labels.actor = (char *)(uintptr_t)(l->actor ? l->actor : "");
+  labels.pid = l->pid;
+
+  for (size_t i = 0; i < ntypes; i++) types[i] = (Ember__Wire__V1__ValueType)ember_profile_type(p, i);
+  const char *agent = ember_profile_agent_id(p), *session = ember_profile_session_id(p);
+  msg.version = EMBER_WIRE_VERSION;
+  msg.agent_id = (char *)(uintptr_t)(agent ? agent : "");
+  msg.seq = ember_profile_seq(p);
+  msg.session_id = (char *)(uintptr_t)(session ? session : "");
+  msg.labels = &labels;
+  ember_profile_window(p, &msg.window_start_ns, &msg.window_end_ns);
+  msg.period_ns = ember_profile_period(p);
+  msg.n_value_types = ntypes;
+  msg.value_types = types;
+  msg.n_strings = e.strings.n;
+  msg.strings = strings;
+  msg.n_modules = e.modules.n;
+  msg.modules = mod_ptrs;
+  msg.n_functions = e.functions.n;
+  msg.functions = fn_ptrs;
+  msg.n_locations = nframes;
+  msg.locations = loc_ptrs;
+  msg.n_samples = nstacks;
+  msg.samples = sample_ptrs;
+  msg.end_mark = EMBER__WIRE__V1__CONSTANTS__END_MARK;
+
+  size_t size = ember__wire__v1__profile__get_packed_size(&msg);
+  char *at;
+  rc = ember_buf_extend(out, size, &at);
+  if (rc != 0) goto cleanup;
+  ember__wire__v1__profile__pack(&msg, (uint8_t *)at);
+  rc = 0;
+cleanup:
+  ember_free(strings);
+  ember_free(samples);
+  ember_free(sample_ptrs);
+  ember_free(fns);
+  ember_free(fn_ptrs);
+  ember_free(mods);
+  ember_free(mod_ptrs);
+  ember_free(locs);
+  ember_free(loc_ptrs);
+  ptr_table_free(&e.strings);
+  ptr_table_free(&e.modules);
+  ptr_table_free(&e.functions);
+  return rc;
+}
+
+/* --- decoding --- */
+
+static void *pb_alloc(void *data, size_t size) {
+  (void)data;
+  return ember_malloc(size);
+}
+
+static void pb_free(void *data, void *p) {
+  (void)data;
+  ember_free(p);
+}
+
+static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
+
+__attribute__((format(printf, 4, 5))) static int fail(int rc, char *errbuf, size_t errbuf_size,
+                                                       const char *fmt, ...) {
+  if (errbuf != NULL && errbuf_size > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errbuf, errbuf_size, fmt, ap);
+    va_end(ap);
+  }
+  return rc;
+}
+
+static int check_text(const char *s, const char *what, size_t idx, char *errbuf, size_t errbuf_size) {
+  size_t n = strlen(s);
+  if (n > EMBER_MAX_STRING)
+    return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "%s %zu: %zu bytes (at most %u)", what, idx, n,
+                EMBER_MAX_STRING);
+  if (!ember__utf8_valid(s, n))
+    return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "%s %zu: not valid UTF-8", what, idx);
+  return 0;
+}
+
+static int check_str_index(uint32_t idx, size_t nstrings, const char *what, size_t i, char *errbuf,
+                           size_t errbuf_size) {
+  if (idx < nstrings || idx == 0) return 0;
+  return fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+              "%s %zu: string index %u out of range (have %zu strings)", what, i, idx, nstrings);
+}
+
+/* Validate everything in `m` that building a profile relies on. */
+static int validate(const wire_profile_t *m, const ember_codec_limits_t *lim, char *errbuf,
+                    size_t errbuf_size) {
+  int rc;
+  if (m->version == 0 || m->version > EMBER_WIRE_VERSION)
+    return fail(EMBER_EVERSION, errbuf, errbuf_size,
+                "schema version %u is not supported (this build reads 1 to %u)", m->version,
+                EMBER_WIRE_VERSION);
+  if (m->end_mark != EMBER__WIRE__V1__CONSTANTS__END_MARK)
+    return fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                "message is truncated or not an Ember profile (no end mark)");
+  if (m->window_end_ns < m->window_start_ns)
+    return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "window ends (%lld) before it starts (%lld)",
+                (long long)m->window_end_ns, (long long)m->window_start_ns);
+  if (m->period_ns < 0)
+    return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "negative sampling period %lld",
+                (long long)m->period_ns);
+  if (m->n_value_types == 0 || m->n_value_types > EMBER_MAX_VALUE_TYPES)
+    return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "%zu value types (need 1 to %d)",
+                m->n_value_types, EMBER_MAX_VALUE_TYPES);
+  for (size_t i = 0; i < m->n_value_types; i++) {
+    if (ember_value_type_name((ember_value_type_t)m->value_types[i]) == NULL)
+      return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "value type %zu: unknown type %d", i,
+                  (int)m->value_types[i]);
+    for (size_t j = 0; j < i; j++) {
+      if (m->value_types[j] == m->value_types[i])
+        return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "value type %zu repeats type %d", i,
+                    (int)m->value_types[i]);
+    }
+  }
+  const char *texts[] = {m->agent_id, m->session_id};
+  for (size_t i = 0; i < 2; i++) {
+    if ((rc = check_text(texts[i], i == 0 ? "agent id" : "session id", 0, errbuf, errbuf_size)) != 0)
+      return rc;
+  }
+  if (m->labels != NULL) {
+    const char *ls[] = {m->labels->worker, m->labels->version, m->labels->host, m->labels->actor};
+    for (size_t i = 0; i < 4; i++) {
+      if ((rc = check_text(ls[i], "label", i, errbuf, errbuf_size)) != 0) return rc;
+    }
+  }
+
+  if (m->n_strings > lim->max_strings)
+    return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "%zu strings (at most %zu)", m->n_strings,
+                lim->max_strings);
+  if (m->n_strings > 0 && m->strings[0][0] != '\0')
+    return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "string 0 must be empty");
+  for (size_t i = 0; i < m->n_strings; i++) {
+    if ((rc = check_text(m->strings[i], "string", i, errbuf, errbuf_size)) != 0) return rc;
+  }
+  for (size_t i = 0; i < m->n_modules; i++) {
+    if ((rc = check_str_index(m->modules[i]->name, m->n_strings, "module", i, errbuf, errbuf_size)) ||
+        (rc = check_str_index(m->modules[i]->build_id, m->n_strings, "module", i, errbuf,
+                              errbuf_size)))
+      return rc;
+  }
+  for (size_t i = 0; i < m->n_functions; i++) {
+    if ((rc = check_str_index(m->functions[i]->name, m->n_strings, "function", i, errbuf,
+                              errbuf_size)) ||
+        (rc = check_str_index(m->functions[i]->file, m->n_strings, "function", i, errbuf,
+                              errbuf_size)))
+      return rc;
+  }
+  if (m->n_locations > lim->max_locations)
+    return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "%zu locations (at most %zu)", m->n_locations,
+                lim->max_locations);
+  for (size_t i = 0; i < m->n_locations; i++) {
+    const wire_location_t *l = m->locations[i];
+    if (l->function > m->n_functions)
+      return fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                  "location %zu: function %u out of range (have %zu functions)", i, l->function,
+                  m->n_functions);
+    if (l->module > m->n_modules)
+      return fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                  "location %zu: module %u out of range (have %zu modules)", i, l->module,
+                  m->n_modules);
+    if ((unsigned)l->kind > EMBER_FRAME_KIND_MAX)
+      return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "location %zu: unknown frame kind %d", i,
+                  (int)l->kind);
+  }
+  if (m->n_samples > lim->max_samples)
+    return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "%zu samples (at most %zu)", m->n_samples,
+                lim->max_samples);
+  size_t max_depth = lim->max_depth < EMBER_MAX_STACK_DEPTH ? lim->max_depth : EMBER_MAX_STACK_DEPTH;
+  for (size_t i = 0; i < m->n_samples; i++) {
+    const Ember__Wire__V1__Sample *s = m->samples[i];
+    if (s->n_locations == 0 || s->n_locations > max_depth)
+      return fail(s->n_locations ? EMBER_ETOOBIG : EMBER_ECORRUPT, errbuf, errbuf_size,
+                  "sample %zu: stack of %zu frames (need 1 to %zu)", i, s->n_locations, max_depth);
+    for (size_t j = 0; j < s->n_locations; j++) {
+      if (s->locations[j] >= m->n_locations)
+        return fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                    "sample %zu: location index %u out of range (have %zu locations)", i,
+                    s->locations[j], m->n_locations);
+    }
+    if (s->n_values != m->n_value_types)
+      return fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                  "sample %zu: %zu values for %zu value types", i, s->n_values, m->n_value_types);
+    for (size_t j = 0; j < s->n_values; j++) {
+      if (s->values[j] < 0)
+        return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "sample %zu: negative value %lld", i,
+                    (long long)s->values[j]);
+    }
+  }
+  return 0;
+}
+
+static const char *str_or_null(const wire_profile_t *m, uint32_t idx) {
+  return idx == 0 || idx >= m->n_strings ? NULL : m->strings[idx];
+}
+
+static const char *text_or_null(const char *s) { return s == NULL || s[0] == '\0' ? NULL : s; }
+
+/* Build a profile from a validated message. */
+static int build(const wire_profile_t *m, ember_profile_t **out, char *errbuf, size_t errbuf_size) {
+  ember_value_type_t types[EMBER_MAX_VALUE_TYPES];
+  for (size_t i = 0; i < m->n_value_types; i++) types[i] = (ember_value_type_t)m->value_types[i];
+  ember_profile_t *p = NULL;
+  uint32_t *frame_of = NULL;
+  int rc = ember_profile_new(types, m->n_value_types, &p);
+  if (rc != 0) goto cleanup;
+  if (m->labels != NULL) {
+    ember_labels_t l = {text_or_null(m->labels->worker), text_or_null(m->labels->version),
+                        text_or_null(m->labels->host), text_or_null(m->labels->actor),
+                        m->labels->pid};
+    if ((rc = ember_profile_set_labels(p, &l)) != 0) goto cleanup;
+  }
+  if ((rc = ember_profile_set_window(p, m->window_start_ns, m->window_end_ns)) != 0) goto cleanup;
+  ember_profile_set_period(p, m->period_ns);
+  rc = ember_profile_set_origin(p, text_or_null(m->agent_id), m->seq, text_or_null(m->session_id));
+  if (rc != 0) goto cleanup;
+  if (m->n_locations > 0) {
+    frame_of = ember_malloc(m->n_locations * sizeof *frame_of);
+    if (frame_of == NULL) {
+      rc = -ENOMEM;
+      goto cleanup;
+    }
+  }
+  for (size_t i = 0; i < m->n_locations; i++) {
+    const wire_location_t *l = m->locations[i];
+    ember_frame_t f = {0};
+    if (l->function > 0) {
+      f.function = str_or_null(m, m->functions[l->function - 1]->name);
+      f.file = str_or_null(m, m->functions[l->function - 1]->file);
+    }
+    if (l->module > 0) {
+      f.module = str_or_null(m, m->modules[l->module - 1]->name);
+      f.build_id = str_or_null(m, m->modules[l->module - 1]->build_id);
+    }
+    f.address = l->address;
+    f.line = l->line;
+    f.kind = (ember_frame_kind_t)l->kind;
+    if ((rc = ember_profile_intern_frame(p, &f, &frame_of[i])) != 0) goto cleanup;
+  }
+  uint32_t ids[EMBER_MAX_STACK_DEPTH];
+  for (size_t i = 0; i < m->n_samples; i++) {
+    const Ember__Wire__V1__Sample *s = m->samples[i];
+    for (size_t j = 0; j < s->n_locations; j++) ids[j] = frame_of[s->locations[j]];
+    rc = ember_profile_add_ids(p, ids, s->n_locations, s->values, NULL);
+    if (rc == -ERANGE) {
+      rc = fail(EMBER_ECORRUPT, errbuf, errbuf_size, "sample %zu: values overflow 64 bits", i);
+      goto cleanup;
+    }
+    if (rc != 0) goto cleanup;
+  }
+  *out = p;
+  p = NULL;
+cleanup:
+  if (rc == -ENOMEM) fail(rc, errbuf, errbuf_size, "out of memory while decoding");
+  ember_free(frame_of);
+  ember_profile_free(p);
+  return rc;
+}
+
+int ember_codec_decode(const void *data, size_t len, const ember_codec_limits_t *lim,
+                       ember_profile_t **out, char *errbuf, size_t errbuf_size) {
+  if ((data == NULL && len > 0) || out == NULL) return -EINVAL;
+  ember_codec_limits_t dflt;
+  if (lim == NULL) {
+    ember_codec_limits_default(&dflt);
+    lim = &dflt;
+  }
+  if (len > lim->max_message)
+    return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "message of %zu bytes (at most %zu)", len,
+                lim->max_message);
+  if (len == 0) return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "empty message");
+  wire_profile_t *m = ember__wire__v1__profile__unpack(&pb_allocator, len, data);
+  if (m == NULL)
+    return fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                "not a valid ember.wire.v1.Profile message (%zu bytes)", len);
+  int rc = validate(m, lim, errbuf, errbuf_size);
+  if (rc == 0) rc = build(m, out, errbuf, errbuf_size);
+  ember__wire__v1__profile__free_unpacked(m, &pb_allocator);
+  return rc;
+}

@@ -1,0 +1,355 @@
+/* The wire codec: round trips, and bad input of every kind gets a clear
+ * error (truncated, oversized, out-of-range, wrong version, bad text). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ember.pb-c.h"
+#include "ember/codec.h"
+
+static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
+
+static ember_profile_t *sample_profile(void) {
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(types, 2, &p), 0);
+  ember_labels_t l = {"api", "1.4.2", "host-a", "room-7", 4242};
+  assert_int_equal(ember_profile_set_labels(p, &l), 0);
+  assert_int_equal(ember_profile_set_window(p, 1700000000000000000, 1700000010000000000), 0);
+  ember_profile_set_period(p, 52631578);
+  assert_int_equal(ember_profile_set_origin(p, "agent-7", 99, NULL), 0);
+  ember_frame_t main_f = {.function = "main", .file = "prog.c", .line = 10, .module = "/usr/bin/prog",
+                          .build_id = "0123456789ab"};
+  ember_frame_t hot = {.function = "hot", .file = "prog.c", .line = 20, .module = "/usr/bin/prog",
+                       .build_id = "0123456789ab"};
+  ember_frame_t cold = {.function = "cold", .module = "/usr/bin/prog", .build_id = "0123456789ab"};
+  ember_frame_t unresolved = {.module = "/usr/lib/x86_64-linux-gnu/libc.so.6", .address = 0x29d90};
+  ember_frame_t kernel = {.function = "do_syscall_64", .module = "[kernel]", .kind = EMBER_FRAME_KERNEL};
+  ember_frame_t jit = {.function = "JS:*fib file.js:1:13", .module = "/tmp/perf-1.map",
+                       .kind = EMBER_FRAME_JIT};
+  ember_frame_t nothing = {0};
+  ember_frame_t s1[] = {hot, main_f};
+  ember_frame_t s2[] = {cold, main_f};
+  ember_frame_t s3[] = {kernel, unresolved, main_f};
+  ember_frame_t s4[] = {jit, jit, nothing};
+  int64_t v1[] = {30, 30 * 52631578LL}, v2[] = {10, 10 * 52631578LL}, v3[] = {2, 2},
+          v4[] = {1, 0};
+  assert_int_equal(ember_profile_add(p, s1, 2, v1), 0);
+  assert_int_equal(ember_profile_add(p, s2, 2, v2), 0);
+  assert_int_equal(ember_profile_add(p, s3, 3, v3), 0);
+  assert_int_equal(ember_profile_add(p, s4, 3, v4), 0);
+  return p;
+}
+
+static void encode(const ember_profile_t *p, ember_buf_t *b) {
+  ember_buf_init(b, 1u << 24);
+  assert_int_equal(ember_codec_encode(p, b), 0);
+  assert_true(b->len > 0);
+}
+
+static bool str_eq_null(const char *a, const char *b) {
+  if (a == NULL || b == NULL) return a == b;
+  return strcmp(a, b) == 0;
+}
+
+static bool frames_equal(const ember_frame_t *a, const ember_frame_t *b) {
+  return str_eq_null(a->function, b->function) && str_eq_null(a->file, b->file) &&
+         str_eq_null(a->module, b->module) && str_eq_null(a->build_id, b->build_id) &&
+         a->address == b->address && a->line == b->line && a->kind == b->kind;
+}
+
+/* Same stacks (by frame content) with the same values, in the same order. */
+static void assert_profiles_equal(const ember_profile_t *a, const ember_profile_t *b) {
+  assert_int_equal(ember_profile_ntypes(a), ember_profile_ntypes(b));
+  assert_int_equal(ember_profile_nstacks(a), ember_profile_nstacks(b));
+  for (uint32_t s = 0; s < ember_profile_nstacks(a); s++) {
+    const uint32_t *ia, *ib;
+    size_t da, db;
+    const int64_t *va, *vb;
+    ember_profile_stack(a, s, &ia, &da, &va);
+    ember_profile_stack(b, s, &ib, &db, &vb);
+    assert_int_equal(da, db);
+    for (size_t i = 0; i < da; i++)
+      assert_true(frames_equal(ember_profile_frame(a, ia[i]), ember_profile_frame(b, ib[i])));
+    for (size_t v = 0; v < ember_profile_ntypes(a); v++) assert_int_equal(va[v], vb[v]);
+  }
+}
+
+static void test_codec_round_trip(void **state) {
+  (void)state;
+  ember_profile_t *p = sample_profile();
+  ember_buf_t b;
+  encode(p, &b);
+  ember_profile_t *q = NULL;
+  char err[256] = "";
+  assert_int_equal(ember_codec_decode(b.data, b.len, NULL, &q, err, sizeof err), 0);
+  assert_profiles_equal(p, q);
+  const ember_labels_t *l = ember_profile_labels(q);
+  assert_string_equal(l->worker, "api");
+  assert_string_equal(l->version, "1.4.2");
+  assert_string_equal(l->host, "host-a");
+  assert_string_equal(l->actor, "room-7");
+  assert_int_equal(l->pid, 4242);
+  int64_t s, e;
+  ember_profile_window(q, &s, &e);
+  assert_int_equal(s, 1700000000000000000);
+  assert_int_equal(e, 1700000010000000000);
+  assert_int_equal(ember_profile_period(q), 52631578);
+  assert_string_equal(ember_profile_agent_id(q), "agent-7");
+  assert_int_equal(ember_profile_seq(q), 99);
+  assert_null(ember_profile_session_id(q));
+  assert_int_equal(ember_profile_total(q, 0), 43);
+
+  /* Re-encoding the decoded profile gives the same bytes. */
+  ember_buf_t b2;
+  encode(q, &b2);
+  assert_int_equal(b.len, b2.len);
+  assert_memory_equal(b.data, b2.data, b.len);
+  ember_buf_free(&b2);
+  ember_buf_free(&b);
+  ember_profile_free(q);
+  ember_profile_free(p);
+}
+
+static void test_codec_round_trip_empty_and_session(void **state) {
+  (void)state;
+  ember_value_type_t mem[] = {EMBER_VT_ALLOC_OBJECTS, EMBER_VT_ALLOC_BYTES};
+  ember_profile_t *p = NULL, *q = NULL;
+  assert_int_equal(ember_profile_new(mem, 2, &p), 0);
+  assert_int_equal(ember_profile_set_origin(p, "a", 1, "sess-123"), 0);
+  ember_buf_t b;
+  encode(p, &b);
+  char err[256];
+  assert_int_equal(ember_codec_decode(b.data, b.len, NULL, &q, err, sizeof err), 0);
+  assert_int_equal(ember_profile_nstacks(q), 0);
+  assert_int_equal(ember_profile_type(q, 1), EMBER_VT_ALLOC_BYTES);
+  assert_string_equal(ember_profile_session_id(q), "sess-123");
+  assert_null(ember_profile_labels(q)->worker);
+  ember_buf_free(&b);
+  ember_profile_free(p);
+  ember_profile_free(q);
+}
+
+static void test_codec_encode_respects_buffer_limit(void **state) {
+  (void)state;
+  ember_profile_t *p = sample_profile();
+  ember_buf_t b;
+  ember_buf_init(&b, 32);
+  assert_int_equal(ember_codec_encode(p, &b), EMBER_ETOOBIG);
+  assert_int_equal(b.len, 0);
+  ember_buf_free(&b);
+  ember_profile_free(p);
+}
+
+static void test_codec_every_truncation_is_an_error(void **state) {
+  (void)state;
+  ember_profile_t *p = sample_profile();
+  ember_buf_t b;
+  encode(p, &b);
+  for (size_t n = 0; n < b.len; n++) {
+    ember_profile_t *q = NULL;
+    char err[256] = "";
+    int rc = ember_codec_decode(b.data, n, NULL, &q, err, sizeof err);
+    if (rc != EMBER_ECORRUPT) fail_msg("cut at %zu of %zu: rc %d (%s)", n, b.len, rc, err);
+    assert_null(q);
+    assert_true(strlen(err) > 10);
+  }
+  ember_buf_free(&b);
+  ember_profile_free(p);
+}
+
+static void test_codec_oversized_input(void **state) {
+  (void)state;
+  ember_profile_t *p = sample_profile();
+  ember_buf_t b;
+  encode(p, &b);
+  ember_codec_limits_t lim;
+  ember_codec_limits_default(&lim);
+  ember_profile_t *q = NULL;
+  char err[256];
+
+  lim.max_message = b.len - 1;
+  assert_int_equal(ember_codec_decode(b.data, b.len, &lim, &q, err, sizeof err), EMBER_ETOOBIG);
+  assert_non_null(strstr(err, "at most"));
+  ember_codec_limits_default(&lim);
+  lim.max_samples = 3;
+  assert_int_equal(ember_codec_decode(b.data, b.len, &lim, &q, err, sizeof err), EMBER_ETOOBIG);
+  assert_non_null(strstr(err, "4 samples (at most 3)"));
+  ember_codec_limits_default(&lim);
+  lim.max_strings = 2;
+  assert_int_equal(ember_codec_decode(b.data, b.len, &lim, &q, err, sizeof err), EMBER_ETOOBIG);
+  assert_non_null(strstr(err, "strings"));
+  ember_codec_limits_default(&lim);
+  lim.max_locations = 2;
+  assert_int_equal(ember_codec_decode(b.data, b.len, &lim, &q, err, sizeof err), EMBER_ETOOBIG);
+  assert_non_null(strstr(err, "locations"));
+  ember_codec_limits_default(&lim);
+  lim.max_depth = 2;
+  assert_int_equal(ember_codec_decode(b.data, b.len, &lim, &q, err, sizeof err), EMBER_ETOOBIG);
+  assert_non_null(strstr(err, "stack of 3 frames"));
+  assert_null(q);
+
+  /* Garbage and empty input. */
+  assert_int_equal(ember_codec_decode("", 0, NULL, &q, err, sizeof err), EMBER_ECORRUPT);
+  unsigned char junk[64];
+  for (size_t i = 0; i < sizeof junk; i++) junk[i] = (unsigned char)(i * 37 + 11);
+  assert_int_equal(ember_codec_decode(junk, sizeof junk, NULL, &q, err, sizeof err), EMBER_ECORRUPT);
+  assert_null(q);
+  ember_buf_free(&b);
+  ember_profile_free(p);
+}
+
+/* Decode a valid message, let `mutate` break it, re-encode it with
+ * protobuf-c, and check the decoder's error. */
+typedef void (*mutate_fn)(Ember__Wire__V1__Profile *m);
+
+/* Mutations swap pointers inside the message, so it is unpacked into an
+ * arena that is dropped whole instead of through free_unpacked. */
+typedef struct arena {
+  void *blocks[4096];
+  size_t n;
+} arena_t;
+
+static void *arena_alloc(void *data, size_t size) {
+  arena_t *a = data;
+  assert_true(a->n < sizeof a->blocks / sizeof a->blocks[0]);
+  return a->blocks[a->n++] = malloc(size);
+}
+
+static void arena_nofree(void *data, void *ptr) {
+  (void)data;
+  (void)ptr;
+}
+
+static void expect_error(mutate_fn mutate, int want_rc, const char *want_msg) {
+  ember_profile_t *p = sample_profile();
+  ember_buf_t b;
+  encode(p, &b);
+  arena_t arena = {.n = 0};
+  ProtobufCAllocator alloc = {arena_alloc, arena_nofree, &arena};
+  Ember__Wire__V1__Profile *m =
+      ember__wire__v1__profile__unpack(&alloc, b.len, (const uint8_t *)b.data);
+  assert_non_null(m);
+  mutate(m);
+  size_t n = ember__wire__v1__profile__get_packed_size(m);
+  uint8_t *out = malloc(n ? n : 1);
+  ember__wire__v1__profile__pack(m, out);
+  ember_profile_t *q = NULL;
+  char err[256] = "";
+  int rc = ember_codec_decode(out, n, NULL, &q, err, sizeof err);
+  if (rc != want_rc || strstr(err, want_msg) == NULL)
+    fail_msg("want rc %d and '%s', got rc %d and '%s'", want_rc, want_msg, rc, err);
+  assert_null(q);
+  free(out);
+  for (size_t i = 0; i < arena.n; i++) free(arena.blocks[i]);
+  ember_buf_free(&b);
+  ember_profile_free(p);
+}
+
+static void bad_version(Ember__Wire__V1__Profile *m) { m->version = EMBER_WIRE_VERSION + 1; }
+static void zero_version(Ember__Wire__V1__Profile *m) { m->version = 0; }
+static void bad_location_index(Ember__Wire__V1__Profile *m) { m->samples[1]->locations[0] = 1000; }
+static void bad_function_index(Ember__Wire__V1__Profile *m) {
+  m->locations[0]->function = (uint32_t)m->n_functions + 1;
+}
+static void bad_module_index(Ember__Wire__V1__Profile *m) { m->locations[0]->module = 77; }
+static void bad_string_index(Ember__Wire__V1__Profile *m) { m->functions[0]->name = 5000; }
+static void bad_module_string(Ember__Wire__V1__Profile *m) { m->modules[0]->build_id = 5000; }
+static void bad_kind(Ember__Wire__V1__Profile *m) {
+  m->locations[0]->kind = (Ember__Wire__V1__FrameKind)9;
+}
+static void bad_value_type(Ember__Wire__V1__Profile *m) {
+  m->value_types[1] = (Ember__Wire__V1__ValueType)42;
+}
+static void dup_value_type(Ember__Wire__V1__Profile *m) { m->value_types[1] = m->value_types[0]; }
+static void no_value_types(Ember__Wire__V1__Profile *m) { m->n_value_types = 0; }
+static void negative_value(Ember__Wire__V1__Profile *m) { m->samples[2]->values[1] = -5; }
+static void missing_value(Ember__Wire__V1__Profile *m) { m->samples[0]->n_values = 1; }
+static void empty_stack(Ember__Wire__V1__Profile *m) { m->samples[3]->n_locations = 0; }
+static void reversed_window(Ember__Wire__V1__Profile *m) { m->window_end_ns = m->window_start_ns - 1; }
+static void negative_period(Ember__Wire__V1__Profile *m) { m->period_ns = -1; }
+/* Writable copies: the message's strings are char *. */
+static char text_x[] = "x", text_bad_utf8[] = "ok\xc3\x28", text_surrogate[] = "\xed\xa0\x80";
+static void nonempty_string0(Ember__Wire__V1__Profile *m) { m->strings[0] = text_x; }
+static void bad_utf8(Ember__Wire__V1__Profile *m) { m->strings[1] = text_bad_utf8; }
+static void bad_utf8_label(Ember__Wire__V1__Profile *m) { m->labels->worker = text_surrogate; }
+static void no_end_mark(Ember__Wire__V1__Profile *m) { m->end_mark = 0; }
+static void overflow(Ember__Wire__V1__Profile *m) {
+  /* Two samples with the same stack whose values sum past INT64_MAX. */
+  m->samples[1]->n_locations = m->samples[0]->n_locations;
+  m->samples[1]->locations = m->samples[0]->locations;
+  m->samples[0]->values[0] = INT64_MAX;
+}
+
+static void test_codec_rejects_out_of_range(void **state) {
+  (void)state;
+  expect_error(bad_version, EMBER_EVERSION, "schema version 2 is not supported");
+  expect_error(zero_version, EMBER_EVERSION, "schema version 0");
+  expect_error(bad_location_index, EMBER_ECORRUPT, "sample 1: location index 1000 out of range");
+  expect_error(bad_function_index, EMBER_ECORRUPT, "location 0: function");
+  expect_error(bad_module_index, EMBER_ECORRUPT, "location 0: module 77 out of range");
+  expect_error(bad_string_index, EMBER_ECORRUPT, "function 0: string index 5000 out of range");
+  expect_error(bad_module_string, EMBER_ECORRUPT, "module 0: string index 5000");
+  expect_error(bad_kind, EMBER_ECORRUPT, "unknown frame kind 9");
+  expect_error(bad_value_type, EMBER_ECORRUPT, "value type 1: unknown type 42");
+  expect_error(dup_value_type, EMBER_ECORRUPT, "value type 1 repeats");
+  expect_error(no_value_types, EMBER_ECORRUPT, "0 value types");
+  expect_error(negative_value, EMBER_ECORRUPT, "sample 2: negative value -5");
+  expect_error(missing_value, EMBER_ECORRUPT, "sample 0: 1 values for 2 value types");
+  expect_error(empty_stack, EMBER_ECORRUPT, "sample 3: stack of 0 frames");
+  expect_error(reversed_window, EMBER_ECORRUPT, "window ends");
+  expect_error(negative_period, EMBER_ECORRUPT, "negative sampling period");
+  expect_error(nonempty_string0, EMBER_ECORRUPT, "string 0 must be empty");
+  expect_error(bad_utf8, EMBER_ECORRUPT, "string 1: not valid UTF-8");
+  expect_error(bad_utf8_label, EMBER_ECORRUPT, "label 0: not valid UTF-8");
+  expect_error(no_end_mark, EMBER_ECORRUPT, "truncated");
+  expect_error(overflow, EMBER_ECORRUPT, "overflow");
+}
+
+static void test_codec_survives_allocation_failures(void **state) {
+  (void)state;
+  ember_profile_t *p = sample_profile();
+  ember_buf_t ok;
+  encode(p, &ok);
+  for (long n = 0;; n++) {
+    ember_buf_t b;
+    ember_buf_init(&b, 1u << 20);
+    ember_profile_t *q = NULL;
+    char err[256];
+    ember_alloc_fail_after(n);
+    int rc = ember_codec_encode(p, &b);
+    if (rc == 0) rc = ember_codec_decode(b.data, b.len, NULL, &q, err, sizeof err);
+    ember_alloc_fail_reset();
+    ember_buf_free(&b);
+    if (rc == 0) {
+      assert_profiles_equal(p, q);
+      ember_profile_free(q);
+      assert_true(n > 10);
+      break;
+    }
+    /* protobuf-c reports a failed allocation as a failed unpack. */
+    assert_true(rc == -ENOMEM || rc == EMBER_ECORRUPT);
+    assert_null(q);
+  }
+  ember_buf_free(&ok);
+  ember_profile_free(p);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_codec_round_trip),
+      cmocka_unit_test(test_codec_round_trip_empty_and_session),
+      cmocka_unit_test(test_codec_encode_respects_buffer_limit),
+      cmocka_unit_test(test_codec_every_truncation_is_an_error),
+      cmocka_unit_test(test_codec_oversized_input),
+      cmocka_unit_test(test_codec_rejects_out_of_range),
+      cmocka_unit_test(test_codec_survives_allocation_failures),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
