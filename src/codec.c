@@ -18,10 +18,13 @@
 typedef Ember__Wire__V1__Profile wire_profile_t;
 typedef Ember__Wire__V1__Location wire_location_t;
 
-_Static_assert((int)EMBER_VT_CPU_SAMPLES == (int)EMBER__WIRE__V1__VALUE_TYPE__CPU_SAMPLES, "wire enum");
+_Static_assert((int)EMBER_VT_CPU_SAMPLES == (int)EMBER__WIRE__V1__VALUE_TYPE__CPU_SAMPLES,
+               "wire enum");
 _Static_assert((int)EMBER_VT_CPU_NS == (int)EMBER__WIRE__V1__VALUE_TYPE__CPU_NS, "wire enum");
-_Static_assert((int)EMBER_VT_ALLOC_OBJECTS == (int)EMBER__WIRE__V1__VALUE_TYPE__ALLOC_OBJECTS, "wire enum");
-_Static_assert((int)EMBER_VT_ALLOC_BYTES == (int)EMBER__WIRE__V1__VALUE_TYPE__ALLOC_BYTES, "wire enum");
+_Static_assert((int)EMBER_VT_ALLOC_OBJECTS == (int)EMBER__WIRE__V1__VALUE_TYPE__ALLOC_OBJECTS,
+               "wire enum");
+_Static_assert((int)EMBER_VT_ALLOC_BYTES == (int)EMBER__WIRE__V1__VALUE_TYPE__ALLOC_BYTES,
+               "wire enum");
 _Static_assert((int)EMBER_FRAME_NATIVE == (int)EMBER__WIRE__V1__FRAME_KIND__NATIVE, "wire enum");
 _Static_assert((int)EMBER_FRAME_KERNEL == (int)EMBER__WIRE__V1__FRAME_KIND__KERNEL, "wire enum");
 _Static_assert((int)EMBER_FRAME_JIT == (int)EMBER__WIRE__V1__FRAME_KIND__JIT, "wire enum");
@@ -210,7 +213,8 @@ int ember_codec_encode(const ember_profile_t *p, ember_buf_t *out) {
   labels.actor = (char *)(uintptr_t)(l->actor ? l->actor : "");
   labels.pid = l->pid;
 
-  for (size_t i = 0; i < ntypes; i++) types[i] = (Ember__Wire__V1__ValueType)ember_profile_type(p, i);
+  for (size_t i = 0; i < ntypes; i++)
+    types[i] = (Ember__Wire__V1__ValueType)ember_profile_type(p, i);
   const char *agent = ember_profile_agent_id(p), *session = ember_profile_session_id(p);
   msg.version = EMBER_WIRE_VERSION;
   msg.agent_id = (char *)(uintptr_t)(agent ? agent : "");
@@ -270,7 +274,7 @@ static void pb_free(void *data, void *p) {
 static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
 
 __attribute__((format(printf, 4, 5))) static int fail(int rc, char *errbuf, size_t errbuf_size,
-                                                       const char *fmt, ...) {
+                                                      const char *fmt, ...) {
   if (errbuf != NULL && errbuf_size > 0) {
     va_list ap;
     va_start(ap, fmt);
@@ -280,7 +284,8 @@ __attribute__((format(printf, 4, 5))) static int fail(int rc, char *errbuf, size
   return rc;
 }
 
-static int check_text(const char *s, const char *what, size_t idx, char *errbuf, size_t errbuf_size) {
+static int check_text(const char *s, const char *what, size_t idx, char *errbuf,
+                      size_t errbuf_size) {
   size_t n = strlen(s);
   if (n > EMBER_MAX_STRING)
     return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "%s %zu: %zu bytes (at most %u)", what, idx, n,
@@ -329,7 +334,8 @@ static int validate(const wire_profile_t *m, const ember_codec_limits_t *lim, ch
   }
   const char *texts[] = {m->agent_id, m->session_id};
   for (size_t i = 0; i < 2; i++) {
-    if ((rc = check_text(texts[i], i == 0 ? "agent id" : "session id", 0, errbuf, errbuf_size)) != 0)
+    if ((rc = check_text(texts[i], i == 0 ? "agent id" : "session id", 0, errbuf, errbuf_size)) !=
+        0)
       return rc;
   }
   if (m->labels != NULL) {
@@ -348,7 +354,8 @@ static int validate(const wire_profile_t *m, const ember_codec_limits_t *lim, ch
     if ((rc = check_text(m->strings[i], "string", i, errbuf, errbuf_size)) != 0) return rc;
   }
   for (size_t i = 0; i < m->n_modules; i++) {
-    if ((rc = check_str_index(m->modules[i]->name, m->n_strings, "module", i, errbuf, errbuf_size)) ||
+    if ((rc = check_str_index(m->modules[i]->name, m->n_strings, "module", i, errbuf,
+                              errbuf_size)) ||
         (rc = check_str_index(m->modules[i]->build_id, m->n_strings, "module", i, errbuf,
                               errbuf_size)))
       return rc;
@@ -380,7 +387,8 @@ static int validate(const wire_profile_t *m, const ember_codec_limits_t *lim, ch
   if (m->n_samples > lim->max_samples)
     return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "%zu samples (at most %zu)", m->n_samples,
                 lim->max_samples);
-  size_t max_depth = lim->max_depth < EMBER_MAX_STACK_DEPTH ? lim->max_depth : EMBER_MAX_STACK_DEPTH;
+  size_t max_depth =
+      lim->max_depth < EMBER_MAX_STACK_DEPTH ? lim->max_depth : EMBER_MAX_STACK_DEPTH;
   for (size_t i = 0; i < m->n_samples; i++) {
     const Ember__Wire__V1__Sample *s = m->samples[i];
     if (s->n_locations == 0 || s->n_locations > max_depth)
@@ -393,8 +401,8 @@ static int validate(const wire_profile_t *m, const ember_codec_limits_t *lim, ch
                     s->locations[j], m->n_locations);
     }
     if (s->n_values != m->n_value_types)
-      return fail(EMBER_ECORRUPT, errbuf, errbuf_size,
-                  "sample %zu: %zu values for %zu value types", i, s->n_values, m->n_value_types);
+      return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "sample %zu: %zu values for %zu value types",
+                  i, s->n_values, m->n_value_types);
     for (size_t j = 0; j < s->n_values; j++) {
       if (s->values[j] < 0)
         return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "sample %zu: negative value %lld", i,

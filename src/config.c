@@ -262,7 +262,8 @@ int ember_config_get_bool(const ember_config_t *cfg, const char *key, bool def, 
     *out = def;
     return 0;
   }
-  if (ember_parse_bool(v, out) != 0) return bad_value(cfg, key, "true or false", errbuf, errbuf_size);
+  if (ember_parse_bool(v, out) != 0)
+    return bad_value(cfg, key, "true or false", errbuf, errbuf_size);
   return 0;
 }
 

@@ -15,7 +15,8 @@ void ember__htab_free(ember__htab_t *t) {
   ember__htab_init(t);
 }
 
-int64_t ember__htab_find(const ember__htab_t *t, uint64_t h, ember__htab_eq_fn eq, const void *ctx) {
+int64_t ember__htab_find(const ember__htab_t *t, uint64_t h, ember__htab_eq_fn eq,
+                         const void *ctx) {
   if (t->slots == NULL) return -1;
   for (size_t i = (size_t)h & t->mask;; i = (i + 1) & t->mask) {
     uint32_t s = t->slots[i];

@@ -25,7 +25,7 @@ typedef struct str_entry {
 } str_entry_t;
 
 typedef struct stack_entry {
-  size_t off;     /* into ids */
+  size_t off; /* into ids */
   uint32_t depth;
   uint64_t hash;
 } stack_entry_t;

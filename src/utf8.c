@@ -15,12 +15,16 @@ bool ember__utf8_valid(const char *str, size_t n) {
       len = 2;
     } else if (c >= 0xe0 && c <= 0xef) {
       len = 3;
-      if (c == 0xe0) lo = 0xa0;      /* overlong */
-      else if (c == 0xed) hi = 0x9f; /* surrogates */
+      if (c == 0xe0)
+        lo = 0xa0; /* overlong */
+      else if (c == 0xed)
+        hi = 0x9f; /* surrogates */
     } else if (c >= 0xf0 && c <= 0xf4) {
       len = 4;
-      if (c == 0xf0) lo = 0x90;      /* overlong */
-      else if (c == 0xf4) hi = 0x8f; /* > U+10FFFF */
+      if (c == 0xf0)
+        lo = 0x90; /* overlong */
+      else if (c == 0xf4)
+        hi = 0x8f; /* > U+10FFFF */
     } else {
       return false;
     }

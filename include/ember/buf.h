@@ -17,10 +17,10 @@ extern "C" {
 #endif
 
 typedef struct ember_buf {
-  char *data;  /* owned; NULL until the first append */
-  size_t len;  /* bytes used, not counting the trailing NUL */
-  size_t cap;  /* bytes allocated */
-  size_t max;  /* most bytes len may reach */
+  char *data; /* owned; NULL until the first append */
+  size_t len; /* bytes used, not counting the trailing NUL */
+  size_t cap; /* bytes allocated */
+  size_t max; /* most bytes len may reach */
 } ember_buf_t;
 
 /* Prepare an empty buffer that may hold at most `max` bytes. */

@@ -48,8 +48,8 @@ EMBER_API int ember_config_set_arg(ember_config_t *cfg, const char *arg, char *e
 
 /* Fail with EMBER_ECONFIG on the first key not in `known` (a NULL-terminated
  * list; an entry ending in '.' accepts every key with that prefix). */
-EMBER_API int ember_config_check(const ember_config_t *cfg, const char *const *known,
-                                 char *errbuf, size_t errbuf_size);
+EMBER_API int ember_config_check(const ember_config_t *cfg, const char *const *known, char *errbuf,
+                                 size_t errbuf_size);
 
 /* The value of `key`, or NULL when unset. Borrowed: valid until the key is
  * set again or the config is freed. */
@@ -62,11 +62,11 @@ EMBER_API const char *ember_config_get_str(const ember_config_t *cfg, const char
 EMBER_API int ember_config_get_u64(const ember_config_t *cfg, const char *key, uint64_t def,
                                    uint64_t min, uint64_t max, uint64_t *out, char *errbuf,
                                    size_t errbuf_size);
-EMBER_API int ember_config_get_bool(const ember_config_t *cfg, const char *key, bool def,
-                                    bool *out, char *errbuf, size_t errbuf_size);
-EMBER_API int ember_config_get_duration_ns(const ember_config_t *cfg, const char *key,
-                                           int64_t def, int64_t min, int64_t max, int64_t *out,
-                                           char *errbuf, size_t errbuf_size);
+EMBER_API int ember_config_get_bool(const ember_config_t *cfg, const char *key, bool def, bool *out,
+                                    char *errbuf, size_t errbuf_size);
+EMBER_API int ember_config_get_duration_ns(const ember_config_t *cfg, const char *key, int64_t def,
+                                           int64_t min, int64_t max, int64_t *out, char *errbuf,
+                                           size_t errbuf_size);
 
 /* Visit every key with `prefix` in the order first set: fn gets the key
  * without the prefix. A non-zero return from fn stops and is returned. */

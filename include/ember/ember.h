@@ -19,14 +19,14 @@ extern "C" {
 
 /* Ember's own error codes live below -4000, far from any errno value. */
 #define EMBER_ERRNO_BASE (-4000)
-#define EMBER_ECORRUPT (EMBER_ERRNO_BASE - 1)   /* malformed input */
-#define EMBER_ENOTFOUND (EMBER_ERRNO_BASE - 2)  /* no such key or item */
-#define EMBER_ETOOBIG (EMBER_ERRNO_BASE - 3)    /* a limit was exceeded */
-#define EMBER_EMISMATCH (EMBER_ERRNO_BASE - 4)  /* incompatible operands */
-#define EMBER_EVERSION (EMBER_ERRNO_BASE - 5)   /* unsupported version */
-#define EMBER_EKAFKA (EMBER_ERRNO_BASE - 6)     /* Kafka client error */
-#define EMBER_ECONFIG (EMBER_ERRNO_BASE - 7)    /* invalid configuration */
-#define EMBER_ETIMEDOUT (EMBER_ERRNO_BASE - 8)  /* operation timed out */
+#define EMBER_ECORRUPT   (EMBER_ERRNO_BASE - 1) /* malformed input */
+#define EMBER_ENOTFOUND  (EMBER_ERRNO_BASE - 2) /* no such key or item */
+#define EMBER_ETOOBIG    (EMBER_ERRNO_BASE - 3) /* a limit was exceeded */
+#define EMBER_EMISMATCH  (EMBER_ERRNO_BASE - 4) /* incompatible operands */
+#define EMBER_EVERSION   (EMBER_ERRNO_BASE - 5) /* unsupported version */
+#define EMBER_EKAFKA     (EMBER_ERRNO_BASE - 6) /* Kafka client error */
+#define EMBER_ECONFIG    (EMBER_ERRNO_BASE - 7) /* invalid configuration */
+#define EMBER_ETIMEDOUT  (EMBER_ERRNO_BASE - 8) /* operation timed out */
 
 /* A static English sentence for any code returned by Ember. Thread-safe. */
 EMBER_API const char *ember_strerror(int err);

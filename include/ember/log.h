@@ -28,8 +28,8 @@ EMBER_API void ember_log(ember_log_level_t level, const char *component, const c
     __attribute__((format(printf, 3, 4)));
 
 #define EMBER_DEBUG(c, ...) ember_log(EMBER_LOG_DEBUG, c, __VA_ARGS__)
-#define EMBER_INFO(c, ...) ember_log(EMBER_LOG_INFO, c, __VA_ARGS__)
-#define EMBER_WARN(c, ...) ember_log(EMBER_LOG_WARN, c, __VA_ARGS__)
+#define EMBER_INFO(c, ...)  ember_log(EMBER_LOG_INFO, c, __VA_ARGS__)
+#define EMBER_WARN(c, ...)  ember_log(EMBER_LOG_WARN, c, __VA_ARGS__)
 #define EMBER_ERROR(c, ...) ember_log(EMBER_LOG_ERROR, c, __VA_ARGS__)
 
 #ifdef __cplusplus

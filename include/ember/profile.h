@@ -81,7 +81,7 @@ typedef struct ember_profile ember_profile_t;
 
 /* Limits on what one profile may hold; the codec enforces them on input. */
 #define EMBER_MAX_STACK_DEPTH 1024u
-#define EMBER_MAX_STRING 4096u
+#define EMBER_MAX_STRING      4096u
 
 /* Create an empty profile with `ntypes` (1..EMBER_MAX_VALUE_TYPES) distinct
  * value types, in that order. Returns 0, -EINVAL or -ENOMEM. */
@@ -118,8 +118,7 @@ EMBER_API const char *ember_profile_session_id(const ember_profile_t *p);
 
 /* Intern a frame (its strings are copied) and return its id. Equal frames
  * (all fields equal) get the same id. */
-EMBER_API int ember_profile_intern_frame(ember_profile_t *p, const ember_frame_t *f,
-                                         uint32_t *id);
+EMBER_API int ember_profile_intern_frame(ember_profile_t *p, const ember_frame_t *f, uint32_t *id);
 EMBER_API size_t ember_profile_nframes(const ember_profile_t *p);
 /* Borrowed until the profile is freed; NULL if id is out of range. */
 EMBER_API const ember_frame_t *ember_profile_frame(const ember_profile_t *p, uint32_t id);
@@ -152,10 +151,10 @@ EMBER_API int ember_profile_merge(ember_profile_t *dst, const ember_profile_t *s
 
 /* A function's share of a profile. */
 typedef struct ember_top_entry {
-  char *name;       /* display name (ember_frame_name); owned by the array */
+  char *name;         /* display name (ember_frame_name); owned by the array */
   const char *module; /* borrowed from the profile; may be NULL */
-  int64_t self;     /* value where this function is the leaf */
-  int64_t total;    /* value of stacks that contain it (once per stack) */
+  int64_t self;       /* value where this function is the leaf */
+  int64_t total;      /* value of stacks that contain it (once per stack) */
 } ember_top_entry_t;
 
 typedef enum ember_top_order { EMBER_TOP_BY_SELF = 0, EMBER_TOP_BY_TOTAL = 1 } ember_top_order_t;

@@ -24,22 +24,28 @@ static ember_profile_t *sample_profile(void) {
   assert_int_equal(ember_profile_set_window(p, 1700000000000000000, 1700000010000000000), 0);
   ember_profile_set_period(p, 52631578);
   assert_int_equal(ember_profile_set_origin(p, "agent-7", 99, NULL), 0);
-  ember_frame_t main_f = {.function = "main", .file = "prog.c", .line = 10, .module = "/usr/bin/prog",
+  ember_frame_t main_f = {.function = "main",
+                          .file = "prog.c",
+                          .line = 10,
+                          .module = "/usr/bin/prog",
                           .build_id = "0123456789ab"};
-  ember_frame_t hot = {.function = "hot", .file = "prog.c", .line = 20, .module = "/usr/bin/prog",
+  ember_frame_t hot = {.function = "hot",
+                       .file = "prog.c",
+                       .line = 20,
+                       .module = "/usr/bin/prog",
                        .build_id = "0123456789ab"};
   ember_frame_t cold = {.function = "cold", .module = "/usr/bin/prog", .build_id = "0123456789ab"};
   ember_frame_t unresolved = {.module = "/usr/lib/x86_64-linux-gnu/libc.so.6", .address = 0x29d90};
-  ember_frame_t kernel = {.function = "do_syscall_64", .module = "[kernel]", .kind = EMBER_FRAME_KERNEL};
-  ember_frame_t jit = {.function = "JS:*fib file.js:1:13", .module = "/tmp/perf-1.map",
-                       .kind = EMBER_FRAME_JIT};
+  ember_frame_t kernel = {
+      .function = "do_syscall_64", .module = "[kernel]", .kind = EMBER_FRAME_KERNEL};
+  ember_frame_t jit = {
+      .function = "JS:*fib file.js:1:13", .module = "/tmp/perf-1.map", .kind = EMBER_FRAME_JIT};
   ember_frame_t nothing = {0};
   ember_frame_t s1[] = {hot, main_f};
   ember_frame_t s2[] = {cold, main_f};
   ember_frame_t s3[] = {kernel, unresolved, main_f};
   ember_frame_t s4[] = {jit, jit, nothing};
-  int64_t v1[] = {30, 30 * 52631578LL}, v2[] = {10, 10 * 52631578LL}, v3[] = {2, 2},
-          v4[] = {1, 0};
+  int64_t v1[] = {30, 30 * 52631578LL}, v2[] = {10, 10 * 52631578LL}, v3[] = {2, 2}, v4[] = {1, 0};
   assert_int_equal(ember_profile_add(p, s1, 2, v1), 0);
   assert_int_equal(ember_profile_add(p, s2, 2, v2), 0);
   assert_int_equal(ember_profile_add(p, s3, 3, v3), 0);
@@ -199,7 +205,8 @@ static void test_codec_oversized_input(void **state) {
   assert_int_equal(ember_codec_decode("", 0, NULL, &q, err, sizeof err), EMBER_ECORRUPT);
   unsigned char junk[64];
   for (size_t i = 0; i < sizeof junk; i++) junk[i] = (unsigned char)(i * 37 + 11);
-  assert_int_equal(ember_codec_decode(junk, sizeof junk, NULL, &q, err, sizeof err), EMBER_ECORRUPT);
+  assert_int_equal(ember_codec_decode(junk, sizeof junk, NULL, &q, err, sizeof err),
+                   EMBER_ECORRUPT);
   assert_null(q);
   ember_buf_free(&b);
   ember_profile_free(p);
@@ -272,7 +279,9 @@ static void no_value_types(Ember__Wire__V1__Profile *m) { m->n_value_types = 0; 
 static void negative_value(Ember__Wire__V1__Profile *m) { m->samples[2]->values[1] = -5; }
 static void missing_value(Ember__Wire__V1__Profile *m) { m->samples[0]->n_values = 1; }
 static void empty_stack(Ember__Wire__V1__Profile *m) { m->samples[3]->n_locations = 0; }
-static void reversed_window(Ember__Wire__V1__Profile *m) { m->window_end_ns = m->window_start_ns - 1; }
+static void reversed_window(Ember__Wire__V1__Profile *m) {
+  m->window_end_ns = m->window_start_ns - 1;
+}
 static void negative_period(Ember__Wire__V1__Profile *m) { m->period_ns = -1; }
 /* Writable copies: the message's strings are char *. */
 static char text_x[] = "x", text_bad_utf8[] = "ok\xc3\x28", text_surrogate[] = "\xed\xa0\x80";

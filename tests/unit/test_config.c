@@ -26,15 +26,14 @@ static const char *write_file(const char *name, const char *text) {
 
 static void test_config_file_and_flags(void **state) {
   (void)state;
-  const char *path = write_file("good.conf",
-                                "# Ember agent\n"
-                                "\n"
-                                "continuous_hz = 19\n"
-                                "  brokers=127.0.0.1:9092  \n"
-                                "kafka.security.protocol = SASL_SSL\n"
-                                "window = 10s\n"
-                                "spool = on\n"
-                                "empty =\n");
+  const char *path = write_file("good.conf", "# Ember agent\n"
+                                             "\n"
+                                             "continuous_hz = 19\n"
+                                             "  brokers=127.0.0.1:9092  \n"
+                                             "kafka.security.protocol = SASL_SSL\n"
+                                             "window = 10s\n"
+                                             "spool = on\n"
+                                             "empty =\n");
   ember_config_t *cfg = NULL;
   char err[256] = "";
   assert_int_equal(ember_config_new(&cfg), 0);
@@ -46,20 +45,22 @@ static void test_config_file_and_flags(void **state) {
   /* A flag after the file wins. */
   assert_int_equal(ember_config_set_arg(cfg, "continuous_hz=99", err, sizeof err), 0);
   uint64_t hz;
-  assert_int_equal(ember_config_get_u64(cfg, "continuous_hz", 19, 1, 1000, &hz, err, sizeof err), 0);
+  assert_int_equal(ember_config_get_u64(cfg, "continuous_hz", 19, 1, 1000, &hz, err, sizeof err),
+                   0);
   assert_int_equal(hz, 99);
   assert_int_equal(ember_config_get_u64(cfg, "missing", 7, 1, 1000, &hz, err, sizeof err), 0);
   assert_int_equal(hz, 7);
   int64_t ns;
-  assert_int_equal(ember_config_get_duration_ns(cfg, "window", 0, 1000000000, 60000000000, &ns,
-                                                err, sizeof err),
-                   0);
+  assert_int_equal(
+      ember_config_get_duration_ns(cfg, "window", 0, 1000000000, 60000000000, &ns, err, sizeof err),
+      0);
   assert_int_equal(ns, 10000000000);
   bool on;
   assert_int_equal(ember_config_get_bool(cfg, "spool", false, &on, err, sizeof err), 0);
   assert_true(on);
 
-  const char *const known[] = {"continuous_hz", "brokers", "window", "spool", "empty", "kafka.", NULL};
+  const char *const known[] = {"continuous_hz", "brokers", "window", "spool",
+                               "empty",         "kafka.",  NULL};
   assert_int_equal(ember_config_check(cfg, known, err, sizeof err), 0);
   const char *const fewer[] = {"brokers", "kafka.", NULL};
   assert_int_equal(ember_config_check(cfg, fewer, err, sizeof err), EMBER_ECONFIG);
@@ -95,7 +96,8 @@ static void test_config_errors_name_the_line(void **state) {
   uint64_t v;
   assert_int_equal(ember_config_get_u64(cfg, "brokers", 0, 0, 10, &v, err, sizeof err),
                    EMBER_ECONFIG);
-  assert_string_equal(err, "config line 1: key 'brokers': expected a whole number from 0 to 10, got 'x'");
+  assert_string_equal(
+      err, "config line 1: key 'brokers': expected a whole number from 0 to 10, got 'x'");
   assert_int_equal(ember_config_load(cfg, "/nonexistent/ember.conf", err, sizeof err), -ENOENT);
   assert_non_null(strstr(err, "/nonexistent/ember.conf"));
   assert_int_equal(ember_config_set_arg(cfg, "novalue", err, sizeof err), EMBER_ECONFIG);

@@ -15,8 +15,8 @@
 static const ember_value_type_t cpu_types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
 
 static ember_frame_t fn(const char *name) {
-  return (ember_frame_t){.function = name, .file = "prog.c", .module = "/usr/bin/prog",
-                         .build_id = "abcd", .line = 1};
+  return (ember_frame_t){
+      .function = name, .file = "prog.c", .module = "/usr/bin/prog", .build_id = "abcd", .line = 1};
 }
 
 /* Add a stack given root-first names (easier to read), with `n` samples. */
