@@ -1,0 +1,30 @@
+# Integration tests against a real single-node Apache Kafka broker.
+#
+# The broker is a CTest fixture: broker_start runs tests/kafka/broker.sh
+# (which needs java, mvn on the first run, kcat and ss) and writes the
+# broker's address to broker/bootstrap in the build tree; every test that
+# requires the kafka_broker fixture reads it from EMBER_TEST_BOOTSTRAP_FILE;
+# broker_stop stops the broker whatever the tests did. Each build tree runs
+# its own broker, so two trees can test at once.
+#
+#   ctest -L integration            everything here
+#   ctest -R test_kafka_broker      one test; CTest adds start and stop
+
+set(EMBER_BROKER_DIR ${CMAKE_CURRENT_BINARY_DIR}/broker)
+set(EMBER_BROKER_SH ${PROJECT_SOURCE_DIR}/tests/kafka/broker.sh)
+
+add_test(NAME broker_start COMMAND ${EMBER_BROKER_SH} start ${EMBER_BROKER_DIR})
+# The first start downloads the Kafka jars with Maven.
+set_tests_properties(broker_start PROPERTIES
+  FIXTURES_SETUP kafka_broker TIMEOUT 300 LABELS integration)
+
+add_test(NAME broker_stop COMMAND ${EMBER_BROKER_SH} stop ${EMBER_BROKER_DIR})
+# broker.sh waits 30 s for SIGTERM, then kills.
+set_tests_properties(broker_stop PROPERTIES
+  FIXTURES_CLEANUP kafka_broker TIMEOUT 120 LABELS integration)
+
+ember_test(integration test_kafka_broker integration)
+set_tests_properties(test_kafka_broker PROPERTIES FIXTURES_REQUIRED kafka_broker)
+# ember_test already sets ENVIRONMENT (CMOCKA_MESSAGE_OUTPUT); add to it.
+set_property(TEST test_kafka_broker APPEND PROPERTY
+  ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${EMBER_BROKER_DIR}/bootstrap)
