@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Install what Ember needs to build, test and run, from Debian 12 packages.
+# Idempotent and quiet when everything is already there (no apt-get update).
+set -euo pipefail
+
+packages=(
+  # build
+  build-essential cmake ninja-build pkg-config git
+  # libraries Ember links
+  librdkafka-dev libzstd-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev zlib1g-dev
+  # tests: cmocka, the fuzzer toolchain, the formatter, Kafka tooling, ss
+  libcmocka-dev clang libclang-rt-14-dev clang-format kcat iproute2 procps
+)
+
+# The real Kafka broker runs on Java 17 and is fetched with Maven; pprof
+# output is checked with `go tool pprof`. Use the machine's own when present
+# (a newer Go in /usr/local/go, say), Debian's otherwise.
+command -v java >/dev/null 2>&1 || packages+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || packages+=(maven)
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
+  packages+=(golang-go)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all ${#packages[@]} packages present" >&2
+  exit 0
+fi
+
+echo "deps: installing ${missing[*]}" >&2
+sudo=()
+[ "$(id -u)" -eq 0 ] || sudo=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -q
+"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Ember's whole test suite, from a fresh Debian 12 machine:
+#   install packages -> style checks -> fetch the Kafka broker jars ->
+#   build (normal, ASan+UBSan, libFuzzer) -> ctest on both trees (unit and
+#   integration; the integration tests start and stop a real Kafka 4.x
+#   broker through CTest fixtures) -> fuzz the wire decoder -> summary.
+# Environment: EMBER_FUZZ_SECONDS (default 60), EMBER_JOBS (default nproc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+jobs=${EMBER_JOBS:-$(nproc)}
+fuzz_seconds=${EMBER_FUZZ_SECONDS:-60}
+start=$(date +%s)
+step() { printf '\n=== %s (%ds)\n' "$*" "$(($(date +%s) - start))"; }
+
+step "dependencies"
+./scripts/deps.sh
+
+step "style: banned functions, clang-format"
+./scripts/check-banned.sh
+mapfile -t sources < <(git ls-files --cached --others --exclude-standard -- '*.c' '*.h')
+clang-format --dry-run --Werror "${sources[@]}"
+echo "clang-format: ${#sources[@]} files formatted"
+
+step "Kafka broker jars"
+./tests/kafka/broker.sh fetch
+
+declare -A summary
+run_tree() {
+  local dir=$1
+  shift
+  step "build $dir ($*)"
+  cmake -S . -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 || {
+    cat "$dir.configure.log"
+    return 1
+  }
+  cmake --build "$dir" -j "$jobs"
+  step "ctest $dir"
+  local rc=0
+  ctest --test-dir "$dir" -j "$jobs" --output-on-failure --timeout 600 | tee "$dir.ctest.log" || rc=$?
+  summary[$dir]=$(grep -E 'tests passed|tests failed' "$dir.ctest.log" | tail -1 || true)
+  return $rc
+}
+
+mkdir -p build
+run_tree build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+run_tree build-asan -DCMAKE_BUILD_TYPE=Debug -DEMBER_SANITIZE=ON
+
+step "fuzz the wire decoder for ${fuzz_seconds}s"
+CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_FUZZ=ON \
+  >build-fuzz.configure.log 2>&1 || { cat build-fuzz.configure.log; exit 1; }
+cmake --build build-fuzz -j "$jobs" --target fuzz_codec
+corpus=build-fuzz/corpus
+rm -rf "$corpus" && mkdir -p "$corpus" && cp tests/fuzz/corpus/* "$corpus"/
+# -jobs=1 keeps one process (the 2-core budget is shared with nothing now);
+# -rss_limit_mb bounds a pathological input; any crash or leak fails here.
+./build-fuzz/tests/fuzz_codec -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 \
+  -print_final_stats=1 "$corpus" 2>&1 | tee build-fuzz/fuzz.log | grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|==|SUMMARY)' || true
+if grep -qE 'ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer)|runtime error|SUMMARY:' build-fuzz/fuzz.log; then
+  echo "fuzz: failure, see build-fuzz/fuzz.log and crash-* files" >&2
+  exit 1
+fi
+runs=$(grep -oE 'stat::number_of_executed_units: [0-9]+' build-fuzz/fuzz.log | grep -oE '[0-9]+$' || echo 0)
+summary[fuzz]="fuzz_codec: $runs inputs in ${fuzz_seconds}s, no crash, leak or UB"
+
+step "summary"
+for k in build build-asan fuzz; do printf '%-11s %s\n' "$k:" "${summary[$k]}"; done
+echo "total time: $(($(date +%s) - start))s"
