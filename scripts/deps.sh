@@ -8,6 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   # libraries Ember links
   librdkafka-dev libzstd-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev zlib1g-dev
+  libuv1-dev libelf-dev libdw-dev libmicrohttpd-dev
   # tests: cmocka, the fuzzer toolchain, the formatter, Kafka tooling, ss
   libcmocka-dev clang libclang-rt-14-dev clang-format kcat iproute2 procps
 )
@@ -17,6 +18,8 @@ packages=(
 # (a newer Go in /usr/local/go, say), Debian's otherwise.
 command -v java >/dev/null 2>&1 || packages+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || packages+=(maven)
+# Node.js runs the JIT-symbolization tests (--perf-basic-prof).
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
 if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
   packages+=(golang-go)
 fi

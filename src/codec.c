@@ -500,3 +500,79 @@ int ember_codec_decode(const void *data, size_t len, const ember_codec_limits_t 
   ember__wire__v1__profile__free_unpacked(m, &pb_allocator);
   return rc;
 }
+
+/* --- targets --- */
+
+static char *wire_str(const char *s) { return (char *)(uintptr_t)(s ? s : ""); }
+
+int ember_codec_encode_target(const ember_target_record_t *t, ember_buf_t *out) {
+  if (t == NULL || out == NULL) return -EINVAL;
+  Ember__Wire__V1__Target m;
+  ember__wire__v1__target__init(&m);
+  m.version = EMBER_WIRE_VERSION;
+  m.agent_id = wire_str(t->agent_id);
+  m.host = wire_str(t->host);
+  m.pid = t->pid;
+  m.worker = wire_str(t->worker);
+  m.worker_version = wire_str(t->version);
+  m.actor = wire_str(t->actor);
+  m.comm = wire_str(t->comm);
+  m.exe = wire_str(t->exe);
+  m.build_id = wire_str(t->build_id);
+  m.start_ticks = t->start_ticks;
+  m.seen_ns = t->seen_ns;
+  char *at;
+  int rc = ember_buf_extend(out, ember__wire__v1__target__get_packed_size(&m), &at);
+  if (rc != 0) return rc;
+  ember__wire__v1__target__pack(&m, (uint8_t *)at);
+  return 0;
+}
+
+void ember_target_record_clear(ember_target_record_t *t) {
+  if (t == NULL) return;
+  char **fields[] = {&t->agent_id, &t->host, &t->worker, &t->version,
+                     &t->actor,    &t->comm, &t->exe,    &t->build_id};
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+    ember_free(*fields[i]);
+    *fields[i] = NULL;
+  }
+}
+
+int ember_codec_decode_target(const void *data, size_t len, ember_target_record_t *out,
+                              char *errbuf, size_t errbuf_size) {
+  if ((data == NULL && len > 0) || out == NULL) return -EINVAL;
+  if (len > (1u << 20))
+    return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "target record of %zu bytes", len);
+  Ember__Wire__V1__Target *m = ember__wire__v1__target__unpack(&pb_allocator, len, data);
+  if (m == NULL)
+    return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "not a valid ember.wire.v1.Target message");
+  int rc = 0;
+  ember_target_record_t t = {0};
+  const char *src[] = {m->agent_id, m->host, m->worker, m->worker_version,
+                       m->actor,    m->comm, m->exe,    m->build_id};
+  char **dst[] = {&t.agent_id, &t.host, &t.worker, &t.version,
+                  &t.actor,    &t.comm, &t.exe,    &t.build_id};
+  if (m->version == 0 || m->version > EMBER_WIRE_VERSION) {
+    rc = fail(EMBER_EVERSION, errbuf, errbuf_size, "target schema version %u is not supported",
+              m->version);
+    goto cleanup;
+  }
+  for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
+    if ((rc = check_text(src[i], "target field", i, errbuf, errbuf_size)) != 0) goto cleanup;
+    if (src[i][0] == '\0') continue;
+    *dst[i] = ember_strdup(src[i]);
+    if (*dst[i] == NULL) {
+      rc = -ENOMEM;
+      goto cleanup;
+    }
+  }
+  t.pid = m->pid;
+  t.start_ticks = m->start_ticks;
+  t.seen_ns = m->seen_ns;
+  *out = t;
+  t = (ember_target_record_t){0};
+cleanup:
+  ember_target_record_clear(&t);
+  ember__wire__v1__target__free_unpacked(m, &pb_allocator);
+  return rc;
+}

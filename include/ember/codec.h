@@ -48,6 +48,23 @@ EMBER_API int ember_codec_encode(const ember_profile_t *p, ember_buf_t *out);
 EMBER_API int ember_codec_decode(const void *data, size_t len, const ember_codec_limits_t *lim,
                                  ember_profile_t **out, char *errbuf, size_t errbuf_size);
 
+/* A target as announced on ember.targets. Strings may be NULL (sent as
+ * empty). Decoded records own their strings: release with
+ * ember_target_record_clear. */
+typedef struct ember_target_record {
+  char *agent_id, *host, *worker, *version, *actor, *comm, *exe, *build_id;
+  uint32_t pid;
+  uint64_t start_ticks;
+  int64_t seen_ns;
+} ember_target_record_t;
+
+EMBER_API int ember_codec_encode_target(const ember_target_record_t *t, ember_buf_t *out);
+/* Returns 0, EMBER_ECORRUPT or EMBER_EVERSION (sentence in errbuf), -ENOMEM.
+ * *out is filled only on success. */
+EMBER_API int ember_codec_decode_target(const void *data, size_t len, ember_target_record_t *out,
+                                        char *errbuf, size_t errbuf_size);
+EMBER_API void ember_target_record_clear(ember_target_record_t *t);
+
 #ifdef __cplusplus
 }
 #endif

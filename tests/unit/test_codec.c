@@ -350,6 +350,39 @@ static void test_codec_survives_allocation_failures(void **state) {
   ember_profile_free(p);
 }
 
+static void test_codec_target_round_trip(void **state) {
+  (void)state;
+  char worker[] = "api", host[] = "host-a", comm[] = "api-server", bid[] = "abcdef";
+  ember_target_record_t t = {.worker = worker,
+                             .host = host,
+                             .comm = comm,
+                             .build_id = bid,
+                             .pid = 42,
+                             .start_ticks = 777,
+                             .seen_ns = 123456789};
+  ember_buf_t b;
+  ember_buf_init(&b, 4096);
+  assert_int_equal(ember_codec_encode_target(&t, &b), 0);
+  ember_target_record_t got;
+  char err[256];
+  assert_int_equal(ember_codec_decode_target(b.data, b.len, &got, err, sizeof err), 0);
+  assert_string_equal(got.worker, "api");
+  assert_string_equal(got.host, "host-a");
+  assert_string_equal(got.comm, "api-server");
+  assert_string_equal(got.build_id, "abcdef");
+  assert_null(got.actor);
+  assert_null(got.version);
+  assert_int_equal(got.pid, 42);
+  assert_int_equal(got.start_ticks, 777);
+  assert_int_equal(got.seen_ns, 123456789);
+  ember_target_record_clear(&got);
+  /* Truncated and garbage input. */
+  assert_int_equal(ember_codec_decode_target(b.data, b.len - 3, &got, err, sizeof err),
+                   EMBER_ECORRUPT);
+  assert_int_equal(ember_codec_decode_target("\x08\x09", 2, &got, err, sizeof err), EMBER_EVERSION);
+  ember_buf_free(&b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_codec_round_trip),
@@ -359,6 +392,7 @@ int main(void) {
       cmocka_unit_test(test_codec_oversized_input),
       cmocka_unit_test(test_codec_rejects_out_of_range),
       cmocka_unit_test(test_codec_survives_allocation_failures),
+      cmocka_unit_test(test_codec_target_round_trip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
