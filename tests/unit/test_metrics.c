@@ -1,0 +1,106 @@
+/* Metrics registry, its exposition text, and the /metrics HTTP server. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ember/metrics.h"
+
+static void test_metrics_render(void **state) {
+  (void)state;
+  ember_metrics_t *m = NULL;
+  assert_int_equal(ember_metrics_new(&m), 0);
+  ember_metric_t *c = ember_metrics_counter(m, "ember_test_events_total", "Events seen");
+  ember_metric_t *g = ember_metrics_gauge(m, "ember_test_depth", "Queue depth");
+  assert_non_null(c);
+  assert_non_null(g);
+  assert_null(ember_metrics_counter(m, "9bad", "x"));
+  assert_null(ember_metrics_counter(m, "bad-name", "x"));
+  ember_metric_add(c, 2);
+  ember_metric_add(c, 3);
+  ember_metric_set(g, 1.5);
+  ember_metric_add(NULL, 1); /* ignored */
+  assert_true(ember_metric_get(c) == 5.0);
+  ember_buf_t b;
+  ember_buf_init(&b, 4096);
+  assert_int_equal(ember_metrics_render(m, &b), 0);
+  assert_string_equal(b.data, "# HELP ember_test_events_total Events seen\n"
+                              "# TYPE ember_test_events_total counter\n"
+                              "ember_test_events_total 5\n"
+                              "# HELP ember_test_depth Queue depth\n"
+                              "# TYPE ember_test_depth gauge\n"
+                              "ember_test_depth 1.5\n");
+  ember_buf_free(&b);
+  ember_metrics_free(m);
+  assert_true(ember_self_cpu_seconds() > 0.0);
+  assert_true(ember_self_rss_bytes() > 1024.0 * 1024.0);
+}
+
+/* One HTTP/1.0 exchange on loopback; returns the whole response. */
+static void http(uint16_t port, const char *request, char *resp, size_t size) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(write(fd, request, strlen(request)), (ssize_t)strlen(request));
+  size_t n = 0;
+  ssize_t r;
+  while (n < size - 1 && (r = read(fd, resp + n, size - 1 - n)) > 0) n += (size_t)r;
+  resp[n] = '\0';
+  close(fd);
+}
+
+static void test_metrics_http_server(void **state) {
+  (void)state;
+  ember_metrics_t *m = NULL;
+  assert_int_equal(ember_metrics_new(&m), 0);
+  ember_metric_add(ember_metrics_counter(m, "ember_test_total", "t"), 7);
+  ember_http_metrics_t *h = NULL;
+  char err[256];
+  assert_int_equal(ember_http_metrics_start(m, "127.0.0.1:0", &h, err, sizeof err), 0);
+  uint16_t port = ember_http_metrics_port(h);
+  assert_true(port > 0);
+  char resp[8192];
+  http(port, "GET /metrics HTTP/1.0\r\n\r\n", resp, sizeof resp);
+  assert_non_null(strstr(resp, "200 OK"));
+  assert_non_null(strstr(resp, "ember_test_total 7\n"));
+  http(port, "GET /healthz HTTP/1.0\r\n\r\n", resp, sizeof resp);
+  assert_non_null(strstr(resp, "200 OK"));
+  http(port, "GET /nope HTTP/1.0\r\n\r\n", resp, sizeof resp);
+  assert_non_null(strstr(resp, "404"));
+  http(port, "DELETE /metrics HTTP/1.0\r\n\r\n", resp, sizeof resp);
+  assert_non_null(strstr(resp, "405"));
+  http(port, "garbage\r\n\r\n", resp, sizeof resp);
+  assert_null(strstr(resp, "200 OK"));
+  /* Still serving after bad requests. */
+  http(port, "GET /healthz HTTP/1.0\r\n\r\n", resp, sizeof resp);
+  assert_non_null(strstr(resp, "200 OK"));
+
+  ember_http_metrics_t *h2 = NULL;
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+  assert_int_equal(ember_http_metrics_start(m, addr, &h2, err, sizeof err), -EADDRINUSE);
+  assert_non_null(strstr(err, addr));
+  assert_int_equal(ember_http_metrics_start(m, "nonsense", &h2, err, sizeof err), EMBER_ECONFIG);
+  assert_int_equal(ember_http_metrics_start(m, "example:80", &h2, err, sizeof err), EMBER_ECONFIG);
+  ember_http_metrics_stop(h);
+  ember_metrics_free(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_metrics_render),
+      cmocka_unit_test(test_metrics_http_server),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
