@@ -82,9 +82,15 @@ static int base_conf(const ember_kafka_t *k, rd_kafka_conf_t **out, const char *
   return 0;
 }
 
+/* Every client reconnects within 2 s of a broker's return (librdkafka's
+ * default back-off grows to 10 s during a long outage, which delays the
+ * agent's spool replay by as much). */
+#define EMBER_KAFKA_COMMON_DEFAULTS "reconnect.backoff.max.ms", "2000"
+
 int ember_kafka_producer_conf(const ember_kafka_t *k, rd_kafka_conf_t **out, char *errbuf,
                               size_t errbuf_size) {
-  static const char *const defaults[] = {"compression.codec",
+  static const char *const defaults[] = {EMBER_KAFKA_COMMON_DEFAULTS,
+                                         "compression.codec",
                                          "zstd",
                                          "enable.idempotence",
                                          "true",
@@ -101,7 +107,8 @@ int ember_kafka_consumer_conf(const ember_kafka_t *k, const char *group_id, rd_k
                               char *errbuf, size_t errbuf_size) {
   /* session.timeout.ms stays above the mock cluster's fixed 3 s first join,
    * or a group never forms there (GROUNDWORK.md). */
-  static const char *const defaults[] = {"enable.auto.commit",
+  static const char *const defaults[] = {EMBER_KAFKA_COMMON_DEFAULTS,
+                                         "enable.auto.commit",
                                          "false",
                                          "auto.offset.reset",
                                          "earliest",
