@@ -1,0 +1,95 @@
+/* Symbolization on the agent: turn instruction addresses of a process into
+ * frames (function, file, line, module, build-id), with inline frames where
+ * DWARF has them.
+ *
+ * Sources, per address:
+ *  - kernel addresses (>= EMBER__KERNEL_MIN): /proc/kallsyms, read once and
+ *    kept sorted; module "[kernel]" (or "[module_name]" for modules).
+ *  - addresses in a file-backed executable mapping of the process: that
+ *    ELF file's .symtab/.dynsym (STT_FUNC, sorted table built once per
+ *    build-id and shared by every process that maps the file) and DWARF
+ *    line info / inline frames through elfutils; address translated to the
+ *    file's own virtual address via the mapping's file offset and the ELF
+ *    PT_LOAD headers.
+ *  - addresses in an anonymous executable mapping: /tmp/perf-PID.map (the
+ *    perf map Node.js writes with --perf-basic-prof), re-read when an
+ *    address misses (the file is append-only).
+ *  - anything else, or a lookup that fails: a frame with module and
+ *    module-relative address and no function, never an error.
+ *
+ * A process's mappings are captured in an ember__procmaps_t while it lives
+ * (the agent takes the snapshot when it first sees the pid, and again when
+ * an address falls outside every mapping), so a process that exits during
+ * a window is still symbolized at the window's end.
+ *
+ * Thread-safety: a symbolizer is used by one thread at a time (the agent's
+ * window-closing thread). ember__procmaps_read may run on any thread. */
+#ifndef EMBER_AGENT_SYMBOLIZE_H
+#define EMBER_AGENT_SYMBOLIZE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ember/profile.h"
+
+/* x86-64: the kernel half of the address space. */
+#define EMBER__KERNEL_MIN 0xffff800000000000ULL
+
+typedef struct ember__procmaps ember__procmaps_t;
+
+/* Snapshot the executable mappings of `pid` from <proc_root>/PID/maps
+ * (proc_root NULL = "/proc"). Returns 0, -ENOENT/-ESRCH when the process is
+ * gone, -EACCES, -ENOMEM. */
+int ember__procmaps_read(const char *proc_root, pid_t pid, ember__procmaps_t **out);
+void ember__procmaps_free(ember__procmaps_t *m);
+/* Does some executable mapping cover `addr`? */
+bool ember__procmaps_covers(const ember__procmaps_t *m, uint64_t addr);
+/* Number of executable mappings (for tests and metrics). */
+size_t ember__procmaps_count(const ember__procmaps_t *m);
+
+typedef struct ember__symbolizer_opts {
+  const char *proc_root;    /* NULL = "/proc" */
+  const char *perf_map_dir; /* NULL = "/tmp" */
+  const char *kallsyms;     /* NULL = "/proc/kallsyms" */
+  size_t max_modules;       /* cached ELF modules; 0 = 512 */
+  bool dwarf;               /* file/line and inline frames from DWARF */
+  /* Do not read DWARF from detached debug files (/usr/lib/debug, e.g.
+   * libc6-dbg): they still give symbol tables, but their DWARF costs tens
+   * of MiB of memory per library once decompressed. */
+  bool no_detached_dwarf;
+} ember__symbolizer_opts_t;
+
+typedef struct ember__symbolizer ember__symbolizer_t;
+
+typedef struct ember__symbolizer_stats {
+  uint64_t module_hits;    /* address resolved through a cached module */
+  uint64_t module_loads;   /* ELF files parsed */
+  uint64_t perf_map_loads; /* perf map (re)reads */
+  uint64_t unresolved;     /* frames left as module+offset or unknown */
+} ember__symbolizer_stats_t;
+
+int ember__symbolizer_new(const ember__symbolizer_opts_t *opts, ember__symbolizer_t **out);
+void ember__symbolizer_free(ember__symbolizer_t *s);
+
+/* Symbolize one stack of `pid`: `ips` leaf first (the leaf is an exact
+ * address; every other one is a return address, looked up as ip - 1).
+ * `maps` is the process's snapshot (may be NULL: then only kernel and perf
+ * map addresses resolve). Writes frames leaf first into out[0..cap) — an
+ * address may give several frames (inlined calls, innermost first) — and
+ * sets *n. The frames' strings are borrowed from the symbolizer, valid
+ * until the next call to ember__symbolizer_forget or _free. Returns 0 or
+ * -ENOMEM; when cap is too small the stack is cut at cap frames (root
+ * side dropped). */
+int ember__symbolize(ember__symbolizer_t *s, pid_t pid, const ember__procmaps_t *maps,
+                     const uint64_t *ips, size_t nips, ember_frame_t *out, size_t cap, size_t *n);
+
+/* Drop per-process state (perf map) of a pid that has exited; the shared
+ * ELF module cache stays. Strings from earlier calls become invalid. Any
+ * call also releases modules evicted from the cache since the last one, so
+ * callers call it (pid 0 is fine) once per batch of work, e.g. per window. */
+void ember__symbolizer_forget(ember__symbolizer_t *s, pid_t pid);
+void ember__symbolizer_stats(const ember__symbolizer_t *s, ember__symbolizer_stats_t *out);
+
+#endif
