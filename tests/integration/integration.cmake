@@ -28,3 +28,14 @@ set_tests_properties(test_kafka_broker PROPERTIES FIXTURES_REQUIRED kafka_broker
 # ember_test already sets ENVIRONMENT (CMOCKA_MESSAGE_OUTPUT); add to it.
 set_property(TEST test_kafka_broker APPEND PROPERTY
   ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${EMBER_BROKER_DIR}/bootstrap)
+
+# The publisher through a real outage: the test halts the shared broker for
+# 30 s (broker.sh halt/resume, same address and data) while it publishes.
+# RUN_SERIAL keeps every other test from running while the broker is down.
+ember_test(integration test_publish_outage integration)
+set_tests_properties(test_publish_outage PROPERTIES
+  FIXTURES_REQUIRED kafka_broker RUN_SERIAL TRUE TIMEOUT 300)
+set_property(TEST test_publish_outage APPEND PROPERTY ENVIRONMENT
+  EMBER_TEST_BOOTSTRAP_FILE=${EMBER_BROKER_DIR}/bootstrap
+  EMBER_TEST_BROKER_DIR=${EMBER_BROKER_DIR}
+  EMBER_TEST_BROKER_SH=${EMBER_BROKER_SH})

@@ -6,6 +6,12 @@
 #   broker.sh start STATE_DIR    start a broker, print "127.0.0.1:PORT"
 #   broker.sh stop STATE_DIR     stop it (idempotent, always exits 0)
 #   broker.sh status STATE_DIR   exit 0 if running and answering, else 1
+#   broker.sh halt STATE_DIR     stop it but keep its data, config and ports
+#   broker.sh resume STATE_DIR   start a halted broker again on the same
+#                                address with the same data; print it
+#
+# halt + resume simulate a broker outage: clients configured with the old
+# bootstrap address reconnect and find the topics and messages they left.
 #
 # Everything a broker writes lives in STATE_DIR (config, data, logs,
 # broker.pid, bootstrap), so several test trees can each run their own
@@ -61,6 +67,8 @@ usage: $PROG fetch
        $PROG start STATE_DIR
        $PROG stop STATE_DIR
        $PROG status STATE_DIR
+       $PROG halt STATE_DIR
+       $PROG resume STATE_DIR
 EOF
     exit 2
 }
@@ -355,13 +363,12 @@ stop_broker() {
 # Launch one broker on the given ports and wait for it.
 # Returns 0 when ready, 2 on a port bind error, 1 on any other failure.
 try_start() {
-    local state=$1 port=$2 cport=$3 addr=127.0.0.1:$2 pid deadline
-    local -a opts heap
+    local state=$1 port=$2 cport=$3
+    local -a opts
     mapfile -t opts < <(jvm_opts "$state")
-    read -r -a heap <<<"$HEAP_OPTS"
 
     write_config "$state" "$port" "$cport"
-    rm -f "$state/broker.out" "$state/server.log" "$state/bootstrap"
+    rm -f "$state/broker.out" "$state/server.log" "$state/server.log.old" "$state/bootstrap"
     # Fresh data on every start: the formatted metadata log records the
     # controller's address, so it cannot be reused with new ports anyway.
     rm -rf "$state/data"
@@ -376,6 +383,18 @@ try_start() {
         cat "$state/format.out" >&2
         return 1
     fi
+
+    launch "$state" "$port"
+}
+
+# Run kafka.Kafka on STATE_DIR/server.properties as it is and wait until it
+# answers on PORT. Returns 0 when ready (STATE_DIR/bootstrap written), 2 on
+# a port bind error, 1 on any other failure.
+launch() {
+    local state=$1 port=$2 addr=127.0.0.1:$2 pid deadline
+    local -a opts heap
+    mapfile -t opts < <(jvm_opts "$state")
+    read -r -a heap <<<"$HEAP_OPTS"
 
     # setsid: own session, so the caller's terminal or process-group
     # signals (Ctrl-C, a test runner killing its group) do not hit the
@@ -466,6 +485,79 @@ cmd_stop() {
     stop_broker "$state"
 }
 
+# The value of KEY in STATE_DIR/server.properties.
+prop() {
+    local state=$1 key=$2 line
+    while IFS= read -r line; do
+        if [[ "$line" == "$key="* ]]; then
+            printf '%s\n' "${line#*=}"
+            return 0
+        fi
+    done <"$state/server.properties"
+    return 1
+}
+
+# Stop the broker but keep what a restart needs: data, server.properties
+# (which holds the ports) and the bootstrap address.
+cmd_halt() {
+    local state=$1 pid addr
+    [[ -d "$state" ]] || die "no broker state in $state"
+    state=$(state_dir "$state")
+    if ! pid=$(read_pid "$state") || ! is_our_broker "$pid" "$state"; then
+        die "no broker is running for $state"
+    fi
+    addr=$(cat "$state/bootstrap" 2>/dev/null) || die "no bootstrap address in $state"
+    stop_broker "$state"
+    printf '%s\n' "$addr" >"$state/bootstrap"
+    log "broker halted; '$PROG resume $state' starts it again on $addr"
+}
+
+# Start a halted broker again: same server.properties (so the same ports
+# and cluster), same data directory, no formatting.
+cmd_resume() {
+    local state=$1 pid port cport rc=0 t0=$SECONDS
+    need "$JAVA" EMBER_KAFKA_JAVA
+    need "$KCAT" EMBER_KAFKA_KCAT
+    need ss PATH
+    need setsid PATH
+    [[ -f "$state/server.properties" && -d "$state/data" ]] ||
+        die "no halted broker in $state (run '$PROG start $state' first)"
+    state=$(state_dir "$state")
+    cmd_fetch
+    if pid=$(read_pid "$state") && is_our_broker "$pid" "$state"; then
+        log "broker $pid is already running for $state"
+        cat "$state/bootstrap"
+        return 0
+    fi
+    port=$(prop "$state" advertised.listeners) || die "no advertised.listeners in $state"
+    port=${port##*:}
+    cport=$(prop "$state" controller.quorum.bootstrap.servers) ||
+        die "no controller.quorum.bootstrap.servers in $state"
+    cport=${cport##*:}
+    [[ "$port" =~ ^[0-9]+$ && "$cport" =~ ^[0-9]+$ ]] || die "bad ports in $state/server.properties"
+    # The previous run's log is kept beside the new one; bind_error reads
+    # only the new run's files.
+    if [[ -f "$state/server.log" ]]; then
+        cat "$state/server.log" >>"$state/server.log.old"
+        rm -f "$state/server.log"
+    fi
+    rm -f "$state/broker.out" "$state/bootstrap"
+    log "resuming Kafka on 127.0.0.1:$port (controller $cport) in $state"
+    launch "$state" "$port" || rc=$?
+    case $rc in
+    0)
+        log "broker ready in $((SECONDS - t0))s"
+        cat "$state/bootstrap"
+        ;;
+    2)
+        # The address is the point of resuming, so no other port will do.
+        printf '127.0.0.1:%s\n' "$port" >"$state/bootstrap"
+        die "port $port or $cport is taken by another process; cannot resume on the same address"
+        ;;
+    *) exit 1 ;;
+    esac
+}
+
 cmd_status() {
     local state=$1 pid addr
     [[ -d "$state" ]] || return 1
@@ -485,7 +577,7 @@ main() {
         [[ $# -eq 1 ]] || usage
         cmd_fetch
         ;;
-    start | stop | status)
+    start | stop | status | halt | resume)
         [[ $# -eq 2 ]] || usage
         "cmd_$1" "$2"
         ;;
