@@ -1,0 +1,392 @@
+/* Per-CPU perf_event sampler. See sampler.h and docs/internals/sampler.md. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ember/log.h"
+#include "ember/parse.h"
+#include "sampler.h"
+
+#define MAX_CPUS  1024
+#define MAX_CHAIN 512 /* perf_event_max_stack is at most 127 by default */
+
+typedef struct cpu_ring {
+  ember__sampler_t *owner;
+  uint32_t cpu;
+  int fd;
+  void *base; /* metadata page + data pages */
+  size_t data_size;
+  uv_poll_t poll;
+  bool polling;
+} cpu_ring_t;
+
+struct ember__sampler {
+  uv_loop_t *loop;
+  ember__sampler_opts_t opts;
+  ember__sample_fn fn;
+  void *ctx;
+  size_t page_size;
+  cpu_ring_t *rings[MAX_CPUS];
+  uv_timer_t drain_timer, hotplug_timer;
+  int timers_closed;
+  ember__sampler_stats_t stats;
+  /* A record that wraps the ring's end is copied here to be read whole. */
+  unsigned char scratch[65536];
+  uint64_t ips[MAX_CHAIN];
+};
+
+int ember__cpulist_parse(const char *s, uint8_t *bitmap, size_t max) {
+  memset(bitmap, 0, (max + 7) / 8);
+  int count = 0;
+  const char *p = s;
+  while (*p != '\0' && *p != '\n') {
+    char num[16];
+    size_t n = 0;
+    uint64_t a, b;
+    while (p[n] >= '0' && p[n] <= '9' && n < sizeof num - 1) n++;
+    if (n == 0) return -EINVAL;
+    memcpy(num, p, n);
+    num[n] = '\0';
+    if (ember_parse_u64(num, 0, max - 1, &a) != 0) return -EINVAL;
+    p += n;
+    b = a;
+    if (*p == '-') {
+      p++;
+      n = 0;
+      while (p[n] >= '0' && p[n] <= '9' && n < sizeof num - 1) n++;
+      if (n == 0) return -EINVAL;
+      memcpy(num, p, n);
+      num[n] = '\0';
+      if (ember_parse_u64(num, a, max - 1, &b) != 0) return -EINVAL;
+      p += n;
+    }
+    for (uint64_t c = a; c <= b; c++) {
+      if (!(bitmap[c / 8] & (1u << (c % 8)))) count++;
+      bitmap[c / 8] |= (uint8_t)(1u << (c % 8));
+    }
+    if (*p == ',')
+      p++;
+    else if (*p != '\0' && *p != '\n')
+      return -EINVAL;
+  }
+  return count;
+}
+
+static int read_small(const char *path, char *buf, size_t size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  ssize_t n;
+  do {
+    n = read(fd, buf, size - 1);
+  } while (n < 0 && errno == EINTR);
+  int e = errno;
+  close(fd);
+  if (n < 0) return -e;
+  buf[n] = '\0';
+  return 0;
+}
+
+static int online_cpus(const ember__sampler_t *s, uint8_t *bitmap) {
+  char buf[4096];
+  const char *path = s->opts.sysfs_online ? s->opts.sysfs_online : "/sys/devices/system/cpu/online";
+  int rc = read_small(path, buf, sizeof buf);
+  if (rc != 0) return rc;
+  return ember__cpulist_parse(buf, bitmap, MAX_CPUS);
+}
+
+static long read_sysctl(const char *path) {
+  char buf[64];
+  int64_t v;
+  if (read_small(path, buf, sizeof buf) != 0) return -1;
+  buf[strcspn(buf, "\n")] = '\0';
+  if (ember_parse_i64(buf, INT32_MIN, INT32_MAX, &v) != 0) return -1;
+  return (long)v;
+}
+
+/* --- ring reading --- */
+
+static void handle_sample(ember__sampler_t *s, const unsigned char *rec, size_t size) {
+  /* Layout for IP | TID | TIME | CPU | PERIOD | CALLCHAIN, in the order
+   * perf_event.h defines: u64 ip; u32 pid, tid; u64 time; u32 cpu, res;
+   * u64 period; u64 nr; u64 ips[nr]. */
+  const size_t fixed = sizeof(struct perf_event_header) + 8 + 8 + 8 + 8 + 8 + 8;
+  if (size < fixed) {
+    s->stats.bad_records++;
+    return;
+  }
+  const unsigned char *p = rec + sizeof(struct perf_event_header);
+  uint32_t pid, tid, cpu;
+  uint64_t time, period, nr;
+  p += 8; /* ip: the callchain starts with it */
+  memcpy(&pid, p, 4);
+  memcpy(&tid, p + 4, 4);
+  memcpy(&time, p + 8, 8);
+  memcpy(&cpu, p + 16, 4);
+  memcpy(&period, p + 24, 8);
+  memcpy(&nr, p + 32, 8);
+  p += 40;
+  if (nr > (size - fixed) / 8) {
+    s->stats.bad_records++;
+    return;
+  }
+  uint32_t n = 0;
+  for (uint64_t i = 0; i < nr && n < MAX_CHAIN; i++) {
+    uint64_t ip;
+    memcpy(&ip, p + i * 8, 8);
+    if (ip >= (uint64_t)PERF_CONTEXT_MAX) continue; /* a context marker */
+    s->ips[n++] = ip;
+  }
+  s->stats.samples++;
+  ember__raw_sample_t rs = {pid, tid, cpu, time, period, s->ips, n};
+  s->fn(s->ctx, &rs);
+}
+
+static void drain_ring(cpu_ring_t *r) {
+  ember__sampler_t *s = r->owner;
+  struct perf_event_mmap_page *meta = r->base;
+  unsigned char *data = (unsigned char *)r->base + s->page_size;
+  uint64_t head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
+  uint64_t tail = meta->data_tail;
+  while (tail < head) {
+    size_t off = (size_t)(tail % r->data_size);
+    /* Records are 8-byte aligned and the ring a multiple of 8, so a header
+     * never straddles the end; a body may. */
+    const struct perf_event_header *h = (const void *)(data + off);
+    size_t size = h->size;
+    if (size < sizeof *h || size > head - tail || size > sizeof s->scratch) {
+      /* A corrupt size would make us walk garbage: drop the rest. */
+      s->stats.bad_records++;
+      tail = head;
+      break;
+    }
+    const unsigned char *rec = data + off;
+    if (off + size > r->data_size) {
+      size_t first = r->data_size - off;
+      memcpy(s->scratch, data + off, first);
+      memcpy(s->scratch + first, data, size - first);
+      rec = s->scratch;
+    }
+    switch (h->type) {
+    case PERF_RECORD_SAMPLE: handle_sample(s, rec, size); break;
+    case PERF_RECORD_LOST: {
+      uint64_t lost = 0;
+      if (size >= sizeof *h + 16) memcpy(&lost, rec + sizeof *h + 8, 8);
+      s->stats.lost += lost;
+      break;
+    }
+    case PERF_RECORD_THROTTLE: s->stats.throttles++; break;
+    case PERF_RECORD_UNTHROTTLE: s->stats.unthrottles++; break;
+    default: break;
+    }
+    tail += size;
+  }
+  __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
+}
+
+static void on_poll(uv_poll_t *h, int status, int events) {
+  cpu_ring_t *r = h->data;
+  (void)events;
+  if (status < 0) return;
+  r->owner->stats.wakeups++;
+  drain_ring(r);
+}
+
+void ember__sampler_drain(ember__sampler_t *s) {
+  for (size_t c = 0; c < MAX_CPUS; c++) {
+    if (s->rings[c] != NULL) drain_ring(s->rings[c]);
+  }
+}
+
+static void on_drain_timer(uv_timer_t *t) { ember__sampler_drain(t->data); }
+
+/* --- opening and closing CPUs --- */
+
+static void on_ring_closed(uv_handle_t *h) {
+  cpu_ring_t *r = h->data;
+  ember_free(r);
+}
+
+static void close_ring(ember__sampler_t *s, uint32_t cpu) {
+  cpu_ring_t *r = s->rings[cpu];
+  if (r == NULL) return;
+  s->rings[cpu] = NULL;
+  s->stats.cpus--;
+  ioctl(r->fd, PERF_EVENT_IOC_DISABLE, 0);
+  drain_ring(r);
+  munmap(r->base, s->page_size + r->data_size);
+  close(r->fd);
+  if (r->polling) {
+    uv_poll_stop(&r->poll);
+    uv_close((uv_handle_t *)&r->poll, on_ring_closed);
+  } else {
+    ember_free(r);
+  }
+}
+
+static int open_ring(ember__sampler_t *s, uint32_t cpu, char *errbuf, size_t errbuf_size) {
+  size_t data_size = s->opts.ring_pages * s->page_size;
+  struct perf_event_attr a = {
+      .type = PERF_TYPE_SOFTWARE,
+      .size = sizeof a,
+      .config = PERF_COUNT_SW_CPU_CLOCK,
+      .sample_freq = s->opts.hz,
+      .freq = 1,
+      .sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU |
+                     PERF_SAMPLE_PERIOD | PERF_SAMPLE_CALLCHAIN,
+      .disabled = 1,
+      .exclude_callchain_kernel = s->opts.kernel ? 0 : 1,
+      .watermark = 1,
+      .wakeup_watermark = (uint32_t)(data_size / 4),
+      .use_clockid = 1,
+      .clockid = CLOCK_MONOTONIC,
+  };
+  int fd = (int)syscall(SYS_perf_event_open, &a, -1, (int)cpu, -1, PERF_FLAG_FD_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    if (e == ENODEV || e == ENOENT) return 0; /* went offline meanwhile */
+    if (e == EACCES || e == EPERM) {
+      snprintf(errbuf, errbuf_size,
+               "perf_event_open refused (%s): system-wide sampling needs root or CAP_PERFMON "
+               "(kernel.perf_event_paranoid is %ld)",
+               strerror(e), read_sysctl("/proc/sys/kernel/perf_event_paranoid"));
+    } else if (e == EINVAL && s->opts.hz > 0) {
+      snprintf(errbuf, errbuf_size,
+               "perf_event_open(cpu %u, %u Hz) failed: %s (kernel.perf_event_max_sample_rate is "
+               "%ld)",
+               cpu, s->opts.hz, strerror(e),
+               read_sysctl("/proc/sys/kernel/perf_event_max_sample_rate"));
+    } else {
+      snprintf(errbuf, errbuf_size, "perf_event_open(cpu %u) failed: %s", cpu, strerror(e));
+    }
+    return -e;
+  }
+  void *base = mmap(NULL, s->page_size + data_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    snprintf(errbuf, errbuf_size, "mmap of the perf ring for cpu %u failed: %s", cpu, strerror(e));
+    return -e;
+  }
+  cpu_ring_t *r = ember_calloc(1, sizeof *r);
+  if (r == NULL) {
+    munmap(base, s->page_size + data_size);
+    close(fd);
+    return -ENOMEM;
+  }
+  *r = (cpu_ring_t){.owner = s, .cpu = cpu, .fd = fd, .base = base, .data_size = data_size};
+  if (uv_poll_init(s->loop, &r->poll, fd) == 0) {
+    r->poll.data = r;
+    r->polling = uv_poll_start(&r->poll, UV_READABLE, on_poll) == 0;
+    if (!r->polling) uv_close((uv_handle_t *)&r->poll, NULL);
+  }
+  s->rings[cpu] = r;
+  s->stats.cpus++;
+  ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
+  return 0;
+}
+
+static void on_hotplug_timer(uv_timer_t *t) {
+  ember__sampler_t *s = t->data;
+  uint8_t online[MAX_CPUS / 8];
+  if (online_cpus(s, online) < 0) return;
+  for (uint32_t c = 0; c < MAX_CPUS; c++) {
+    bool on = online[c / 8] & (1u << (c % 8));
+    if (on && s->rings[c] == NULL) {
+      char err[256];
+      if (open_ring(s, c, err, sizeof err) == 0 && s->rings[c] != NULL)
+        EMBER_INFO("sampler", "cpu %u came online: sampling it", c);
+      else if (s->rings[c] == NULL)
+        EMBER_WARN("sampler", "cpu %u came online but cannot be sampled: %s", c, err);
+    } else if (!on && s->rings[c] != NULL) {
+      EMBER_INFO("sampler", "cpu %u went offline", c);
+      close_ring(s, c);
+    }
+  }
+}
+
+int ember__sampler_start(uv_loop_t *loop, const ember__sampler_opts_t *opts, ember__sample_fn fn,
+                         void *ctx, ember__sampler_t **out, char *errbuf, size_t errbuf_size) {
+  if (loop == NULL || opts == NULL || fn == NULL || out == NULL) return -EINVAL;
+  ember__sampler_opts_t o = *opts;
+  if (o.hz == 0) o.hz = 19;
+  if (o.ring_pages == 0) o.ring_pages = 8;
+  if (o.drain_ms == 0) o.drain_ms = 250;
+  if ((o.ring_pages & (o.ring_pages - 1)) != 0 || o.ring_pages > 4096) {
+    snprintf(errbuf, errbuf_size, "ring_pages must be a power of two up to 4096, got %u",
+             o.ring_pages);
+    return -EINVAL;
+  }
+  long max_rate = read_sysctl("/proc/sys/kernel/perf_event_max_sample_rate");
+  if (max_rate > 0 && o.hz > (uint32_t)max_rate) {
+    snprintf(errbuf, errbuf_size,
+             "%u Hz is above kernel.perf_event_max_sample_rate (%ld); lower the rate or raise the "
+             "sysctl",
+             o.hz, max_rate);
+    return -EINVAL;
+  }
+  ember__sampler_t *s = ember_calloc(1, sizeof *s);
+  if (s == NULL) return -ENOMEM;
+  s->loop = loop;
+  s->opts = o;
+  s->fn = fn;
+  s->ctx = ctx;
+  s->page_size = (size_t)sysconf(_SC_PAGESIZE);
+  uint8_t online[MAX_CPUS / 8];
+  int n = online_cpus(s, online);
+  if (n <= 0) {
+    snprintf(errbuf, errbuf_size, "cannot read the online CPU list: %s",
+             n < 0 ? strerror(-n) : "empty");
+    ember_free(s);
+    return n < 0 ? n : -ENODEV;
+  }
+  int rc = 0;
+  for (uint32_t c = 0; c < MAX_CPUS && rc == 0; c++) {
+    if (online[c / 8] & (1u << (c % 8))) rc = open_ring(s, c, errbuf, errbuf_size);
+  }
+  if (rc != 0) {
+    for (uint32_t c = 0; c < MAX_CPUS; c++) close_ring(s, c);
+    /* Rings with poll handles are freed by their close callbacks; keep the
+     * sampler alive until the loop runs them: a tiny leak on this error
+     * path would be worse than a dangling pointer, so run them now. */
+    uv_run(loop, UV_RUN_NOWAIT);
+    ember_free(s);
+    return rc;
+  }
+  uv_timer_init(loop, &s->drain_timer);
+  s->drain_timer.data = s;
+  uv_timer_start(&s->drain_timer, on_drain_timer, o.drain_ms, o.drain_ms);
+  uv_timer_init(loop, &s->hotplug_timer);
+  s->hotplug_timer.data = s;
+  if (o.hotplug_ms > 0)
+    uv_timer_start(&s->hotplug_timer, on_hotplug_timer, o.hotplug_ms, o.hotplug_ms);
+  EMBER_INFO("sampler", "sampling %u CPUs at %u Hz (cpu-clock, %s callchains, %u-page rings)",
+             s->stats.cpus, o.hz, o.kernel ? "user+kernel" : "user", o.ring_pages);
+  *out = s;
+  return 0;
+}
+
+static void on_timer_closed(uv_handle_t *h) {
+  ember__sampler_t *s = h->data;
+  /* libuv runs close callbacks in no promised order: free after both. */
+  if (++s->timers_closed == 2) ember_free(s);
+}
+
+void ember__sampler_stop(ember__sampler_t *s) {
+  if (s == NULL) return;
+  for (uint32_t c = 0; c < MAX_CPUS; c++) close_ring(s, c);
+  uv_timer_stop(&s->drain_timer);
+  uv_timer_stop(&s->hotplug_timer);
+  uv_close((uv_handle_t *)&s->drain_timer, on_timer_closed);
+  uv_close((uv_handle_t *)&s->hotplug_timer, on_timer_closed);
+}
+
+void ember__sampler_stats(const ember__sampler_t *s, ember__sampler_stats_t *out) {
+  *out = s->stats;
+}

@@ -1,0 +1,161 @@
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember/ember.h"
+#include "htab.h"
+#include "window.h"
+
+typedef struct entry {
+  uint32_t pid, nips;
+  size_t off; /* into ips pool */
+  uint64_t hash;
+  int64_t samples, cpu_ns;
+  uint32_t seq; /* arrival order, for a stable sort */
+} entry_t;
+
+struct ember__window {
+  entry_t *entries;
+  size_t n, cap;
+  uint64_t *pool;
+  size_t npool, cappool;
+  ember__htab_t index;
+  ember__window_stack_t *sorted;
+  size_t capsorted;
+  size_t max_stacks;
+  uint64_t dropped;
+  int64_t start_ns, end_ns;
+};
+
+int ember__window_new(ember__window_t **out) {
+  ember__window_t *w = ember_calloc(1, sizeof *w);
+  if (w == NULL) return -ENOMEM;
+  ember__htab_init(&w->index);
+  w->max_stacks = 1u << 20;
+  *out = w;
+  return 0;
+}
+
+void ember__window_free(ember__window_t *w) {
+  if (w == NULL) return;
+  ember_free(w->entries);
+  ember_free(w->pool);
+  ember_free(w->sorted);
+  ember__htab_free(&w->index);
+  ember_free(w);
+}
+
+void ember__window_reset(ember__window_t *w) {
+  w->n = 0;
+  w->npool = 0;
+  w->dropped = 0;
+  if (w->index.slots != NULL)
+    memset(w->index.slots, 0, (w->index.mask + 1) * sizeof *w->index.slots);
+  w->index.count = 0;
+}
+
+void ember__window_set_max_stacks(ember__window_t *w, size_t max_stacks) {
+  w->max_stacks = max_stacks ? max_stacks : 1;
+}
+
+typedef struct stack_key {
+  const ember__window_t *w;
+  uint32_t pid, nips;
+  const uint64_t *ips;
+} stack_key_t;
+
+static bool entry_eq(const void *ctx, uint32_t idx) {
+  const stack_key_t *k = ctx;
+  const entry_t *e = &k->w->entries[idx];
+  return e->pid == k->pid && e->nips == k->nips &&
+         memcmp(k->w->pool + e->off, k->ips, k->nips * sizeof *k->ips) == 0;
+}
+
+static uint64_t entry_hash(const void *ctx, uint32_t idx) {
+  const stack_key_t *k = ctx;
+  return k->w->entries[idx].hash;
+}
+
+int ember__window_add(ember__window_t *w, uint32_t pid, const uint64_t *ips, uint32_t nips,
+                      uint64_t period_ns, bool *is_new) {
+  if (nips == 0 || ips == NULL) return -EINVAL;
+  uint64_t h = ember__hash_mix(0x3a11, pid);
+  for (uint32_t i = 0; i < nips; i++) h = ember__hash_mix(h, ips[i]);
+  stack_key_t key = {w, pid, nips, ips};
+  int64_t found = ember__htab_find(&w->index, h, entry_eq, &key);
+  int64_t ns = period_ns > INT64_MAX ? INT64_MAX : (int64_t)period_ns;
+  if (found >= 0) {
+    entry_t *e = &w->entries[found];
+    e->samples++;
+    e->cpu_ns = e->cpu_ns > INT64_MAX - ns ? INT64_MAX : e->cpu_ns + ns;
+    if (is_new) *is_new = false;
+    return 0;
+  }
+  if (w->n >= w->max_stacks) {
+    w->dropped++;
+    return EMBER_ETOOBIG;
+  }
+  if (w->n == w->cap) {
+    size_t cap = w->cap ? w->cap * 2 : 256;
+    entry_t *ne = ember_realloc(w->entries, cap * sizeof *ne);
+    if (ne == NULL) return -ENOMEM;
+    w->entries = ne;
+    w->cap = cap;
+  }
+  if (w->npool + nips > w->cappool) {
+    size_t cap = w->cappool ? w->cappool : 4096;
+    while (cap < w->npool + nips) cap *= 2;
+    uint64_t *np = ember_realloc(w->pool, cap * sizeof *np);
+    if (np == NULL) return -ENOMEM;
+    w->pool = np;
+    w->cappool = cap;
+  }
+  memcpy(w->pool + w->npool, ips, nips * sizeof *ips);
+  w->entries[w->n] = (entry_t){pid, nips, w->npool, h, 1, ns, (uint32_t)w->n};
+  if (ember__htab_insert(&w->index, h, (uint32_t)w->n, entry_hash, &key) != 0) return -ENOMEM;
+  w->npool += nips;
+  w->n++;
+  if (is_new) *is_new = true;
+  return 0;
+}
+
+void ember__window_set_bounds(ember__window_t *w, int64_t start_ns, int64_t end_ns) {
+  w->start_ns = start_ns;
+  w->end_ns = end_ns;
+}
+
+void ember__window_bounds(const ember__window_t *w, int64_t *start_ns, int64_t *end_ns) {
+  *start_ns = w->start_ns;
+  *end_ns = w->end_ns;
+}
+
+size_t ember__window_nstacks(const ember__window_t *w) { return w->n; }
+uint64_t ember__window_dropped(const ember__window_t *w) { return w->dropped; }
+
+static int by_pid(const void *a, const void *b) {
+  const ember__window_stack_t *x = a, *y = b;
+  if (x->pid != y->pid) return x->pid < y->pid ? -1 : 1;
+  return x->ips < y->ips ? -1 : x->ips > y->ips; /* pool order = arrival order */
+}
+
+const ember__window_stack_t *ember__window_sorted(ember__window_t *w, size_t *n) {
+  *n = 0;
+  if (w->n == 0) return w->sorted; /* qsort may not be given NULL, even for 0 */
+  if (w->n > w->capsorted) {
+    ember__window_stack_t *s = ember_realloc(w->sorted, w->n * sizeof *s);
+    if (s == NULL) {
+      *n = 0;
+      return NULL;
+    }
+    w->sorted = s;
+    w->capsorted = w->n;
+  }
+  for (size_t i = 0; i < w->n; i++) {
+    const entry_t *e = &w->entries[i];
+    w->sorted[i] =
+        (ember__window_stack_t){e->pid, e->nips, w->pool + e->off, e->samples, e->cpu_ns};
+  }
+  qsort(w->sorted, w->n, sizeof *w->sorted, by_pid);
+  *n = w->n;
+  return w->sorted;
+}

@@ -1,0 +1,202 @@
+/* The per-CPU sampler against the real kernel, and the window aggregate. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ember/ember.h"
+#include "sampler.h"
+#include "window.h"
+
+static void test_sampler_cpulist_parse(void **state) {
+  (void)state;
+  uint8_t bm[128];
+  assert_int_equal(ember__cpulist_parse("0-3,8,10-11\n", bm, 1024), 7);
+  assert_true(bm[0] & 0x0f);
+  assert_true(bm[1] & 0x01);
+  assert_true(bm[1] & 0x0c);
+  assert_false(bm[1] & 0x02);
+  assert_int_equal(ember__cpulist_parse("0", bm, 1024), 1);
+  assert_int_equal(ember__cpulist_parse("3-1", bm, 1024), -EINVAL);
+  assert_int_equal(ember__cpulist_parse("x", bm, 1024), -EINVAL);
+  assert_int_equal(ember__cpulist_parse("0-2000", bm, 1024), -EINVAL);
+}
+
+static volatile uint64_t sink;
+
+static int64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Burns `ms` of this thread's CPU time (not wall time), so the expected
+ * sample count holds however busy the machine is. */
+__attribute__((noinline)) static void sampler_test_burn(int64_t ms) {
+  int64_t end = thread_cpu_ns() + ms * 1000000;
+  while (thread_cpu_ns() < end) {
+    for (int i = 0; i < 1000; i++) sink += (uint64_t)i;
+  }
+}
+
+typedef struct seen {
+  uint64_t mine, in_burn, total, max_depth, ns;
+  uint32_t self;
+} seen_t;
+
+static void on_sample(void *ctx, const ember__raw_sample_t *s) {
+  seen_t *seen = ctx;
+  seen->total++;
+  if (s->pid != seen->self) return;
+  seen->mine++;
+  seen->ns += s->period_ns;
+  if (s->nips > seen->max_depth) seen->max_depth = s->nips;
+  uintptr_t fn = (uintptr_t)sampler_test_burn;
+  for (uint32_t i = 0; i < s->nips; i++) {
+    if (s->ips[i] >= fn && s->ips[i] < fn + 512) {
+      seen->in_burn++;
+      break;
+    }
+  }
+}
+
+static void on_burn_timer(uv_timer_t *t) {
+  sampler_test_burn(1000);
+  uv_stop(t->loop);
+}
+
+static void test_sampler_samples_this_process(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  seen_t seen = {.self = (uint32_t)getpid()};
+  ember__sampler_opts_t o = {.hz = 1000, .ring_pages = 64, .kernel = true, .drain_ms = 50};
+  ember__sampler_t *s = NULL;
+  char err[256] = "";
+  int rc = ember__sampler_start(&loop, &o, on_sample, &seen, &s, err, sizeof err);
+  if (rc != 0) fail_msg("sampler: %s", err);
+  uv_timer_t t;
+  uv_timer_init(&loop, &t);
+  uv_timer_start(&t, on_burn_timer, 10, 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ember__sampler_drain(s);
+  ember__sampler_stats_t st;
+  ember__sampler_stats(s, &st);
+  uint64_t total_at_stats = seen.total; /* stop drains once more */
+  ember__sampler_stop(s);
+  uv_close((uv_handle_t *)&t, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&loop), 0);
+  print_message("1 s of CPU at 1000 Hz: %llu samples of this process (%llu in the burn "
+                "function, depth up to %llu), %llu in all, %llu lost\n",
+                (unsigned long long)seen.mine, (unsigned long long)seen.in_burn,
+                (unsigned long long)seen.max_depth, (unsigned long long)seen.total,
+                (unsigned long long)st.lost);
+  /* One thread's 1 s of CPU at 1000 Hz: about 1000 samples. */
+  assert_true(seen.mine >= 850 && seen.mine <= 1150);
+  assert_true(seen.in_burn >= seen.mine * 9 / 10);
+  assert_true(seen.max_depth >= 3); /* the burn function, its callers */
+  assert_int_equal(st.lost, 0);
+  assert_int_equal(st.samples, total_at_stats);
+  /* Each sample stands for about 1 ms of CPU. */
+  assert_true(seen.ns > seen.mine * 800000 && seen.ns < seen.mine * 1200000);
+}
+
+static void test_sampler_rate_above_kernel_cap(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  seen_t seen = {0};
+  ember__sampler_opts_t o = {.hz = 100000000};
+  ember__sampler_t *s = NULL;
+  char err[256] = "";
+  assert_int_equal(ember__sampler_start(&loop, &o, on_sample, &seen, &s, err, sizeof err), -EINVAL);
+  assert_non_null(strstr(err, "perf_event_max_sample_rate"));
+  assert_null(s);
+  o = (ember__sampler_opts_t){.hz = 19, .ring_pages = 3};
+  assert_int_equal(ember__sampler_start(&loop, &o, on_sample, &seen, &s, err, sizeof err), -EINVAL);
+  assert_non_null(strstr(err, "power of two"));
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+static void test_window_aggregates_stacks(void **state) {
+  (void)state;
+  ember__window_t *w = NULL;
+  assert_int_equal(ember__window_new(&w), 0);
+  uint64_t a[] = {0x10, 0x20, 0x30}, b[] = {0x11, 0x20, 0x30};
+  bool is_new;
+  assert_int_equal(ember__window_add(w, 7, a, 3, 1000, &is_new), 0);
+  assert_true(is_new);
+  assert_int_equal(ember__window_add(w, 7, a, 3, 1000, &is_new), 0);
+  assert_false(is_new);
+  assert_int_equal(ember__window_add(w, 5, a, 3, 500, &is_new), 0); /* other pid */
+  assert_true(is_new);
+  assert_int_equal(ember__window_add(w, 7, b, 3, 1000, NULL), 0);
+  assert_int_equal(ember__window_add(w, 7, a, 2, 1000, NULL), 0); /* prefix is another stack */
+  assert_int_equal(ember__window_add(w, 7, a, 0, 1000, NULL), -EINVAL);
+  assert_int_equal(ember__window_nstacks(w), 4);
+  size_t n;
+  const ember__window_stack_t *s = ember__window_sorted(w, &n);
+  assert_int_equal(n, 4);
+  assert_int_equal(s[0].pid, 5);
+  assert_int_equal(s[1].pid, 7);
+  assert_int_equal(s[1].samples, 2);
+  assert_int_equal(s[1].cpu_ns, 2000);
+  assert_int_equal(s[1].nips, 3);
+  assert_int_equal(s[1].ips[0], 0x10);
+  assert_int_equal(s[2].ips[0], 0x11);
+  assert_int_equal(s[3].nips, 2);
+
+  ember__window_set_max_stacks(w, 4);
+  uint64_t c[] = {0x99};
+  assert_int_equal(ember__window_add(w, 7, c, 1, 1, NULL), EMBER_ETOOBIG);
+  assert_int_equal(ember__window_dropped(w), 1);
+  assert_int_equal(ember__window_add(w, 7, a, 3, 1000, NULL), 0); /* existing still counts */
+
+  ember__window_reset(w);
+  assert_int_equal(ember__window_nstacks(w), 0);
+  assert_int_equal(ember__window_add(w, 7, a, 3, 1000, &is_new), 0);
+  assert_true(is_new);
+  ember__window_set_bounds(w, 10, 20);
+  int64_t lo, hi;
+  ember__window_bounds(w, &lo, &hi);
+  assert_int_equal(lo, 10);
+  assert_int_equal(hi, 20);
+  ember__window_free(w);
+}
+
+static void test_window_many_stacks(void **state) {
+  (void)state;
+  ember__window_t *w = NULL;
+  assert_int_equal(ember__window_new(&w), 0);
+  for (uint64_t i = 0; i < 20000; i++) {
+    uint64_t ips[40];
+    for (int d = 0; d < 40; d++) ips[d] = 0x400000 + i * 64 + (uint64_t)d;
+    assert_int_equal(ember__window_add(w, (uint32_t)(i % 50), ips, 40, 1, NULL), 0);
+    assert_int_equal(ember__window_add(w, (uint32_t)(i % 50), ips, 40, 1, NULL), 0);
+  }
+  size_t n;
+  const ember__window_stack_t *s = ember__window_sorted(w, &n);
+  assert_int_equal(n, 20000);
+  for (size_t i = 1; i < n; i++) assert_true(s[i - 1].pid <= s[i].pid);
+  for (size_t i = 0; i < n; i++) assert_int_equal(s[i].samples, 2);
+  ember__window_free(w);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sampler_cpulist_parse),
+      cmocka_unit_test(test_sampler_samples_this_process),
+      cmocka_unit_test(test_sampler_rate_above_kernel_cap),
+      cmocka_unit_test(test_window_aggregates_stacks),
+      cmocka_unit_test(test_window_many_stacks),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
