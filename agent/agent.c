@@ -1,0 +1,827 @@
+/* The agent's wiring. See agent.h and docs/internals/agent.md. */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "agent.h"
+#include "discovery.h"
+#include "ember/codec.h"
+#include "ember/kafka.h"
+#include "ember/log.h"
+#include "ember/metrics.h"
+#include "htab.h"
+#include "publish.h"
+#include "sampler.h"
+#include "symbolize.h"
+#include "window.h"
+
+const char *const ember__agent_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
+                                                "host_id",
+                                                "continuous_hz",
+                                                "window",
+                                                "selector",
+                                                "kernel_stacks",
+                                                "ring_pages",
+                                                "spool_dir",
+                                                "spool_max_bytes",
+                                                "queue_max_bytes",
+                                                "metrics_listen",
+                                                "targets_refresh",
+                                                "scan_interval",
+                                                "log_level",
+                                                "dwarf",
+                                                "dwarf_debug_files",
+                                                "max_stacks_per_window",
+                                                "netlink",
+                                                NULL};
+
+#define MAX_PENDING_WINDOWS 4
+#define MAPS_REFRESH_NS     1000000000LL
+
+/* An immutable maps snapshot shared by the loop and the close thread. */
+typedef struct maps_ref {
+  atomic_int refs;
+  ember__procmaps_t *maps;
+} maps_ref_t;
+
+static maps_ref_t *maps_ref_get(maps_ref_t *r) {
+  if (r) atomic_fetch_add(&r->refs, 1);
+  return r;
+}
+
+static void maps_ref_put(maps_ref_t *r) {
+  if (r && atomic_fetch_sub(&r->refs, 1) == 1) {
+    ember__procmaps_free(r->maps);
+    ember_free(r);
+  }
+}
+
+/* What the loop knows of a pid it has seen in samples. */
+typedef struct pidinfo {
+  uint32_t pid;
+  bool selected;
+  bool announced;
+  char *worker, *version, *actor;
+  maps_ref_t *maps;
+  int64_t maps_read_ns; /* monotonic */
+} pidinfo_t;
+
+/* One pid's share of a closed window, as handed to the close thread. */
+typedef struct job_pid {
+  uint32_t pid;
+  char *worker, *version, *actor;
+  maps_ref_t *maps;
+} job_pid_t;
+
+typedef struct job {
+  ember__window_t *window;
+  job_pid_t *pids;
+  size_t npids;
+  uint32_t *forget; /* pids that exited: drop their symbolizer state after */
+  size_t nforget;
+  struct job *next;
+} job_t;
+
+typedef struct agent {
+  /* configuration */
+  char host_id[256];
+  char agent_id[320];
+  uint32_t hz;
+  int64_t window_ns;
+  int64_t targets_refresh_ns;
+  uint64_t max_stacks;
+  pid_t self;
+
+  uv_loop_t loop;
+  uv_timer_t window_timer, scan_timer, targets_timer, metrics_timer;
+  uv_signal_t sigterm, sigint;
+  uv_poll_t netlink_poll;
+  bool netlink_polling;
+  bool stopping;
+
+  ember_kafka_t *kafka;
+  ember__publisher_t *pub;
+  ember__discovery_t *disc;
+  ember__sampler_t *sampler;
+  ember__symbolizer_t *sym; /* close thread only */
+
+  ember__window_t *open;
+  ember__htab_t pid_index;
+  pidinfo_t *pids;
+  size_t npids, cappids;
+
+  /* close thread */
+  uv_thread_t closer;
+  uv_mutex_t mu;
+  uv_cond_t cv;
+  job_t *head, *tail;
+  size_t pending;
+  bool closer_exit;
+  uint64_t seq;
+
+  /* metrics */
+  ember_metrics_t *metrics;
+  ember_http_metrics_t *http;
+  struct {
+    ember_metric_t *samples, *lost, *throttles, *windows, *windows_dropped, *profiles,
+        *profile_errors, *queue_bytes, *spool_bytes, *spool_files, *spooled, *dropped, *sym_hits,
+        *sym_loads, *unresolved, *targets, *cpu, *rss, *stacks_dropped, *idle, *unreadable;
+  } m;
+  atomic_uint_fast64_t profiles_sent, profile_errors, windows_dropped, unresolved, sym_hits,
+      sym_loads;
+} agent_t;
+
+/* --- pid table (loop thread) --- */
+
+typedef struct pid_key {
+  const agent_t *a;
+  uint32_t pid;
+} pid_key_t;
+
+static bool pid_eq(const void *ctx, uint32_t idx) {
+  const pid_key_t *k = ctx;
+  return k->a->pids[idx].pid == k->pid;
+}
+
+static uint64_t pid_hash_of(uint32_t pid) { return ember__hash_mix(0x9a1d, pid); }
+
+static uint64_t pid_rehash(const void *ctx, uint32_t idx) {
+  const pid_key_t *k = ctx;
+  return pid_hash_of(k->a->pids[idx].pid);
+}
+
+static void pidinfo_clear(pidinfo_t *p) {
+  ember_free(p->worker);
+  ember_free(p->version);
+  ember_free(p->actor);
+  maps_ref_put(p->maps);
+  memset(p, 0, sizeof *p);
+}
+
+static int set_copy(char **dst, const char *src) {
+  char *c = NULL;
+  if (src != NULL && (c = ember_strdup(src)) == NULL) return -ENOMEM;
+  ember_free(*dst);
+  *dst = c;
+  return 0;
+}
+
+/* Copy the current labels of pid from discovery. */
+static void pidinfo_refresh(agent_t *a, pidinfo_t *p) {
+  const ember__target_t *t = ember__discovery_get(a->disc, (pid_t)p->pid);
+  if (t == NULL || t->exited) {
+    if (t == NULL) p->selected = false;
+    return;
+  }
+  bool changed = p->worker == NULL || strcmp(p->worker, t->worker) != 0 ||
+                 (p->version == NULL) != (t->version == NULL) ||
+                 (p->version && strcmp(p->version, t->version) != 0) ||
+                 (p->actor == NULL) != (t->actor == NULL) ||
+                 (p->actor && strcmp(p->actor, t->actor) != 0);
+  p->selected = t->selected;
+  if (!changed) return;
+  if (set_copy(&p->worker, t->worker) != 0 || set_copy(&p->version, t->version) != 0 ||
+      set_copy(&p->actor, t->actor) != 0)
+    p->selected = false; /* without labels it cannot be published */
+  p->announced = false;
+}
+
+static pidinfo_t *pidinfo_get(agent_t *a, uint32_t pid) {
+  pid_key_t key = {a, pid};
+  uint64_t h = pid_hash_of(pid);
+  int64_t found = ember__htab_find(&a->pid_index, h, pid_eq, &key);
+  if (found >= 0) return &a->pids[found];
+  if (a->npids == a->cappids) {
+    size_t cap = a->cappids ? a->cappids * 2 : 256;
+    pidinfo_t *np = ember_realloc(a->pids, cap * sizeof *np);
+    if (np == NULL) return NULL;
+    a->pids = np;
+    a->cappids = cap;
+  }
+  pidinfo_t *p = &a->pids[a->npids];
+  memset(p, 0, sizeof *p);
+  p->pid = pid;
+  if (ember__htab_insert(&a->pid_index, h, (uint32_t)a->npids, pid_rehash, &key) != 0) return NULL;
+  a->npids++;
+  pidinfo_refresh(a, p);
+  return p;
+}
+
+/* Rebuild the pid index after entries were removed. */
+static void pid_index_rebuild(agent_t *a) {
+  ember__htab_free(&a->pid_index);
+  ember__htab_init(&a->pid_index);
+  for (size_t i = 0; i < a->npids; i++) {
+    pid_key_t key = {a, a->pids[i].pid};
+    if (ember__htab_insert(&a->pid_index, pid_hash_of(a->pids[i].pid), (uint32_t)i, pid_rehash,
+                           &key) != 0)
+      EMBER_ERROR("agent", "out of memory rebuilding the pid index");
+  }
+}
+
+static void refresh_maps(agent_t *a, pidinfo_t *p) {
+  int64_t now = ember_time_mono_ns();
+  if (p->maps != NULL && now - p->maps_read_ns < MAPS_REFRESH_NS) return;
+  p->maps_read_ns = now;
+  ember__procmaps_t *m = NULL;
+  if (ember__procmaps_read(NULL, (pid_t)p->pid, &m) != 0) return; /* gone: keep the old one */
+  maps_ref_t *r = ember_malloc(sizeof *r);
+  if (r == NULL) {
+    ember__procmaps_free(m);
+    return;
+  }
+  atomic_init(&r->refs, 1);
+  r->maps = m;
+  maps_ref_put(p->maps);
+  p->maps = r;
+  (void)a;
+}
+
+/* --- sampling (loop thread) --- */
+
+static void on_sample(void *ctx, const ember__raw_sample_t *s) {
+  agent_t *a = ctx;
+  if (s->pid == 0) {
+    ember_metric_add(a->m.idle, 1);
+    return;
+  }
+  if (s->pid == (uint32_t)a->self || s->nips == 0) return;
+  pidinfo_t *p = pidinfo_get(a, s->pid);
+  if (p == NULL || !p->selected) return;
+  bool is_new = false;
+  if (ember__window_add(a->open, s->pid, s->ips, s->nips, s->period_ns, &is_new) != 0) return;
+  if (!is_new) return;
+  /* A new stack: make sure we hold mappings that cover its user frames
+   * while the process is alive to be read. */
+  bool covered = p->maps != NULL;
+  for (uint32_t i = 0; covered && i < s->nips; i++) {
+    if (s->ips[i] < EMBER__KERNEL_MIN && !ember__procmaps_covers(p->maps->maps, s->ips[i]))
+      covered = false;
+  }
+  if (!covered) refresh_maps(a, p);
+}
+
+/* --- the close thread --- */
+
+static int publish_pid(agent_t *a, ember__window_t *w, const job_pid_t *jp,
+                       const ember__window_stack_t *stacks, size_t n, ember_frame_t *frames,
+                       size_t cap, ember_buf_t *buf) {
+  static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
+  ember_profile_t *p = NULL;
+  int rc = ember_profile_new(types, 2, &p);
+  if (rc != 0) return rc;
+  ember_labels_t l = {jp->worker, jp->version, a->host_id, jp->actor, jp->pid};
+  int64_t start, end;
+  ember__window_bounds(w, &start, &end);
+  rc = ember_profile_set_labels(p, &l);
+  if (rc == 0) rc = ember_profile_set_window(p, start, end);
+  ember_profile_set_period(p, 1000000000LL / a->hz);
+  if (rc == 0) rc = ember_profile_set_origin(p, a->agent_id, a->seq, NULL);
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    size_t nf = 0;
+    rc = ember__symbolize(a->sym, (pid_t)jp->pid, jp->maps ? jp->maps->maps : NULL, stacks[i].ips,
+                          stacks[i].nips, frames, cap, &nf);
+    if (rc != 0 || nf == 0) continue;
+    int64_t v[2] = {stacks[i].samples, stacks[i].cpu_ns};
+    rc = ember_profile_add(p, frames, nf, v);
+  }
+  if (rc == 0) {
+    ember_buf_reset(buf);
+    rc = ember_codec_encode(p, buf);
+  }
+  if (rc == 0) {
+    /* The seq is spent only on an encoded message, so a consumer that sees a
+     * gap knows a window was lost, not skipped. */
+    a->seq++;
+    rc = ember__publisher_publish(a->pub, jp->worker, buf->data, buf->len);
+  }
+  ember_profile_free(p);
+  return rc;
+}
+
+static void process_job(agent_t *a, job_t *j) {
+  size_t n = 0;
+  const ember__window_stack_t *stacks = ember__window_sorted(j->window, &n);
+  ember_frame_t *frames = ember_malloc(EMBER_MAX_STACK_DEPTH * sizeof *frames);
+  ember_buf_t buf;
+  ember_buf_init(&buf, 64u << 20);
+  size_t i = 0;
+  while (frames != NULL && i < n) {
+    size_t e = i;
+    while (e < n && stacks[e].pid == stacks[i].pid) e++;
+    const job_pid_t *jp = NULL;
+    for (size_t k = 0; k < j->npids; k++) {
+      if (j->pids[k].pid == stacks[i].pid) jp = &j->pids[k];
+    }
+    if (jp != NULL && jp->worker != NULL) {
+      int rc =
+          publish_pid(a, j->window, jp, stacks + i, e - i, frames, EMBER_MAX_STACK_DEPTH, &buf);
+      if (rc == 0) {
+        atomic_fetch_add(&a->profiles_sent, 1);
+      } else {
+        atomic_fetch_add(&a->profile_errors, 1);
+        EMBER_WARN("agent", "window of pid %u (%s) not published: %s", jp->pid, jp->worker,
+                   ember_strerror(rc));
+      }
+    }
+    i = e;
+  }
+  for (size_t k = 0; k < j->nforget; k++) ember__symbolizer_forget(a->sym, (pid_t)j->forget[k]);
+  /* Pid 0 has no state: this only releases modules evicted from the cache
+   * during this window (their strings were kept alive until now). */
+  ember__symbolizer_forget(a->sym, 0);
+  ember__symbolizer_stats_t st;
+  ember__symbolizer_stats(a->sym, &st);
+  atomic_store(&a->sym_hits, st.module_hits);
+  atomic_store(&a->sym_loads, st.module_loads);
+  atomic_store(&a->unresolved, st.unresolved);
+  ember_buf_free(&buf);
+  ember_free(frames);
+}
+
+static void job_free(job_t *j) {
+  if (j == NULL) return;
+  for (size_t k = 0; k < j->npids; k++) {
+    ember_free(j->pids[k].worker);
+    ember_free(j->pids[k].version);
+    ember_free(j->pids[k].actor);
+    maps_ref_put(j->pids[k].maps);
+  }
+  ember_free(j->pids);
+  ember_free(j->forget);
+  ember__window_free(j->window);
+  ember_free(j);
+}
+
+static void closer_main(void *arg) {
+  agent_t *a = arg;
+  for (;;) {
+    uv_mutex_lock(&a->mu);
+    while (a->head == NULL && !a->closer_exit) uv_cond_wait(&a->cv, &a->mu);
+    job_t *j = a->head;
+    if (j == NULL) {
+      uv_mutex_unlock(&a->mu);
+      return;
+    }
+    a->head = j->next;
+    if (a->head == NULL) a->tail = NULL;
+    uv_mutex_unlock(&a->mu);
+    process_job(a, j);
+    job_free(j);
+    uv_mutex_lock(&a->mu);
+    a->pending--;
+    uv_cond_broadcast(&a->cv);
+    uv_mutex_unlock(&a->mu);
+  }
+}
+
+/* --- closing a window (loop thread) --- */
+
+static int64_t next_boundary(const agent_t *a, int64_t now) {
+  return (now / a->window_ns + 1) * a->window_ns;
+}
+
+static void send_target(agent_t *a, const pidinfo_t *p, const ember__target_t *t) {
+  char key[300];
+  snprintf(key, sizeof key, "%s/%u", a->host_id, p->pid);
+  ember_target_record_t r = {.agent_id = a->agent_id,
+                             .host = a->host_id,
+                             .worker = p->worker,
+                             .version = p->version,
+                             .actor = p->actor,
+                             .pid = p->pid,
+                             .seen_ns = ember_time_now_ns()};
+  char comm[sizeof t->comm + 1] = "";
+  if (t != NULL) {
+    memcpy(comm, t->comm, sizeof t->comm);
+    r.comm = comm;
+    r.exe = t->exe;
+    r.build_id = (char *)(uintptr_t)t->build_id;
+    r.start_ticks = t->start_ticks;
+  }
+  ember_buf_t b;
+  ember_buf_init(&b, 1u << 16);
+  if (ember_codec_encode_target(&r, &b) == 0) ember__publisher_target(a->pub, key, b.data, b.len);
+  ember_buf_free(&b);
+}
+
+static void send_tombstone(agent_t *a, uint32_t pid) {
+  char key[300];
+  snprintf(key, sizeof key, "%s/%u", a->host_id, pid);
+  ember__publisher_target(a->pub, key, NULL, 0);
+}
+
+/* Close the open window at `end_ns` and hand it to the close thread. */
+static void close_window(agent_t *a, int64_t end_ns) {
+  ember__sampler_drain(a->sampler);
+  ember__window_t *w = a->open, *fresh = NULL;
+  int64_t start, ignored;
+  ember__window_bounds(w, &start, &ignored);
+  /* A window closed early (SIGTERM right after a boundary the timer
+   * reached a little ahead of the wall clock) is empty, not reversed. */
+  if (end_ns < start) end_ns = start;
+  if (ember__window_new(&fresh) != 0) {
+    EMBER_ERROR("agent", "out of memory: window kept open");
+    return;
+  }
+  ember__window_set_max_stacks(fresh, a->max_stacks);
+  ember__window_set_bounds(fresh, end_ns, next_boundary(a, end_ns));
+  ember__window_set_bounds(w, start, end_ns);
+  a->open = fresh;
+  ember_metric_add(a->m.stacks_dropped, (double)ember__window_dropped(w));
+
+  job_t *j = ember_calloc(1, sizeof *j);
+  if (j == NULL) {
+    ember__window_free(w);
+    atomic_fetch_add(&a->windows_dropped, 1);
+    return;
+  }
+  j->window = w;
+  /* Snapshot the labels and maps of every pid in the window. */
+  size_t n = 0;
+  const ember__window_stack_t *stacks = ember__window_sorted(w, &n);
+  size_t distinct = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (i == 0 || stacks[i].pid != stacks[i - 1].pid) distinct++;
+  }
+  j->pids = ember_calloc(distinct ? distinct : 1, sizeof *j->pids);
+  j->forget = ember_calloc(a->npids ? a->npids : 1, sizeof *j->forget);
+  if (j->pids == NULL || j->forget == NULL) {
+    job_free(j);
+    atomic_fetch_add(&a->windows_dropped, 1);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (i > 0 && stacks[i].pid == stacks[i - 1].pid) continue;
+    pidinfo_t *p = pidinfo_get(a, stacks[i].pid);
+    if (p == NULL) continue;
+    pidinfo_refresh(a, p);
+    job_pid_t *jp = &j->pids[j->npids++];
+    jp->pid = p->pid;
+    jp->maps = maps_ref_get(p->maps);
+    if (set_copy(&jp->worker, p->worker) != 0 || set_copy(&jp->version, p->version) != 0 ||
+        set_copy(&jp->actor, p->actor) != 0) {
+      ember_free(jp->worker);
+      jp->worker = NULL; /* skipped by the close thread */
+    }
+    if (!p->announced && p->selected) {
+      send_target(a, p, ember__discovery_get(a->disc, (pid_t)p->pid));
+      p->announced = true;
+    }
+  }
+  /* Pids that have exited: their last window is in this job; forget them. */
+  size_t keep = 0;
+  bool removed = false;
+  for (size_t i = 0; i < a->npids; i++) {
+    pidinfo_t *p = &a->pids[i];
+    const ember__target_t *t = ember__discovery_get(a->disc, (pid_t)p->pid);
+    if (t == NULL || t->exited) {
+      if (p->announced) send_tombstone(a, p->pid);
+      j->forget[j->nforget++] = p->pid;
+      pidinfo_clear(p);
+      removed = true;
+      continue;
+    }
+    if (keep != i) a->pids[keep] = *p;
+    keep++;
+  }
+  a->npids = keep;
+  if (removed) pid_index_rebuild(a);
+  ember__discovery_reap(a->disc, NULL, NULL);
+
+  uv_mutex_lock(&a->mu);
+  if (a->pending >= MAX_PENDING_WINDOWS) {
+    uv_mutex_unlock(&a->mu);
+    EMBER_WARN("agent", "close thread is %zu windows behind: dropping the window at %" PRId64,
+               a->pending, start);
+    atomic_fetch_add(&a->windows_dropped, 1);
+    job_free(j);
+    return;
+  }
+  if (a->tail)
+    a->tail->next = j;
+  else
+    a->head = j;
+  a->tail = j;
+  a->pending++;
+  uv_cond_signal(&a->cv);
+  uv_mutex_unlock(&a->mu);
+  ember_metric_add(a->m.windows, 1);
+}
+
+static void on_window_timer(uv_timer_t *t) {
+  agent_t *a = t->data;
+  int64_t start, end;
+  ember__window_bounds(a->open, &start, &end);
+  close_window(a, end);
+  /* libuv measures timers from its cached loop time, which lags while
+   * callbacks run: refresh it so the next close is not early. */
+  uv_update_time(&a->loop);
+  int64_t now = ember_time_now_ns();
+  int64_t delay = next_boundary(a, now) - now;
+  uv_timer_start(&a->window_timer, on_window_timer, (uint64_t)(delay / 1000000) + 1, 0);
+}
+
+static void on_scan_timer(uv_timer_t *t) {
+  agent_t *a = t->data;
+  ember__discovery_scan(a->disc);
+}
+
+static void on_netlink(uv_poll_t *h, int status, int events) {
+  agent_t *a = h->data;
+  (void)events;
+  if (status < 0 || ember__discovery_read_events(a->disc) < 0) {
+    /* A broken socket leaves the periodic scan in charge. */
+    uv_poll_stop(h);
+    EMBER_WARN("agent", "process connector failed: relying on /proc scans");
+  }
+}
+
+static void on_targets_timer(uv_timer_t *t) {
+  agent_t *a = t->data;
+  for (size_t i = 0; i < a->npids; i++) {
+    if (a->pids[i].announced)
+      send_target(a, &a->pids[i], ember__discovery_get(a->disc, (pid_t)a->pids[i].pid));
+  }
+}
+
+static void on_metrics_timer(uv_timer_t *t) {
+  agent_t *a = t->data;
+  ember__sampler_stats_t ss;
+  ember__sampler_stats(a->sampler, &ss);
+  ember_metric_set(a->m.samples, (double)ss.samples);
+  ember_metric_set(a->m.lost, (double)ss.lost);
+  ember_metric_set(a->m.throttles, (double)ss.throttles);
+  ember__publisher_stats_t ps;
+  ember__publisher_stats(a->pub, &ps);
+  ember_metric_set(a->m.profiles, (double)ps.published);
+  ember_metric_set(a->m.queue_bytes, (double)ps.queue_bytes);
+  ember_metric_set(a->m.spool_bytes, (double)ps.spool_bytes);
+  ember_metric_set(a->m.spool_files, (double)ps.spool_files);
+  ember_metric_set(a->m.spooled, (double)ps.spooled);
+  ember_metric_set(a->m.dropped, (double)ps.dropped);
+  ember_metric_set(a->m.profile_errors, (double)atomic_load(&a->profile_errors));
+  ember_metric_set(a->m.windows_dropped, (double)atomic_load(&a->windows_dropped));
+  ember_metric_set(a->m.sym_hits, (double)atomic_load(&a->sym_hits));
+  ember_metric_set(a->m.sym_loads, (double)atomic_load(&a->sym_loads));
+  ember_metric_set(a->m.unresolved, (double)atomic_load(&a->unresolved));
+  ember__discovery_stats_t ds;
+  ember__discovery_stats(a->disc, &ds);
+  ember_metric_set(a->m.targets, (double)ds.selected);
+  ember_metric_set(a->m.unreadable, (double)ds.unreadable);
+  ember_metric_set(a->m.cpu, ember_self_cpu_seconds());
+  ember_metric_set(a->m.rss, ember_self_rss_bytes());
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  agent_t *a = h->data;
+  if (a->stopping) return;
+  a->stopping = true;
+  EMBER_INFO("agent", "%s: closing the open window and stopping",
+             signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  close_window(a, ember_time_now_ns());
+  uv_stop(&a->loop);
+}
+
+/* --- set-up and tear-down --- */
+
+static void register_metrics(agent_t *a) {
+  ember_metrics_t *m = a->metrics;
+  a->m.samples =
+      ember_metrics_counter(m, "ember_agent_samples_total", "Samples read from perf rings");
+  a->m.lost = ember_metrics_counter(m, "ember_agent_lost_samples_total",
+                                    "Samples the kernel dropped (PERF_RECORD_LOST)");
+  a->m.throttles = ember_metrics_counter(m, "ember_agent_throttles_total",
+                                         "Times the kernel throttled sampling");
+  a->m.idle = ember_metrics_counter(m, "ember_agent_idle_samples_total", "Samples of idle CPUs");
+  a->m.windows = ember_metrics_counter(m, "ember_agent_windows_closed_total", "Windows closed");
+  a->m.windows_dropped = ember_metrics_counter(m, "ember_agent_windows_dropped_total",
+                                               "Windows dropped because the close thread lagged");
+  a->m.profiles = ember_metrics_counter(m, "ember_agent_profiles_published_total",
+                                        "Per-target window profiles acknowledged by Kafka");
+  a->m.profile_errors = ember_metrics_counter(m, "ember_agent_profile_errors_total",
+                                              "Per-target profiles that could not be built");
+  a->m.queue_bytes =
+      ember_metrics_gauge(m, "ember_agent_queue_bytes", "Bytes waiting in memory for Kafka");
+  a->m.spool_bytes =
+      ember_metrics_gauge(m, "ember_agent_spool_bytes", "Bytes waiting in the disk spool");
+  a->m.spool_files =
+      ember_metrics_gauge(m, "ember_agent_spool_files", "Messages waiting in the disk spool");
+  a->m.spooled =
+      ember_metrics_counter(m, "ember_agent_spooled_total", "Messages written to the spool");
+  a->m.dropped = ember_metrics_counter(m, "ember_agent_dropped_total",
+                                       "Messages lost past the queue and spool bounds");
+  a->m.sym_hits = ember_metrics_counter(m, "ember_agent_symbol_cache_hits_total",
+                                        "Addresses resolved from a cached module");
+  a->m.sym_loads = ember_metrics_counter(m, "ember_agent_symbol_modules_loaded_total",
+                                         "ELF modules parsed into the symbol cache");
+  a->m.unresolved = ember_metrics_counter(m, "ember_agent_unresolved_frames_total",
+                                          "Frames left as module+offset");
+  a->m.targets = ember_metrics_gauge(m, "ember_agent_targets", "Processes selected as targets");
+  a->m.unreadable = ember_metrics_counter(m, "ember_agent_proc_unreadable_total",
+                                          "Processes whose /proc entries could not be read");
+  a->m.stacks_dropped = ember_metrics_counter(m, "ember_agent_window_stacks_dropped_total",
+                                              "Samples dropped past max_stacks_per_window");
+  a->m.cpu = ember_metrics_gauge(m, "ember_agent_cpu_seconds", "The agent's own CPU seconds");
+  a->m.rss = ember_metrics_gauge(m, "ember_agent_rss_bytes", "The agent's resident memory");
+}
+
+static int read_config(agent_t *a, const ember_config_t *cfg, char *err, size_t errsz) {
+  char host[256] = "localhost";
+  gethostname(host, sizeof host - 1);
+  snprintf(a->host_id, sizeof a->host_id, "%s", ember_config_get_str(cfg, "host_id", host));
+  /* A per-run agent id keeps (agent_id, seq) unique across restarts
+   * without persisting the sequence. */
+  snprintf(a->agent_id, sizeof a->agent_id, "%s:%lld", a->host_id,
+           (long long)(ember_time_now_ns() / 1000000));
+  uint64_t hz = 19, pages = 8, max_stacks = 200000;
+  int64_t win = 10000000000LL, refresh = 60000000000LL;
+  int rc = ember_config_get_u64(cfg, "continuous_hz", 19, 1, 100000, &hz, err, errsz);
+  if (rc == 0)
+    rc = ember_config_get_duration_ns(cfg, "window", 10000000000LL, 1000000000LL, 3600000000000LL,
+                                      &win, err, errsz);
+  if (rc == 0)
+    rc = ember_config_get_duration_ns(cfg, "targets_refresh", 60000000000LL, 1000000000LL,
+                                      86400000000000LL, &refresh, err, errsz);
+  if (rc == 0) rc = ember_config_get_u64(cfg, "ring_pages", 8, 1, 4096, &pages, err, errsz);
+  if (rc == 0)
+    rc = ember_config_get_u64(cfg, "max_stacks_per_window", 200000, 1, 50000000, &max_stacks, err,
+                              errsz);
+  a->hz = (uint32_t)hz;
+  a->window_ns = win;
+  a->targets_refresh_ns = refresh;
+  a->max_stacks = max_stacks;
+  return rc;
+}
+
+static void close_walk(uv_handle_t *h, void *arg) {
+  (void)arg;
+  if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+int ember__agent_run(const ember_config_t *cfg) {
+  agent_t *a = ember_calloc(1, sizeof *a);
+  if (a == NULL) return -ENOMEM;
+  char err[512] = "";
+  int rc = read_config(a, cfg, err, sizeof err);
+  bool loop_ok = false, closer_ok = false;
+  if (rc != 0) goto cleanup;
+  a->self = getpid();
+  ember__htab_init(&a->pid_index);
+  if ((rc = uv_loop_init(&a->loop)) != 0) goto cleanup;
+  loop_ok = true;
+  uv_mutex_init(&a->mu);
+  uv_cond_init(&a->cv);
+
+  rc = ember_metrics_new(&a->metrics);
+  if (rc != 0) goto cleanup;
+  register_metrics(a);
+  const char *listen = ember_config_get_str(cfg, "metrics_listen", "127.0.0.1:7273");
+  if (listen[0] != '\0') {
+    rc = ember_http_metrics_start(a->metrics, listen, &a->http, err, sizeof err);
+    if (rc != 0) goto cleanup;
+    EMBER_INFO("agent", "metrics on http://%s/metrics (port %u)", listen,
+               ember_http_metrics_port(a->http));
+  }
+
+  rc = ember_kafka_new(cfg, &a->kafka, err, sizeof err);
+  if (rc == 0 && ember_kafka_is_embedded(a->kafka))
+    EMBER_INFO("agent", "embedded Kafka at %s", ember_kafka_brokers(a->kafka));
+  if (rc != 0) goto cleanup;
+  /* Create Ember's topics (ember.targets must be compacted) before anything
+   * is produced: a broker that auto-creates topics would otherwise make
+   * them with its defaults. A broker that cannot be reached now is not
+   * fatal: windows wait in the spool until it can. */
+  if (ember_kafka_ensure_topics(a->kafka, 10000, err, sizeof err) != 0)
+    EMBER_WARN("agent", "cannot check Ember's topics now (%s); continuing", err);
+  uint64_t spool_max, queue_max;
+  rc = ember_config_get_u64(cfg, "spool_max_bytes", 1ull << 30, 0, UINT64_MAX, &spool_max, err,
+                            sizeof err);
+  if (rc == 0)
+    rc = ember_config_get_u64(cfg, "queue_max_bytes", 64ull << 20, 1ull << 20, UINT64_MAX,
+                              &queue_max, err, sizeof err);
+  if (rc != 0) goto cleanup;
+  const char *spool = ember_config_get_str(cfg, "spool_dir", "/var/lib/ember/spool");
+  ember__publisher_opts_t po = {.kafka = a->kafka,
+                                .spool_dir = spool[0] ? spool : NULL,
+                                .mem_max_bytes = (size_t)queue_max,
+                                .spool_max_bytes = (size_t)spool_max};
+  rc = ember__publisher_new(&po, &a->pub, err, sizeof err);
+  if (rc != 0) goto cleanup;
+
+  bool netlink = true, kernel = true, dwarf = true;
+  rc = ember_config_get_bool(cfg, "netlink", true, &netlink, err, sizeof err);
+  if (rc == 0) rc = ember_config_get_bool(cfg, "kernel_stacks", true, &kernel, err, sizeof err);
+  bool dwarf_files = false;
+  if (rc == 0) rc = ember_config_get_bool(cfg, "dwarf", true, &dwarf, err, sizeof err);
+  if (rc == 0)
+    rc = ember_config_get_bool(cfg, "dwarf_debug_files", false, &dwarf_files, err, sizeof err);
+  if (rc != 0) goto cleanup;
+  ember__discovery_opts_t dopt = {
+      .selector = ember_config_get(cfg, "selector"), .self = a->self, .netlink = netlink};
+  rc = ember__discovery_new(&dopt, &a->disc, err, sizeof err);
+  if (rc != 0) goto cleanup;
+  ember__discovery_scan(a->disc);
+  ember__symbolizer_opts_t sopt = {.dwarf = dwarf, .no_detached_dwarf = !dwarf_files};
+  rc = ember__symbolizer_new(&sopt, &a->sym);
+  if (rc != 0) {
+    snprintf(err, sizeof err, "cannot start the symbolizer: %s", ember_strerror(rc));
+    goto cleanup;
+  }
+
+  rc = ember__window_new(&a->open);
+  if (rc != 0) goto cleanup;
+  ember__window_set_max_stacks(a->open, a->max_stacks);
+  int64_t now = ember_time_now_ns();
+  ember__window_set_bounds(a->open, now, next_boundary(a, now));
+
+  rc = uv_thread_create(&a->closer, closer_main, a);
+  if (rc != 0) goto cleanup;
+  closer_ok = true;
+
+  uint64_t pages = 8;
+  ember_config_get_u64(cfg, "ring_pages", 8, 1, 4096, &pages, err, sizeof err);
+  ember__sampler_opts_t so = {
+      .hz = a->hz, .ring_pages = (uint32_t)pages, .kernel = kernel, .hotplug_ms = 5000};
+  rc = ember__sampler_start(&a->loop, &so, on_sample, a, &a->sampler, err, sizeof err);
+  if (rc != 0) goto cleanup;
+
+  int64_t scan_ns;
+  rc = ember_config_get_duration_ns(cfg, "scan_interval", 10000000000LL, 100000000LL,
+                                    3600000000000LL, &scan_ns, err, sizeof err);
+  if (rc != 0) goto cleanup;
+  uv_timer_init(&a->loop, &a->window_timer);
+  a->window_timer.data = a;
+  uv_timer_start(&a->window_timer, on_window_timer,
+                 (uint64_t)((next_boundary(a, now) - now) / 1000000) + 1, 0);
+  uv_timer_init(&a->loop, &a->scan_timer);
+  a->scan_timer.data = a;
+  uv_timer_start(&a->scan_timer, on_scan_timer, (uint64_t)(scan_ns / 1000000),
+                 (uint64_t)(scan_ns / 1000000));
+  uv_timer_init(&a->loop, &a->targets_timer);
+  a->targets_timer.data = a;
+  uv_timer_start(&a->targets_timer, on_targets_timer, (uint64_t)(a->targets_refresh_ns / 1000000),
+                 (uint64_t)(a->targets_refresh_ns / 1000000));
+  uv_timer_init(&a->loop, &a->metrics_timer);
+  a->metrics_timer.data = a;
+  uv_timer_start(&a->metrics_timer, on_metrics_timer, 0, 1000);
+  int nfd = ember__discovery_fd(a->disc);
+  if (nfd >= 0 && uv_poll_init(&a->loop, &a->netlink_poll, nfd) == 0) {
+    a->netlink_poll.data = a;
+    a->netlink_polling = uv_poll_start(&a->netlink_poll, UV_READABLE, on_netlink) == 0;
+  }
+  uv_signal_init(&a->loop, &a->sigterm);
+  a->sigterm.data = a;
+  uv_signal_start(&a->sigterm, on_signal, SIGTERM);
+  uv_signal_init(&a->loop, &a->sigint);
+  a->sigint.data = a;
+  uv_signal_start(&a->sigint, on_signal, SIGINT);
+  EMBER_INFO("agent", "agent %s on host %s: %u Hz, %lld s windows, brokers %s", a->agent_id,
+             a->host_id, a->hz, (long long)(a->window_ns / 1000000000),
+             ember_kafka_brokers(a->kafka));
+
+  uv_run(&a->loop, UV_RUN_DEFAULT);
+  rc = 0;
+
+cleanup:
+  if (rc != 0) EMBER_ERROR("agent", "%s", err[0] ? err : ember_strerror(rc));
+  if (closer_ok) {
+    uv_mutex_lock(&a->mu);
+    a->closer_exit = true;
+    uv_cond_broadcast(&a->cv);
+    uv_mutex_unlock(&a->mu);
+    uv_thread_join(&a->closer); /* finishes every queued window first */
+  }
+  if (a->sampler) ember__sampler_stop(a->sampler);
+  if (loop_ok) {
+    uv_walk(&a->loop, close_walk, NULL);
+    uv_run(&a->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&a->loop);
+    uv_mutex_destroy(&a->mu);
+    uv_cond_destroy(&a->cv);
+  }
+  if (a->pub) {
+    ember__publisher_stats_t ps;
+    ember__publisher_stats(a->pub, &ps);
+    ember__publisher_close(a->pub, 10000);
+    EMBER_INFO("agent",
+               "stopped: %" PRIu64 " profiles published, %" PRIu64 " spooled, %" PRIu64 " dropped",
+               ps.published, ps.spooled, ps.dropped);
+  }
+  ember__symbolizer_free(a->sym);
+  ember__discovery_free(a->disc);
+  ember_kafka_free(a->kafka);
+  ember_http_metrics_stop(a->http);
+  ember_metrics_free(a->metrics);
+  ember__window_free(a->open);
+  for (size_t i = 0; i < a->npids; i++) pidinfo_clear(&a->pids[i]);
+  ember_free(a->pids);
+  ember__htab_free(&a->pid_index);
+  ember_free(a);
+  return rc;
+}

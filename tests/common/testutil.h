@@ -1,0 +1,43 @@
+/* Helpers for tests that run real processes and a real broker. */
+#ifndef EMBER_TESTS_TESTUTIL_H
+#define EMBER_TESTS_TESTUTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "ember/profile.h"
+
+/* The real broker's address from EMBER_TEST_BOOTSTRAP_FILE (fails the test
+ * with a message when missing). Static storage. */
+const char *tu_bootstrap(void);
+
+/* Start argv[0] (a path) with a minimal environment (PATH, HOME) plus
+ * `env` (NULL-terminated "K=V" list, may be NULL); stdout and stderr go to
+ * `log_path` (appended) or /dev/null when NULL. Returns the pid. */
+pid_t tu_spawn(const char *const *argv, const char *const *env, const char *log_path);
+/* Wait up to timeout_ms for pid; returns its exit status (as waitpid) or
+ * -1 on timeout. */
+int tu_wait(pid_t pid, int timeout_ms);
+/* SIGKILL and reap (for teardown); ignores a pid <= 0. */
+void tu_kill(pid_t pid);
+
+/* Consume every message of ember.profiles (from the start, in a fresh
+ * group) whose profile has labels.host == host, until `idle_ms` pass with
+ * nothing new (after at least one match) or `max_ms` pass. Decoded
+ * profiles are returned (caller frees each and the array). Messages that
+ * fail to decode fail the test. */
+size_t tu_consume_profiles(const char *brokers, const char *host, int idle_ms, int max_ms,
+                           ember_profile_t ***out);
+
+/* Sum of value `vi` over stacks whose leaf frame's function is `fn`, and
+ * over stacks containing a frame whose function contains `substr`. */
+int64_t tu_self(const ember_profile_t *p, size_t vi, const char *fn);
+int64_t tu_total_matching(const ember_profile_t *p, size_t vi, const char *substr);
+/* Does any frame's function contain `substr`? Returns its kind or -1. */
+int tu_find_frame(const ember_profile_t *p, const char *substr);
+
+/* Is an executable on PATH? Writes its path to buf. */
+bool tu_which(const char *name, char *buf, size_t size);
+
+#endif

@@ -1,0 +1,18 @@
+# ember-agent end-to-end tests: the real agent binary, real programs, the
+# real broker (the kafka_broker fixture from integration.cmake).
+ember_test(integration test_agent integration)
+add_dependencies(test_agent ember_agent)
+set_tests_properties(test_agent PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 300)
+set_property(TEST test_agent APPEND PROPERTY
+  ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
+
+# The agent through a 30 s broker outage. Halts the shared broker, so no
+# other test may run meanwhile.
+ember_test(integration test_agent_outage integration)
+add_dependencies(test_agent_outage ember_agent)
+set_tests_properties(test_agent_outage PROPERTIES
+  FIXTURES_REQUIRED kafka_broker RUN_SERIAL TRUE TIMEOUT 400)
+set_property(TEST test_agent_outage APPEND PROPERTY ENVIRONMENT
+  EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap
+  EMBER_TEST_BROKER_DIR=${CMAKE_CURRENT_BINARY_DIR}/broker
+  EMBER_TEST_BROKER_SH=${PROJECT_SOURCE_DIR}/tests/kafka/broker.sh)

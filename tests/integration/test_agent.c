@@ -1,0 +1,162 @@
+/* ember-agent end to end against a real Kafka broker: the agent profiles
+ * real programs (a C program with known functions burning CPU 3:1, a
+ * Node.js script run with --perf-basic-prof, a process that exits in the
+ * middle of a window) and a consumer checks what it published. */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/testutil.h"
+#include "ember/profile.h"
+
+static char host_id[128];
+static char log_path[512];
+
+static pid_t start_agent(const char *brokers, const char *extra) {
+  static char a_brokers[512], a_host[256], a_spool[600];
+  snprintf(a_brokers, sizeof a_brokers, "brokers=%s", brokers);
+  snprintf(a_host, sizeof a_host, "host_id=%s", host_id);
+  snprintf(a_spool, sizeof a_spool, "spool_dir=%s/spool-%s", EMBER_TEST_TMP, host_id);
+  const char *argv[] = {EMBER_BINARY_DIR "/agent/ember-agent",
+                        a_brokers,
+                        a_host,
+                        a_spool,
+                        "continuous_hz=199",
+                        "window=2s",
+                        "scan_interval=1s",
+                        "selector=worker=ember-it-*",
+                        "metrics_listen=127.0.0.1:0",
+                        extra,
+                        NULL};
+  if (extra == NULL) argv[9] = NULL;
+  pid_t pid = tu_spawn(argv, NULL, log_path);
+  sleep(2); /* sampler and discovery up */
+  return pid;
+}
+
+static void stop_agent(pid_t agent) {
+  kill(agent, SIGTERM);
+  int status = tu_wait(agent, 30000);
+  if (status == -1) {
+    tu_kill(agent);
+    fail_msg("the agent did not stop within 30 s of SIGTERM (log: %s)", log_path);
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("the agent exited with status %d (log: %s)", status, log_path);
+}
+
+/* Merge every profile of `worker` into one. */
+static ember_profile_t *merged(ember_profile_t **ps, size_t n, const char *worker,
+                               const ember_labels_t **labels) {
+  static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
+  ember_profile_t *m = NULL;
+  assert_int_equal(ember_profile_new(types, 2, &m), 0);
+  for (size_t i = 0; i < n; i++) {
+    const ember_labels_t *l = ember_profile_labels(ps[i]);
+    if (l->worker == NULL || strcmp(l->worker, worker) != 0) continue;
+    if (labels) *labels = l;
+    assert_int_equal(ember_profile_merge(m, ps[i]), 0);
+  }
+  return m;
+}
+
+static void test_agent_profiles_real_programs(void **state) {
+  (void)state;
+  snprintf(host_id, sizeof host_id, "it-%d-%lld", (int)getpid(),
+           (long long)(ember_time_now_ns() / 1000000));
+  snprintf(log_path, sizeof log_path, "%s/agent-%s.log", EMBER_TEST_TMP, host_id);
+  const char *brokers = tu_bootstrap();
+  pid_t agent = start_agent(brokers, NULL);
+
+  const char *burn_argv[] = {EMBER_TEST_PROGRAMS "/burn", "6", NULL};
+  const char *burn_env[] = {"EMBER_WORKER=ember-it-burn", "EMBER_VERSION=1.2.3",
+                            "EMBER_ACTOR=actor-a", "UNRELATED_SECRET=do-not-ship", NULL};
+  pid_t burn = tu_spawn(burn_argv, burn_env, NULL);
+  const char *short_argv[] = {EMBER_TEST_PROGRAMS "/shortlived", "1500", NULL};
+  const char *short_env[] = {"EMBER_WORKER=ember-it-short", NULL};
+  pid_t shortp = tu_spawn(short_argv, short_env, NULL);
+  char node[512];
+  bool have_node = tu_which("node", node, sizeof node);
+  pid_t nodep = -1;
+  if (have_node) {
+    const char *node_argv[] = {node,
+                               "--perf-basic-prof",
+                               "--interpreted-frames-native-stack",
+                               EMBER_SOURCE_DIR "/tests/programs/fib.js",
+                               "6",
+                               NULL};
+    const char *node_env[] = {"EMBER_WORKER=ember-it-node", NULL};
+    nodep = tu_spawn(node_argv, node_env, NULL);
+  }
+  assert_true(tu_wait(shortp, 20000) != -1);
+  assert_true(tu_wait(burn, 20000) != -1);
+  if (nodep > 0) assert_true(tu_wait(nodep, 30000) != -1);
+  sleep(3); /* the last windows close */
+  stop_agent(agent);
+
+  ember_profile_t **ps = NULL;
+  size_t n = tu_consume_profiles(brokers, host_id, 5000, 60000, &ps);
+  if (n == 0) fail_msg("no profile from host %s arrived (agent log: %s)", host_id, log_path);
+
+  /* The C program: both functions, 3:1 within 15%, labels from its env. */
+  const ember_labels_t *bl = NULL;
+  ember_profile_t *b = merged(ps, n, "ember-it-burn", &bl);
+  int64_t hot = tu_self(b, 0, "burn_hot"), cold = tu_self(b, 0, "burn_cold");
+  print_message("burn: %lld samples, burn_hot %lld, burn_cold %lld\n",
+                (long long)ember_profile_total(b, 0), (long long)hot, (long long)cold);
+  assert_true(hot > 0 && cold > 0);
+  double ratio = (double)hot / (double)cold;
+  if (ratio < 3.0 * 0.85 || ratio > 3.0 * 1.15)
+    fail_msg("burn_hot:burn_cold = %.2f, want 3 +- 15%%", ratio);
+  /* Stacks are whole: main -> burn_loop -> burn_hot. */
+  assert_true(tu_total_matching(b, 0, "burn_loop") >= hot + cold);
+  assert_true(tu_total_matching(b, 0, "main") >= hot + cold);
+  assert_non_null(bl);
+  assert_string_equal(bl->version, "1.2.3");
+  assert_string_equal(bl->actor, "actor-a");
+  assert_string_equal(bl->host, host_id);
+  assert_int_equal(bl->pid, (uint32_t)burn);
+  /* 6 s of wall time at 199 Hz; other tests may share the CPUs, so ask
+   * only for 2 s worth. */
+  assert_true(ember_profile_total(b, 0) > 199 * 2);
+  ember_profile_free(b);
+
+  /* The process that exited mid-window is attributed and symbolized. */
+  ember_profile_t *s = merged(ps, n, "ember-it-short", NULL);
+  int64_t sw = tu_self(s, 0, "short_lived_work");
+  print_message("shortlived: %lld samples, short_lived_work %lld\n",
+                (long long)ember_profile_total(s, 0), (long long)sw);
+  assert_true(sw > 199 / 2);
+  ember_profile_free(s);
+
+  if (have_node) {
+    ember_profile_t *j = merged(ps, n, "ember-it-node", NULL);
+    int kind = tu_find_frame(j, "fibonacciRecursive");
+    print_message("node: %lld samples, fibonacciRecursive kind %d, in %lld samples\n",
+                  (long long)ember_profile_total(j, 0), kind,
+                  (long long)tu_total_matching(j, 0, "fibonacciRecursive"));
+    assert_int_equal(kind, EMBER_FRAME_JIT);
+    assert_true(tu_total_matching(j, 0, "emberBurnJs") > ember_profile_total(j, 0) / 2);
+    ember_profile_free(j);
+  } else {
+    fail_msg("node is not installed: scripts/deps.sh installs it");
+  }
+  for (size_t i = 0; i < n; i++) ember_profile_free(ps[i]);
+  free(ps);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_agent_profiles_real_programs),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

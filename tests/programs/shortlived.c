@@ -1,0 +1,29 @@
+/* Burns CPU in short_lived_work for MILLISECONDS (default 1500), then
+ * exits: the agent must still attribute and symbolize its samples. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static volatile uint64_t sink;
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+__attribute__((noinline)) void short_lived_work(int64_t ms) {
+  int64_t end = now_ns() + ms * 1000000;
+  while (now_ns() < end) {
+    for (int i = 0; i < 1000; i++) sink += (uint64_t)i;
+  }
+}
+
+int main(int argc, char **argv) {
+  char *endp = NULL;
+  long ms = argc > 1 ? strtol(argv[1], &endp, 10) : 1500;
+  if (argc > 1 && (endp == argv[1] || *endp != '\0' || ms <= 0)) return 2;
+  short_lived_work(ms);
+  return 0;
+}
