@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -126,6 +127,46 @@ static void test_sampler_rate_above_kernel_cap(void **state) {
   assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+static void noop_sample(void *ctx, const ember__raw_sample_t *s) {
+  (void)ctx;
+  (void)s;
+}
+
+/* Without privileges, system-wide sampling is refused; the message must say
+ * what to change. Runs as `nobody` in a child (we are root in CI). */
+static void test_sampler_refusal_names_the_fix(void **state) {
+  (void)state;
+  if (geteuid() != 0) skip();
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    ember__sampler_opts_t o = {.hz = 19};
+    ember__sampler_t *s = NULL;
+    char err[512] = "";
+    int rc = ember__sampler_start(&loop, &o, noop_sample, NULL, &s, err, sizeof err);
+    ssize_t w = write(fds[1], err, strlen(err));
+    (void)w;
+    _exit(rc == -EACCES || rc == -EPERM ? 0 : 1);
+  }
+  close(fds[1]);
+  char msg[512] = "";
+  ssize_t n = read(fds[0], msg, sizeof msg - 1);
+  close(fds[0]);
+  msg[n > 0 ? n : 0] = '\0';
+  int status;
+  waitpid(pid, &status, 0);
+  print_message("as nobody: %s\n", msg);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  assert_non_null(strstr(msg, "perf_event_paranoid"));
+  assert_non_null(strstr(msg, "CAP_PERFMON"));
+}
+
 static void test_window_aggregates_stacks(void **state) {
   (void)state;
   ember__window_t *w = NULL;
@@ -195,6 +236,7 @@ int main(void) {
       cmocka_unit_test(test_sampler_cpulist_parse),
       cmocka_unit_test(test_sampler_samples_this_process),
       cmocka_unit_test(test_sampler_rate_above_kernel_cap),
+      cmocka_unit_test(test_sampler_refusal_names_the_fix),
       cmocka_unit_test(test_window_aggregates_stacks),
       cmocka_unit_test(test_window_many_stacks),
   };
