@@ -1,5 +1,8 @@
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <spawn.h>
@@ -173,4 +176,66 @@ bool tu_which(const char *name, char *buf, size_t size) {
     if (access(buf, X_OK) == 0) return true;
   }
   return false;
+}
+
+int tu_http_get(unsigned port, const char *path, char *buf, size_t size) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  char req[512];
+  int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\n\r\n", path);
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || write(fd, req, (size_t)n) != n) {
+    close(fd);
+    return -1;
+  }
+  static char resp[1 << 20];
+  size_t got = 0;
+  ssize_t r;
+  while (got < sizeof resp - 1 && (r = read(fd, resp + got, sizeof resp - 1 - got)) > 0)
+    got += (size_t)r;
+  close(fd);
+  resp[got] = '\0';
+  int status = -1;
+  if (sscanf(resp, "HTTP/1.%*d %d", &status) != 1) return -1;
+  const char *body = strstr(resp, "\r\n\r\n");
+  snprintf(buf, size, "%s", body ? body + 4 : "");
+  return status;
+}
+
+void tu_consume_targets(const char *brokers, const char *prefix, int idle_ms, int max_ms,
+                        void (*fn)(void *ctx, const char *key, const void *value, size_t len),
+                        void *ctx) {
+  ember_config_t *cfg = NULL;
+  ember_kafka_t *k = NULL;
+  rd_kafka_t *c = NULL;
+  char err[512], group[128];
+  assert_int_equal(ember_config_new(&cfg), 0);
+  assert_int_equal(ember_config_set(cfg, "brokers", brokers), 0);
+  assert_int_equal(ember_kafka_new(cfg, &k, err, sizeof err), 0);
+  snprintf(group, sizeof group, "tu-t-%d-%lld", (int)getpid(), (long long)ember_time_now_ns());
+  const char *topics[] = {EMBER_TOPIC_TARGETS};
+  if (ember_kafka_consumer_new(k, group, NULL, topics, 1, &c, err, sizeof err) != 0)
+    fail_msg("consumer: %s", err);
+  int64_t start = ember_time_mono_ns(), last = 0;
+  size_t plen = strlen(prefix);
+  for (;;) {
+    int64_t now = ember_time_mono_ns();
+    if ((now - start) / 1000000 > max_ms) break;
+    if (last != 0 && (now - last) / 1000000 > idle_ms) break;
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 200);
+    if (m == NULL) continue;
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR && m->key_len >= plen &&
+        memcmp(m->key, prefix, plen) == 0) {
+      char key[512];
+      snprintf(key, sizeof key, "%.*s", (int)m->key_len, (const char *)m->key);
+      fn(ctx, key, m->payload, m->len);
+      last = ember_time_mono_ns();
+    }
+    rd_kafka_message_destroy(m);
+  }
+  rd_kafka_consumer_close(c);
+  rd_kafka_destroy(c);
+  ember_kafka_free(k);
+  ember_config_free(cfg);
 }

@@ -37,6 +37,17 @@ int64_t tu_total_matching(const ember_profile_t *p, size_t vi, const char *subst
 /* Does any frame's function contain `substr`? Returns its kind or -1. */
 int tu_find_frame(const ember_profile_t *p, const char *substr);
 
+/* GET http://127.0.0.1:port/path; the body (after the headers) into buf.
+ * Returns the HTTP status or -1. */
+int tu_http_get(unsigned port, const char *path, char *buf, size_t size);
+
+/* Records of ember.targets (from the start, fresh group) whose key starts
+ * with `prefix`, until idle_ms without news or max_ms. Calls fn for each
+ * (value NULL for a tombstone). */
+void tu_consume_targets(const char *brokers, const char *prefix, int idle_ms, int max_ms,
+                        void (*fn)(void *ctx, const char *key, const void *value, size_t len),
+                        void *ctx);
+
 /* Is an executable on PATH? Writes its path to buf. */
 bool tu_which(const char *name, char *buf, size_t size);
 

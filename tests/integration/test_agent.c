@@ -16,6 +16,8 @@
 #include <cmocka.h>
 
 #include "common/testutil.h"
+#include "ember/codec.h"
+#include "ember/parse.h"
 #include "ember/profile.h"
 
 static char host_id[128];
@@ -69,6 +71,63 @@ static ember_profile_t *merged(ember_profile_t **ps, size_t n, const char *worke
   return m;
 }
 
+/* The agent's metrics port, from its log line "metrics on ... (port N)". */
+static unsigned agent_metrics_port(void) {
+  for (int tries = 0; tries < 50; tries++) {
+    FILE *f = fopen(log_path, "r");
+    char line[1024];
+    unsigned port = 0;
+    while (f && fgets(line, sizeof line, f)) {
+      const char *p = strstr(line, "(port ");
+      if (p && sscanf(p, "(port %u)", &port) == 1) break;
+    }
+    if (f) fclose(f);
+    if (port) return port;
+    usleep(100000);
+  }
+  fail_msg("no metrics port in %s", log_path);
+  return 0;
+}
+
+static double metric_value(const char *text, const char *name) {
+  char pat[128];
+  snprintf(pat, sizeof pat, "\n%s ", name);
+  const char *p = strstr(text, pat);
+  if (p == NULL) fail_msg("metric %s missing", name);
+  double v = 0;
+  if (sscanf(p + strlen(pat), "%lf", &v) != 1) fail_msg("metric %s unreadable", name);
+  return v;
+}
+
+typedef struct targets_seen {
+  uint32_t burn_pid, short_pid;
+  bool burn_record, short_record, short_tombstone;
+} targets_seen_t;
+
+static void on_target(void *ctx, const char *key, const void *value, size_t len) {
+  targets_seen_t *t = ctx;
+  const char *slash = strrchr(key, '/');
+  uint64_t pid64 = 0;
+  if (slash == NULL || ember_parse_u64(slash + 1, 1, UINT32_MAX, &pid64) != 0)
+    fail_msg("ember.targets key '%s' is not host/pid", key);
+  uint32_t pid = (uint32_t)pid64;
+  if (value == NULL) {
+    if (pid == t->short_pid) t->short_tombstone = true;
+    return;
+  }
+  ember_target_record_t r;
+  char err[256];
+  if (ember_codec_decode_target(value, len, &r, err, sizeof err) != 0)
+    fail_msg("ember.targets record %s: %s", key, err);
+  if (pid == t->burn_pid && r.worker && strcmp(r.worker, "ember-it-burn") == 0 && r.version &&
+      strcmp(r.version, "1.2.3") == 0 && r.actor && strcmp(r.actor, "actor-a") == 0 &&
+      r.pid == pid && r.host && strcmp(r.host, host_id) == 0)
+    t->burn_record = true;
+  if (pid == t->short_pid && r.worker && strcmp(r.worker, "ember-it-short") == 0)
+    t->short_record = true;
+  ember_target_record_clear(&r);
+}
+
 static void test_agent_profiles_real_programs(void **state) {
   (void)state;
   snprintf(host_id, sizeof host_id, "it-%d-%lld", (int)getpid(),
@@ -101,6 +160,13 @@ static void test_agent_profiles_real_programs(void **state) {
   assert_true(tu_wait(burn, 20000) != -1);
   if (nodep > 0) assert_true(tu_wait(nodep, 30000) != -1);
   sleep(3); /* the last windows close */
+  char text[1 << 16];
+  assert_int_equal(tu_http_get(agent_metrics_port(), "/metrics", text, sizeof text), 200);
+  assert_true(metric_value(text, "ember_agent_samples_total") > 199 * 4);
+  assert_true(metric_value(text, "ember_agent_profiles_published_total") >= 3);
+  assert_true(metric_value(text, "ember_agent_rss_bytes") > 1e6);
+  assert_true(metric_value(text, "ember_agent_cpu_seconds") > 0);
+  assert_true(metric_value(text, "ember_agent_symbol_modules_loaded_total") >= 1);
   stop_agent(agent);
 
   ember_profile_t **ps = NULL;
@@ -152,6 +218,16 @@ static void test_agent_profiles_real_programs(void **state) {
   }
   for (size_t i = 0; i < n; i++) ember_profile_free(ps[i]);
   free(ps);
+
+  /* ember.targets: each target announced with its labels under
+   * "host/pid"; the process that exited got its tombstone. */
+  char prefix[160];
+  snprintf(prefix, sizeof prefix, "%s/", host_id);
+  targets_seen_t seen = {.burn_pid = (uint32_t)burn, .short_pid = (uint32_t)shortp};
+  tu_consume_targets(brokers, prefix, 4000, 30000, on_target, &seen);
+  assert_true(seen.burn_record);
+  assert_true(seen.short_record);
+  assert_true(seen.short_tombstone);
 }
 
 int main(void) {
