@@ -77,8 +77,11 @@ void tu_kill(pid_t pid) {
   waitpid(pid, NULL, 0);
 }
 
-size_t tu_consume_profiles(const char *brokers, const char *host, int idle_ms, int max_ms,
-                           ember_profile_t ***out) {
+/* Read `topic` from the start in a fresh group; fn says whether a message
+ * was one the caller wanted. Stops `idle_ms` after the last wanted message
+ * (once there was one) or after `max_ms`. */
+static void consume(const char *brokers, const char *topic, int idle_ms, int max_ms,
+                    bool (*fn)(void *ctx, const rd_kafka_message_t *m), void *ctx) {
   ember_config_t *cfg = NULL;
   ember_kafka_t *k = NULL;
   rd_kafka_t *c = NULL;
@@ -87,11 +90,9 @@ size_t tu_consume_profiles(const char *brokers, const char *host, int idle_ms, i
   assert_int_equal(ember_config_set(cfg, "brokers", brokers), 0);
   assert_int_equal(ember_kafka_new(cfg, &k, err, sizeof err), 0);
   snprintf(group, sizeof group, "tu-%d-%lld", (int)getpid(), (long long)ember_time_now_ns());
-  const char *topics[] = {EMBER_TOPIC_PROFILES};
+  const char *topics[] = {topic};
   if (ember_kafka_consumer_new(k, group, NULL, topics, 1, &c, err, sizeof err) != 0)
     fail_msg("consumer: %s", err);
-  ember_profile_t **res = NULL;
-  size_t n = 0, cap = 0;
   int64_t start = ember_time_mono_ns(), last = 0;
   for (;;) {
     int64_t now = ember_time_mono_ns();
@@ -99,33 +100,47 @@ size_t tu_consume_profiles(const char *brokers, const char *host, int idle_ms, i
     if (last != 0 && (now - last) / 1000000 > idle_ms) break;
     rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 200);
     if (m == NULL) continue;
-    if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      rd_kafka_message_destroy(m);
-      continue;
-    }
-    ember_profile_t *p = NULL;
-    if (ember_codec_decode(m->payload, m->len, NULL, &p, err, sizeof err) != 0)
-      fail_msg("a message on %s does not decode: %s", EMBER_TOPIC_PROFILES, err);
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR && fn(ctx, m)) last = ember_time_mono_ns();
     rd_kafka_message_destroy(m);
-    const char *h = ember_profile_labels(p)->host;
-    if (h == NULL || strcmp(h, host) != 0) {
-      ember_profile_free(p);
-      continue;
-    }
-    if (n == cap) {
-      cap = cap ? cap * 2 : 64;
-      res = realloc(res, cap * sizeof *res);
-      assert_non_null(res);
-    }
-    res[n++] = p;
-    last = ember_time_mono_ns();
   }
   rd_kafka_consumer_close(c);
   rd_kafka_destroy(c);
   ember_kafka_free(k);
   ember_config_free(cfg);
-  *out = res;
-  return n;
+}
+
+typedef struct profiles_acc {
+  const char *host;
+  ember_profile_t **res;
+  size_t n, cap;
+} profiles_acc_t;
+
+static bool on_profile_message(void *ctx, const rd_kafka_message_t *m) {
+  profiles_acc_t *acc = ctx;
+  ember_profile_t *p = NULL;
+  char err[512];
+  if (ember_codec_decode(m->payload, m->len, NULL, &p, err, sizeof err) != 0)
+    fail_msg("a message on %s does not decode: %s", EMBER_TOPIC_PROFILES, err);
+  const char *h = ember_profile_labels(p)->host;
+  if (h == NULL || strcmp(h, acc->host) != 0) {
+    ember_profile_free(p);
+    return false;
+  }
+  if (acc->n == acc->cap) {
+    acc->cap = acc->cap ? acc->cap * 2 : 64;
+    acc->res = realloc(acc->res, acc->cap * sizeof *acc->res);
+    assert_non_null(acc->res);
+  }
+  acc->res[acc->n++] = p;
+  return true;
+}
+
+size_t tu_consume_profiles(const char *brokers, const char *host, int idle_ms, int max_ms,
+                           ember_profile_t ***out) {
+  profiles_acc_t acc = {.host = host};
+  consume(brokers, EMBER_TOPIC_PROFILES, idle_ms, max_ms, on_profile_message, &acc);
+  *out = acc.res;
+  return acc.n;
 }
 
 int64_t tu_self(const ember_profile_t *p, size_t vi, const char *fn) {
@@ -203,39 +218,25 @@ int tu_http_get(unsigned port, const char *path, char *buf, size_t size) {
   return status;
 }
 
+typedef struct targets_cb {
+  const char *prefix;
+  void (*fn)(void *ctx, const char *key, const void *value, size_t len);
+  void *ctx;
+} targets_cb_t;
+
+static bool on_target_message(void *ctx, const rd_kafka_message_t *m) {
+  targets_cb_t *t = ctx;
+  size_t plen = strlen(t->prefix);
+  if (m->key_len < plen || memcmp(m->key, t->prefix, plen) != 0) return false;
+  char key[512];
+  snprintf(key, sizeof key, "%.*s", (int)m->key_len, (const char *)m->key);
+  t->fn(t->ctx, key, m->payload, m->len);
+  return true;
+}
+
 void tu_consume_targets(const char *brokers, const char *prefix, int idle_ms, int max_ms,
                         void (*fn)(void *ctx, const char *key, const void *value, size_t len),
                         void *ctx) {
-  ember_config_t *cfg = NULL;
-  ember_kafka_t *k = NULL;
-  rd_kafka_t *c = NULL;
-  char err[512], group[128];
-  assert_int_equal(ember_config_new(&cfg), 0);
-  assert_int_equal(ember_config_set(cfg, "brokers", brokers), 0);
-  assert_int_equal(ember_kafka_new(cfg, &k, err, sizeof err), 0);
-  snprintf(group, sizeof group, "tu-t-%d-%lld", (int)getpid(), (long long)ember_time_now_ns());
-  const char *topics[] = {EMBER_TOPIC_TARGETS};
-  if (ember_kafka_consumer_new(k, group, NULL, topics, 1, &c, err, sizeof err) != 0)
-    fail_msg("consumer: %s", err);
-  int64_t start = ember_time_mono_ns(), last = 0;
-  size_t plen = strlen(prefix);
-  for (;;) {
-    int64_t now = ember_time_mono_ns();
-    if ((now - start) / 1000000 > max_ms) break;
-    if (last != 0 && (now - last) / 1000000 > idle_ms) break;
-    rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 200);
-    if (m == NULL) continue;
-    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR && m->key_len >= plen &&
-        memcmp(m->key, prefix, plen) == 0) {
-      char key[512];
-      snprintf(key, sizeof key, "%.*s", (int)m->key_len, (const char *)m->key);
-      fn(ctx, key, m->payload, m->len);
-      last = ember_time_mono_ns();
-    }
-    rd_kafka_message_destroy(m);
-  }
-  rd_kafka_consumer_close(c);
-  rd_kafka_destroy(c);
-  ember_kafka_free(k);
-  ember_config_free(cfg);
+  targets_cb_t t = {prefix, fn, ctx};
+  consume(brokers, EMBER_TOPIC_TARGETS, idle_ms, max_ms, on_target_message, &t);
 }
