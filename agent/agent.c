@@ -105,6 +105,7 @@ typedef struct agent {
   bool stopping;
 
   ember_kafka_t *kafka;
+  bool own_kafka;
   ember__publisher_t *pub;
   ember__discovery_t *disc;
   ember__sampler_t *sampler;
@@ -664,7 +665,7 @@ static void close_walk(uv_handle_t *h, void *arg) {
   if (!uv_is_closing(h)) uv_close(h, NULL);
 }
 
-int ember__agent_run(const ember_config_t *cfg) {
+int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
   agent_t *a = ember_calloc(1, sizeof *a);
   if (a == NULL) return -ENOMEM;
   char err[512] = "";
@@ -689,7 +690,11 @@ int ember__agent_run(const ember_config_t *cfg) {
                ember_http_metrics_port(a->http));
   }
 
-  rc = ember_kafka_new(cfg, &a->kafka, err, sizeof err);
+  a->kafka = kafka;
+  if (a->kafka == NULL) {
+    rc = ember_kafka_new(cfg, &a->kafka, err, sizeof err);
+    a->own_kafka = rc == 0;
+  }
   if (rc == 0 && ember_kafka_is_embedded(a->kafka))
     EMBER_INFO("agent", "embedded Kafka at %s", ember_kafka_brokers(a->kafka));
   if (rc != 0) goto cleanup;
@@ -815,7 +820,7 @@ cleanup:
   }
   ember__symbolizer_free(a->sym);
   ember__discovery_free(a->disc);
-  ember_kafka_free(a->kafka);
+  if (a->own_kafka) ember_kafka_free(a->kafka);
   ember_http_metrics_stop(a->http);
   ember_metrics_free(a->metrics);
   ember__window_free(a->open);

@@ -16,11 +16,14 @@
 #define EMBER_AGENT_AGENT_H
 
 #include "ember/config.h"
+#include "ember/kafka.h"
 
 extern const char *const ember__agent_config_keys[];
 
-/* Run until SIGTERM/SIGINT. Returns 0 after a clean shutdown (open window
- * published or spooled), or an error code with a sentence already logged. */
-int ember__agent_run(const ember_config_t *cfg);
+/* Run until SIGTERM/SIGINT. `kafka` (borrowed, may be NULL) is the Kafka
+ * context to publish through, e.g. `ember up`'s embedded cluster; NULL makes
+ * one from cfg. Returns 0 after a clean shutdown (open window published or
+ * spooled), or an error code with a sentence already logged. */
+int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka);
 
 #endif

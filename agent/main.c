@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   ember_log_set_level(level);
-  int rc = ember__agent_run(cfg);
+  int rc = ember__agent_run(cfg, NULL);
   ember_config_free(cfg);
   return rc == 0 ? 0 : 1;
 }

@@ -1,17 +1,21 @@
 /* ember: the command-line front end.
  *
- *   ember up [--config FILE] [key=value ...]   run Ember on this machine
+ *   ember up [--data DIR] [--config FILE] [key=value ...]
+ *                                              profile this machine
  *   ember decode [--format F] [-o OUT] [FILE]  read one wire message (e.g. a
  *                                              Kafka value saved by kcat),
  *                                              validate it and export it
  *   ember version
  *
- * `ember up` today starts the parts that exist: the embedded Kafka with
- * Ember's topics, and a self-check that one profile travels through it. The
- * agent, collector and API join it as they are built (see README). */
+ * `ember up` today runs the parts that exist: the agent, publishing into
+ * the embedded Kafka, and a reader that prints each window's summary. The
+ * collector, store and API join it as they are built (see README). */
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,18 +26,12 @@
 #include "ember/export.h"
 #include "ember/kafka.h"
 #include "ember/log.h"
+#include "agent.h"
 
 #define EXIT_USAGE 2
 
-static volatile sig_atomic_t stop_requested;
-
-static void on_signal(int sig) {
-  (void)sig;
-  stop_requested = 1;
-}
-
 static void usage(FILE *f) {
-  fputs("usage: ember up [--config FILE] [key=value ...]\n"
+  fputs("usage: ember up [--data DIR] [--config FILE] [key=value ...]\n"
         "       ember decode [--format pprof|folded|speedscope|tree|top] [-o OUT] [FILE]\n"
         "       ember version\n",
         f);
@@ -150,79 +148,124 @@ cleanup:
   return status;
 }
 
-static const char *const up_keys[] = {EMBER_KAFKA_CONFIG_KEYS, "log_level", NULL};
+/* `ember up`: the agent publishing into the embedded Kafka, and a reader
+ * of ember.profiles that prints, per window, where this machine's CPU went.
+ * The collector, store and dashboard will take the reader's place. */
 
-/* Publish one profile and read it back through a consumer group: proves
- * the embedded Kafka, the codec and the client settings work together. */
-static int self_check(const ember_kafka_t *k, char *err, size_t errsz) {
-  ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES};
-  ember_profile_t *p = NULL, *q = NULL;
-  rd_kafka_t *prod = NULL, *cons = NULL;
-  ember_buf_t b;
-  ember_buf_init(&b, 1u << 20);
-  int rc = ember_profile_new(types, 1, &p);
-  ember_frame_t f = {.function = "ember_self_check"};
-  int64_t v[] = {1};
-  char host[256] = "localhost";
-  gethostname(host, sizeof host - 1);
-  ember_labels_t l = {"ember", EMBER_VERSION_STRING, host, NULL, (uint32_t)getpid()};
-  if (rc == 0) rc = ember_profile_add(p, &f, 1, v);
-  if (rc == 0) rc = ember_profile_set_labels(p, &l);
-  if (rc == 0) rc = ember_codec_encode(p, &b);
-  if (rc == 0) rc = ember_kafka_producer_new(k, NULL, &prod, err, errsz);
-  if (rc != 0) goto cleanup;
-  /* RD_KAFKA_V_KEY casts to void *: a writable key keeps -Wcast-qual quiet. */
-  char key[] = "ember";
-  rd_kafka_resp_err_t e = rd_kafka_producev(
-      prod, RD_KAFKA_V_TOPIC(EMBER_TOPIC_PROFILES), RD_KAFKA_V_KEY(key, sizeof key - 1),
-      RD_KAFKA_V_VALUE(b.data, b.len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
-  if (e == RD_KAFKA_RESP_ERR_NO_ERROR) e = rd_kafka_flush(prod, 10000);
-  if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    snprintf(err, errsz, "produce: %s", rd_kafka_err2str(e));
-    rc = EMBER_EKAFKA;
-    goto cleanup;
-  }
-  const char *topics[] = {EMBER_TOPIC_PROFILES};
-  rc = ember_kafka_consumer_new(k, "ember-up-selfcheck", NULL, topics, 1, &cons, err, errsz);
-  if (rc != 0) goto cleanup;
-  rc = EMBER_ETIMEDOUT;
-  snprintf(err, errsz, "self-check message did not come back within 30 s");
-  for (int i = 0; i < 300 && !stop_requested; i++) {
-    rd_kafka_message_t *m = rd_kafka_consumer_poll(cons, 100);
-    if (m == NULL) continue;
-    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-      rc = ember_codec_decode(m->payload, m->len, NULL, &q, err, errsz);
-      rd_kafka_message_destroy(m);
-      break;
+typedef struct up_reader {
+  const ember_kafka_t *kafka;
+  atomic_bool stop;
+  pthread_t thread;
+  bool started;
+} up_reader_t;
+
+typedef struct worker_share {
+  char name[64];
+  int64_t samples;
+} worker_share_t;
+
+static void print_window(ember_profile_t *all, worker_share_t *workers, size_t nworkers,
+                         int64_t start_ns, int64_t end_ns) {
+  int64_t total = ember_profile_total(all, 0);
+  if (total == 0) return;
+  time_t t = (time_t)(start_ns / 1000000000);
+  struct tm tm;
+  localtime_r(&t, &tm);
+  char when[32];
+  strftime(when, sizeof when, "%H:%M:%S", &tm);
+  printf("\n== window %s +%llds: %lld samples\n", when,
+         (long long)((end_ns - start_ns) / 1000000000), (long long)total);
+  for (size_t i = 0; i < nworkers; i++) {
+    for (size_t j = i + 1; j < nworkers; j++) {
+      if (workers[j].samples > workers[i].samples) {
+        worker_share_t w = workers[i];
+        workers[i] = workers[j];
+        workers[j] = w;
+      }
     }
+  }
+  printf("   workers:");
+  for (size_t i = 0; i < nworkers && i < 6; i++)
+    printf(" %s %.1f%%", workers[i].name, 100.0 * (double)workers[i].samples / (double)total);
+  printf("\n");
+  ember_top_entry_t *top = NULL;
+  size_t n = 0;
+  if (ember_profile_top(all, 0, EMBER_TOP_BY_SELF, 10, &top, &n) == 0) {
+    for (size_t i = 0; i < n; i++)
+      printf("   %5.1f%% self %5.1f%% total  %s\n", 100.0 * (double)top[i].self / (double)total,
+             100.0 * (double)top[i].total / (double)total, top[i].name);
+    ember_top_free(top, n);
+  }
+  fflush(stdout);
+}
+
+static void *up_reader_main(void *arg) {
+  up_reader_t *r = arg;
+  static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
+  char err[512];
+  rd_kafka_t *c = NULL;
+  const char *topics[] = {EMBER_TOPIC_PROFILES};
+  if (ember_kafka_consumer_new(r->kafka, "ember-up", NULL, topics, 1, &c, err, sizeof err) != 0) {
+    EMBER_ERROR("up", "cannot read profiles: %s", err);
+    return NULL;
+  }
+  ember_profile_t *all = NULL;
+  worker_share_t workers[64];
+  size_t nworkers = 0;
+  int64_t cur_start = 0, cur_end = 0;
+  while (!atomic_load(&r->stop)) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 200);
+    if (m == NULL) continue;
+    ember_profile_t *p = NULL;
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+        ember_codec_decode(m->payload, m->len, NULL, &p, err, sizeof err) == 0) {
+      int64_t start, end;
+      ember_profile_window(p, &start, &end);
+      if (all == NULL || start > cur_start) {
+        if (all != NULL) print_window(all, workers, nworkers, cur_start, cur_end);
+        ember_profile_free(all);
+        all = NULL;
+        if (ember_profile_new(types, 2, &all) != 0) break;
+        nworkers = 0;
+        cur_start = start;
+        cur_end = end;
+      }
+      if (start == cur_start && ember_profile_merge(all, p) == 0) {
+        const char *w = ember_profile_labels(p)->worker;
+        size_t i = 0;
+        while (i < nworkers && strcmp(workers[i].name, w ? w : "?") != 0) i++;
+        if (i == nworkers && nworkers < sizeof workers / sizeof workers[0]) {
+          snprintf(workers[nworkers].name, sizeof workers[nworkers].name, "%s", w ? w : "?");
+          workers[nworkers++].samples = 0;
+        }
+        if (i < nworkers) workers[i].samples += ember_profile_total(p, 0);
+      }
+    } else if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      EMBER_WARN("up", "skipped a malformed profile: %s", err);
+    }
+    ember_profile_free(p);
     rd_kafka_message_destroy(m);
   }
-  if (rc == 0 && ember_profile_total(q, 0) != 1) {
-    snprintf(err, errsz, "self-check message came back changed");
-    rc = EMBER_ECORRUPT;
-  }
-cleanup:
-  if (cons) {
-    rd_kafka_consumer_close(cons);
-    rd_kafka_destroy(cons);
-  }
-  if (prod) rd_kafka_destroy(prod);
-  ember_buf_free(&b);
-  ember_profile_free(p);
-  ember_profile_free(q);
-  return rc;
+  if (all != NULL) print_window(all, workers, nworkers, cur_start, cur_end);
+  ember_profile_free(all);
+  rd_kafka_consumer_close(c);
+  rd_kafka_destroy(c);
+  return NULL;
 }
 
 static int cmd_up(int argc, char **argv) {
   ember_config_t *cfg = NULL;
   ember_kafka_t *k = NULL;
   char err[512] = "";
+  const char *data = "./ember-data";
   int status = 1;
   if (ember_config_new(&cfg) != 0) return 1;
   for (int i = 0; i < argc; i++) {
-    int rc;
+    int rc = 0;
     if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
       rc = ember_config_load(cfg, argv[++i], err, sizeof err);
+    } else if (strcmp(argv[i], "--data") == 0 && i + 1 < argc) {
+      data = argv[++i];
     } else if (strchr(argv[i], '=') != NULL && argv[i][0] != '-') {
       rc = ember_config_set_arg(cfg, argv[i], err, sizeof err);
     } else {
@@ -235,7 +278,7 @@ static int cmd_up(int argc, char **argv) {
       return EXIT_USAGE;
     }
   }
-  if (ember_config_check(cfg, up_keys, err, sizeof err) != 0) {
+  if (ember_config_check(cfg, ember__agent_config_keys, err, sizeof err) != 0) {
     fprintf(stderr, "ember up: %s\n", err);
     ember_config_free(cfg);
     return EXIT_USAGE;
@@ -243,33 +286,38 @@ static int cmd_up(int argc, char **argv) {
   ember_log_level_t level;
   if (ember_log_parse_level(ember_config_get_str(cfg, "log_level", "info"), &level) == 0)
     ember_log_set_level(level);
+  if (mkdir(data, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "ember up: cannot create the data folder %s: %s\n", data, strerror(errno));
+    ember_config_free(cfg);
+    return 1;
+  }
+  char spool[4096];
+  snprintf(spool, sizeof spool, "%s/spool", data);
+  if (ember_config_get(cfg, "spool_dir") == NULL) ember_config_set(cfg, "spool_dir", spool);
 
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-
+  up_reader_t reader = {0};
   int rc = ember_kafka_new(cfg, &k, err, sizeof err);
   if (rc == 0) rc = ember_kafka_ensure_topics(k, 10000, err, sizeof err);
   if (rc != 0) {
     EMBER_ERROR("up", "%s", err);
     goto cleanup;
   }
-  EMBER_INFO("up", "Kafka (%s) at %s with Ember's topics",
-             ember_kafka_is_embedded(k) ? "embedded" : "external", ember_kafka_brokers(k));
-  rc = self_check(k, err, sizeof err);
-  if (rc != 0) {
-    EMBER_ERROR("up", "self-check failed: %s", err);
-    goto cleanup;
-  }
-  EMBER_INFO("up", "self-check passed: a profile went through Kafka and decoded intact");
-  EMBER_INFO("up", "the agent, collector and dashboard are not built yet; "
-                   "Kafka keeps running for them until Ctrl-C");
-  while (!stop_requested) pause();
-  EMBER_INFO("up", "stopping");
-  status = 0;
+  EMBER_INFO("up", "Kafka (%s) at %s; data in %s",
+             ember_kafka_is_embedded(k) ? "embedded" : "external", ember_kafka_brokers(k), data);
+  EMBER_INFO("up", "profiling this machine; a summary prints after each window; Ctrl-C stops");
+  EMBER_INFO("up", "not built yet: the collector, store, HTTP API and dashboard (README)");
+  reader.kafka = k;
+  atomic_init(&reader.stop, false);
+  reader.started = pthread_create(&reader.thread, NULL, up_reader_main, &reader) == 0;
+  rc = ember__agent_run(cfg, k);
+  status = rc == 0 ? 0 : 1;
 cleanup:
+  if (reader.started) {
+    /* Let the reader take the agent's last window before it stops. */
+    sleep(2);
+    atomic_store(&reader.stop, true);
+    pthread_join(reader.thread, NULL);
+  }
   ember_kafka_free(k);
   ember_config_free(cfg);
   return status;

@@ -16,3 +16,8 @@ set_property(TEST test_agent_outage APPEND PROPERTY ENVIRONMENT
   EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap
   EMBER_TEST_BROKER_DIR=${CMAKE_CURRENT_BINARY_DIR}/broker
   EMBER_TEST_BROKER_SH=${PROJECT_SOURCE_DIR}/tests/kafka/broker.sh)
+
+# `ember up` end to end: the embedded Kafka, no broker needed.
+ember_test(integration test_up integration)
+add_dependencies(test_up ember_cli)
+set_tests_properties(test_up PROPERTIES TIMEOUT 120)
