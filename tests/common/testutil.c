@@ -240,3 +240,13 @@ void tu_consume_targets(const char *brokers, const char *prefix, int idle_ms, in
   targets_cb_t t = {prefix, fn, ctx};
   consume(brokers, EMBER_TOPIC_TARGETS, idle_ms, max_ms, on_target_message, &t);
 }
+
+void tu_on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
+  (void)rk;
+  tu_dr_tally_t *t = opaque;
+  if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    t->ok++;
+  } else if (t->failed++ == 0) {
+    t->first_err = m->err;
+  }
+}

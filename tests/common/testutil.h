@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include <librdkafka/rdkafka.h>
+
 #include "ember/profile.h"
 
 /* The real broker's address from EMBER_TEST_BOOTSTRAP_FILE (fails the test
@@ -47,6 +49,15 @@ int tu_http_get(unsigned port, const char *path, char *buf, size_t size);
 void tu_consume_targets(const char *brokers, const char *prefix, int idle_ms, int max_ms,
                         void (*fn)(void *ctx, const char *key, const void *value, size_t len),
                         void *ctx);
+
+/* Delivery reports of a producer, tallied: set tu_on_delivery as the
+ * conf's dr_msg_cb and a tu_dr_tally_t as its opaque. */
+typedef struct tu_dr_tally {
+  size_t ok;
+  size_t failed;
+  rd_kafka_resp_err_t first_err; /* of the first failure */
+} tu_dr_tally_t;
+void tu_on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque);
 
 /* Is an executable on PATH? Writes its path to buf. */
 bool tu_which(const char *name, char *buf, size_t size);

@@ -24,6 +24,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "common/testutil.h"
 #include "ember/buf.h"
 #include "ember/codec.h"
 #include "ember/config.h"
@@ -83,22 +84,6 @@ static ember_profile_t *make_profile(const char *agent, uint64_t seq, char *work
 
 static int64_t expected_samples(uint64_t seq) { return (int64_t)seq + 4; }
 static int64_t expected_ns(uint64_t seq) { return ((int64_t)seq + 1) * 1000 + 700; }
-
-typedef struct dr_tally {
-  size_t ok;
-  size_t failed;
-  rd_kafka_resp_err_t first_err;
-} dr_tally_t;
-
-static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
-  (void)rk;
-  dr_tally_t *t = opaque;
-  if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-    t->ok++;
-  } else if (t->failed++ == 0) {
-    t->first_err = m->err;
-  }
-}
 
 /* What a consumer saw of one agent's profiles 0..n-1. */
 typedef struct tally {
@@ -276,10 +261,10 @@ static void test_kafka_broker_round_trip(void **state) {
 
   /* Produce. */
   int64_t t0 = ember_time_mono_ns();
-  dr_tally_t dr = {0, 0, RD_KAFKA_RESP_ERR_NO_ERROR};
+  tu_dr_tally_t dr = {0, 0, RD_KAFKA_RESP_ERR_NO_ERROR};
   rd_kafka_conf_t *conf = NULL;
   assert_int_equal(ember_kafka_producer_conf(k, &conf, err, sizeof err), 0);
-  rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+  rd_kafka_conf_set_dr_msg_cb(conf, tu_on_delivery);
   rd_kafka_conf_set_opaque(conf, &dr);
   rd_kafka_t *p = NULL;
   rc = ember_kafka_producer_new(k, conf, &p, err, sizeof err);

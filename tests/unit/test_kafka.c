@@ -20,6 +20,7 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
+#include "common/testutil.h"
 #include "ember/buf.h"
 #include "ember/codec.h"
 #include "ember/config.h"
@@ -122,22 +123,6 @@ static ember_profile_t *make_profile(const char *agent, uint64_t seq, char *work
 static int64_t expected_samples(uint64_t seq) { return (int64_t)seq + 2; }
 static int64_t expected_ns(uint64_t seq) { return ((int64_t)seq + 1) * 1000 + 500; }
 
-typedef struct dr_tally {
-  size_t ok;
-  size_t failed;
-  rd_kafka_resp_err_t first_err;
-} dr_tally_t;
-
-static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
-  (void)rk;
-  dr_tally_t *t = opaque;
-  if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-    t->ok++;
-  } else if (t->failed++ == 0) {
-    t->first_err = m->err;
-  }
-}
-
 /* Produce responses that carried a partition error, as librdkafka's "msg"
  * debug log reports them. Written from librdkafka's broker threads. */
 static atomic_int msgset_errors;
@@ -153,13 +138,13 @@ static void count_msgset_errors(const rd_kafka_t *rk, int level, const char *fac
  * made by ember_kafka_producer_new, flush, and return the delivery tally.
  * With `watch_errors`, the producer's log counts failed message sets in
  * msgset_errors instead of going to ember_log. */
-static dr_tally_t produce_profiles(const ember_kafka_t *k, const char *agent, size_t n,
-                                   bool watch_errors) {
-  dr_tally_t dr = {0, 0, RD_KAFKA_RESP_ERR_NO_ERROR};
+static tu_dr_tally_t produce_profiles(const ember_kafka_t *k, const char *agent, size_t n,
+                                      bool watch_errors) {
+  tu_dr_tally_t dr = {0, 0, RD_KAFKA_RESP_ERR_NO_ERROR};
   char err[512] = "";
   rd_kafka_conf_t *conf = NULL;
   assert_int_equal(ember_kafka_producer_conf(k, &conf, err, sizeof err), 0);
-  rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+  rd_kafka_conf_set_dr_msg_cb(conf, tu_on_delivery);
   rd_kafka_conf_set_opaque(conf, &dr);
   if (watch_errors) {
     atomic_store(&msgset_errors, 0);
@@ -565,7 +550,7 @@ static void test_kafka_embedded_round_trip(void **state) {
   uint64_t port = 0;
   assert_int_equal(ember_parse_u64(brokers + 10, 1, 65535, &port), 0);
 
-  dr_tally_t dr = produce_profiles(k, TEST_AGENT, N, false);
+  tu_dr_tally_t dr = produce_profiles(k, TEST_AGENT, N, false);
   if (dr.failed != 0)
     fail_msg("%zu failed deliveries, first: %s", dr.failed, rd_kafka_err2str(dr.first_err));
   assert_int_equal(dr.ok, N);
@@ -589,7 +574,7 @@ static void test_kafka_injected_produce_errors(void **state) {
   rd_kafka_mock_push_request_errors(
       mock, TEST_APIKEY_PRODUCE, 3, RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
       RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION, RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT);
-  dr_tally_t dr = produce_profiles(k, TEST_AGENT, N, true);
+  tu_dr_tally_t dr = produce_profiles(k, TEST_AGENT, N, true);
   if (dr.failed != 0)
     fail_msg("%zu failed deliveries, first: %s", dr.failed, rd_kafka_err2str(dr.first_err));
   assert_int_equal(dr.ok, N);
