@@ -1,0 +1,190 @@
+/* The profile store: 10-second profile windows in one LMDB environment,
+ * merged over any time range on demand.
+ *
+ * A store is one LMDB file (plus its "-lock" file). Writes take decoded
+ * ember_profile_t windows in batches, one write transaction per batch; reads
+ * merge the windows of every series that matches a label selector over a
+ * half-open time range [from_ns, to_ns) into a fresh profile.
+ *
+ * What is kept (docs/internals/store.md has the byte layouts):
+ *   - series: each distinct label set (worker, version, host, actor) gets a
+ *     series id; postings map each label value to the series that carry it;
+ *   - a stack dictionary shared by every profile: each distinct frame and
+ *     each distinct stack (sequence of frames, leaf first) is stored once;
+ *   - one profile row per (series, window start, set of value types): the
+ *     list of (stack id, values) of that window;
+ *   - hourly rollups: per (series, hour, set of value types) the sum of the
+ *     windows that start in that hour, so a long range reads few rows;
+ *   - CPU nanoseconds per (series, window start), for timelines;
+ *   - an idempotency key per (agent id, seq), so a replayed message is
+ *     stored once.
+ * Old data goes by whole hours through ember_store_retain().
+ *
+ * Thread-safety: one ember_store_t may be shared by any number of threads.
+ * Writers are serialised by LMDB (one write transaction at a time, across
+ * processes too); readers never block and see whole batches only: a read
+ * sees every batch committed before it began, and a long one (it renews
+ * its snapshot every few thousand rows so the file does not grow) may also
+ * see batches committed while it ran. Every call opens and ends its own
+ * transactions: nothing returned by the store points into the database.
+ *
+ * Errors: 0 on success, -EINVAL for bad arguments, -ENOMEM, -ENOSPC when the
+ * map is full (raise map_size), EMBER_ECORRUPT for data that does not decode,
+ * EMBER_EVERSION for a store written by a newer Ember, other -errno for the
+ * operating system. Out-parameters are untouched on failure. */
+#ifndef EMBER_STORE_H
+#define EMBER_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ember/ember.h"
+#include "ember/profile.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The on-disk schema this build writes and the newest it reads. */
+#define EMBER_STORE_SCHEMA_VERSION 1u
+
+typedef struct ember_store ember_store_t;
+
+typedef struct ember_store_opts {
+  /* Largest size the file may grow to, in bytes; 0 = 1 GiB. LMDB reserves
+   * the address space, not the disk. Rounded up to the page size. */
+  size_t map_size;
+  /* Open without writing anything: writes return -EACCES. The store must
+   * already exist. */
+  bool read_only;
+  /* Do not fsync on commit (MDB_NOSYNC): a crash may lose the last batches
+   * but never corrupts the file. For tests and benchmarks. */
+  bool no_sync;
+} ember_store_opts_t;
+
+/* Open (creating if needed, unless read_only) the store at `path`, a regular
+ * file; LMDB adds "<path>-lock" beside it. `opts` may be NULL for defaults.
+ * On a new store the schema version is written; on an existing one it is
+ * checked, and a store written by a newer schema is refused with
+ * EMBER_EVERSION. On failure a sentence naming the cause is written to
+ * `errbuf` (if not NULL; truncated to `errbuf_size`). `path` and `opts` are
+ * borrowed for the call only. Returns 0 and sets *out, which the caller
+ * frees with ember_store_close(). */
+EMBER_API int ember_store_open(const char *path, const ember_store_opts_t *opts,
+                               ember_store_t **out, char *errbuf, size_t errbuf_size);
+
+/* Close the store. No call on it may be running or follow. NULL is a no-op. */
+EMBER_API void ember_store_close(ember_store_t *store);
+
+/* What one ember_store_write() did. */
+typedef struct ember_store_write_result {
+  size_t written;    /* profiles stored */
+  size_t duplicates; /* profiles skipped: their (agent id, seq) was stored before */
+  size_t expired;    /* profiles skipped: older than a past ember_store_retain() cutoff */
+} ember_store_write_result_t;
+
+/* Store `n` profile windows in one write transaction: all or nothing. Each
+ * profile must have labels (any of them may be NULL), a window with
+ * start < end (a profile with no stacks records an idle window); profiles without an agent id are
+ * never treated as duplicates. A profile whose (agent id, seq) is already in
+ * the store, or earlier in the same batch, is skipped and counted in
+ * result->duplicates. Two profiles of the same series, window start and
+ * value types (two processes with identical labels) are added together.
+ * `profiles` are borrowed for the call. `result` may be NULL. Returns 0,
+ * -EINVAL (bad argument or profile; nothing written), -ERANGE (a stored sum
+ * would overflow), -ENOSPC, -ENOMEM, EMBER_ECORRUPT, -EACCES (read-only).
+ * Blocks while another write transaction runs. */
+EMBER_API int ember_store_write(ember_store_t *store, ember_profile_t *const *profiles, size_t n,
+                                ember_store_write_result_t *result);
+
+/* Which series a read covers: each non-NULL field must equal the series'
+ * label exactly; NULL matches any value (including none). All NULL = every
+ * series. */
+typedef struct ember_store_selector {
+  const char *worker;
+  const char *version;
+  const char *host;
+  const char *actor;
+} ember_store_selector_t;
+
+/* Merge every stored window of the selected series whose start lies in
+ * [from_ns, to_ns) into a new profile with the single value type
+ * `value_type`; rows that do not carry that type are skipped. The result
+ * holds frames and stacks resolved from the dictionary, the selector as its
+ * labels, the window covering the merged rows (or [from_ns, to_ns) when none
+ * matched; its start is rounded down to the hour when the first rows come
+ * from an hourly rollup) and the period if every row agreed. Whole hours
+ * inside the range are read from the hourly rollups, the ragged ends from
+ * the windows themselves; the sums are the same either way. `sel` may be NULL (all).
+ * Stacks that appear in a matched row appear in the result even with a zero
+ * value, as in ember_profile_merge(). On success *out is a profile the
+ * caller owns (ember_profile_free). Returns 0 (an empty profile when nothing
+ * matched), -EINVAL (from_ns >= to_ns, bad value type), -ENOMEM,
+ * -ERANGE (a sum overflows), EMBER_ECORRUPT. */
+EMBER_API int ember_store_merge(ember_store_t *store, const ember_store_selector_t *sel,
+                                int64_t from_ns, int64_t to_ns, ember_value_type_t value_type,
+                                ember_profile_t **out);
+
+/* A series with activity in a range. */
+typedef struct ember_store_series {
+  uint32_t id;
+  ember_labels_t labels; /* pid is 0; strings owned by the array */
+  int64_t first_ns;      /* start of its first window in the range */
+  int64_t last_ns;       /* start of its last window in the range */
+} ember_store_series_t;
+
+/* The selected series that have at least one window starting in
+ * [from_ns, to_ns), ordered by series id (creation order). *out is an array
+ * of *count entries (NULL when 0) freed with ember_store_series_free(). */
+EMBER_API int ember_store_series(ember_store_t *store, const ember_store_selector_t *sel,
+                                 int64_t from_ns, int64_t to_ns, ember_store_series_t **out,
+                                 size_t *count);
+EMBER_API void ember_store_series_free(ember_store_series_t *series, size_t count);
+
+/* The most buckets one timeline may have. */
+#define EMBER_STORE_MAX_BUCKETS 1000000u
+
+/* CPU nanoseconds of the selected series, summed per bucket of `step_ns`:
+ * bucket i covers [from_ns + i*step_ns, from_ns + (i+1)*step_ns) and holds
+ * the CPU time of the windows that start in it. *out is an ember_malloc'ed
+ * array of *count = ceil((to_ns - from_ns) / step_ns) values, freed with
+ * ember_free(). CPU time is the window's EMBER_VT_CPU_NS total, else its
+ * EMBER_VT_CPU_SAMPLES total times its period. Returns 0, -EINVAL,
+ * EMBER_ETOOBIG (more than EMBER_STORE_MAX_BUCKETS), -ENOMEM, -ERANGE. */
+EMBER_API int ember_store_cpu_timeline(ember_store_t *store, const ember_store_selector_t *sel,
+                                       int64_t from_ns, int64_t to_ns, int64_t step_ns,
+                                       int64_t **out, size_t *count);
+
+/* Retention: delete every window, hourly rollup, CPU point and idempotency
+ * key older than `before_ns` rounded down to the hour (rollups cover whole
+ * hours, so the cutoff is too), in write transactions of at most
+ * `max_per_txn` deletions (0 = 1000) so that writers are never held up long.
+ * The cutoff is remembered: later writes of windows that start before it
+ * are skipped and counted in `expired`, so a replay of an old message does
+ * not come back once its idempotency key is gone. Frames and stacks are
+ * kept (the dictionary is not garbage-collected yet). *deleted (may be
+ * NULL) gets the number of entries deleted. Returns 0 or an error; on error
+ * the transactions already committed stay done, and calling again resumes. */
+EMBER_API int ember_store_retain(ember_store_t *store, int64_t before_ns, size_t max_per_txn,
+                                 uint64_t *deleted);
+
+/* Entry counts, for tests, metrics and capacity planning. */
+typedef struct ember_store_stats {
+  uint64_t series;       /* distinct label sets */
+  uint64_t frames;       /* distinct frames in the dictionary */
+  uint64_t stacks;       /* distinct stacks in the dictionary */
+  uint64_t profile_rows; /* (series, window, value types) rows */
+  uint64_t cpu_rows;     /* (series, window) CPU points */
+  uint64_t idem_keys;    /* (agent id, seq) keys */
+  uint64_t rollup_rows;  /* (series, hour, value types) rollup rows */
+  uint64_t file_bytes;   /* pages in use times the page size */
+} ember_store_stats_t;
+
+/* Fill *stats from one read transaction. Returns 0 or an error. */
+EMBER_API int ember_store_stats(ember_store_t *store, ember_store_stats_t *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

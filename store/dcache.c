@@ -1,0 +1,64 @@
+/* The dictionary cache (see dcache.h). */
+#include "dcache.h"
+
+#include <string.h>
+
+#include "ember/ember.h"
+
+void ember__dcache_clear(ember__dcache_t *c) {
+  ember_free(c->bytes);
+  ember_free(c->ents);
+  ember__htab_free(&c->index);
+  *c = (ember__dcache_t){0};
+}
+
+static bool dent_eq(const void *ctx, uint32_t idx) {
+  const ember__dcache_t *c = ctx;
+  const struct ember__dent *e = &c->ents[idx];
+  return e->len == c->key_len && memcmp(c->bytes + e->off, c->key, e->len) == 0;
+}
+
+static uint64_t dent_hash(const void *ctx, uint32_t idx) {
+  const ember__dcache_t *c = ctx;
+  return c->ents[idx].hash;
+}
+
+int ember__dcache_find(ember__dcache_t *c, uint64_t hash, const void *p, size_t n, uint32_t *id) {
+  if (!c->n) return 0;
+  c->key = p;
+  c->key_len = n;
+  int64_t i = ember__htab_find(&c->index, hash, dent_eq, c);
+  if (i < 0) return 0;
+  *id = c->ents[i].id;
+  return 1;
+}
+
+static int grow(void *arr, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t nc = *cap ? *cap : 256;
+  while (nc < need) nc *= 2;
+  void *q = ember_realloc(*(void **)arr, nc * elem);
+  if (!q) return -1;
+  *(void **)arr = q;
+  *cap = nc;
+  return 0;
+}
+
+void ember__dcache_add(ember__dcache_t *c, uint64_t hash, const void *p, size_t n, uint32_t id) {
+  if (c->n >= EMBER__DCACHE_MAX_ENTRIES || n > EMBER__DCACHE_MAX_BYTES - c->blen)
+    ember__dcache_clear(c);
+  if (n > EMBER__DCACHE_MAX_BYTES) return;
+  if (grow(&c->bytes, &c->bcap, c->blen + n, 1) < 0 ||
+      grow(&c->ents, &c->cap, c->n + 1, sizeof *c->ents) < 0) {
+    ember__dcache_clear(c);
+    return;
+  }
+  memcpy(c->bytes + c->blen, p, n);
+  c->ents[c->n] = (struct ember__dent){.hash = hash, .off = c->blen, .len = n, .id = id};
+  if (ember__htab_insert(&c->index, hash, (uint32_t)c->n, dent_hash, c) < 0) {
+    ember__dcache_clear(c);
+    return;
+  }
+  c->blen += n;
+  c->n++;
+}

@@ -1,0 +1,456 @@
+/* The read path: merges over time ranges, series listings, CPU timelines. */
+#include <errno.h>
+#include <string.h>
+
+#include "htab.h"
+#include "row.h"
+#include "store_int.h"
+
+/* A long scan gives back its snapshot this often, so that a merge over a
+ * week of windows does not pin old pages while writers go on (pinned pages
+ * cannot be reused and the file grows). */
+#define RENEW_EVERY 4096u
+
+typedef int (*scan_fn)(void *ctx, const MDB_val *k, const MDB_val *v);
+
+/* Call fn for each key of series `sid` with a start time in [from, to), in
+ * time order, in the table `cur` reads (keys: series id | start | ...). */
+static int scan(MDB_txn *txn, MDB_cursor *cur, size_t keylen, uint32_t sid, int64_t from,
+                int64_t to, scan_fn fn, void *ctx, unsigned *since_renew) {
+  uint8_t key[EMBER__PROFILE_KEY_LEN] = {0};
+  ember__put_be32(key, sid);
+  ember__put_time(key + 4, from);
+  MDB_val k = {.mv_size = keylen, .mv_data = key}, v;
+  /* An earlier scan with another cursor may have renewed the transaction,
+   * which leaves this cursor stale until it is renewed too. */
+  int mrc = mdb_cursor_renew(txn, cur);
+  if (mrc == MDB_SUCCESS) mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+  while (mrc == MDB_SUCCESS) {
+    if (k.mv_size != keylen) return EMBER_ECORRUPT;
+    if (ember__get_be32(k.mv_data) != sid || ember__get_time((uint8_t *)k.mv_data + 4) >= to) break;
+    int rc = fn(ctx, &k, &v);
+    if (rc < 0) return rc;
+    if (++*since_renew < RENEW_EVERY) {
+      mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+      continue;
+    }
+    /* Keys are only valid in their transaction: copy the last one, renew,
+     * and seek past it. */
+    *since_renew = 0;
+    memcpy(key, k.mv_data, keylen);
+    mdb_txn_reset(txn);
+    rc = ember__store_err(mdb_txn_renew(txn));
+    if (rc == 0) rc = ember__store_err(mdb_cursor_renew(txn, cur));
+    if (rc < 0) return rc;
+    k = (MDB_val){.mv_size = keylen, .mv_data = key};
+    mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    if (mrc == MDB_SUCCESS && k.mv_size == keylen && memcmp(k.mv_data, key, keylen) == 0)
+      mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+  }
+  return mrc == MDB_NOTFOUND || mrc == MDB_SUCCESS ? 0 : ember__store_err(mrc);
+}
+
+/* Per-stack sums of one value type, keyed by store stack id. */
+typedef struct acc {
+  uint32_t *ids;
+  int64_t *vals;
+  size_t n, cap;
+  ember__htab_t index;
+  uint32_t key; /* the id being looked up */
+} acc_t;
+
+static bool acc_eq(const void *ctx, uint32_t idx) {
+  const acc_t *a = ctx;
+  return a->ids[idx] == a->key;
+}
+static uint64_t acc_hash(const void *ctx, uint32_t idx) {
+  const acc_t *a = ctx;
+  return ember__hash_mix(0, a->ids[idx]);
+}
+
+static int acc_add(acc_t *a, uint32_t id, int64_t v) {
+  uint64_t h = ember__hash_mix(0, id);
+  a->key = id;
+  int64_t i = ember__htab_find(&a->index, h, acc_eq, a);
+  if (i >= 0) {
+    if (v > INT64_MAX - a->vals[i]) return -ERANGE;
+    a->vals[i] += v;
+    return 0;
+  }
+  if (a->n == a->cap) {
+    size_t c = a->cap ? a->cap * 2 : 256;
+    if (c > UINT32_MAX) return EMBER_ETOOBIG;
+    uint32_t *ids = ember_realloc(a->ids, c * sizeof *ids);
+    if (!ids) return -ENOMEM;
+    a->ids = ids;
+    int64_t *vals = ember_realloc(a->vals, c * sizeof *vals);
+    if (!vals) return -ENOMEM;
+    a->vals = vals;
+    a->cap = c;
+  }
+  a->ids[a->n] = id;
+  a->vals[a->n] = v;
+  int rc = ember__htab_insert(&a->index, h, (uint32_t)a->n, acc_hash, a);
+  if (rc < 0) return rc;
+  a->n++;
+  return 0;
+}
+
+static void acc_free(acc_t *a) {
+  ember_free(a->ids);
+  ember_free(a->vals);
+  ember__htab_free(&a->index);
+}
+
+typedef struct merge_ctx {
+  acc_t stacks;
+  uint8_t bit;
+  size_t rows;
+  int64_t start, end, period;
+} merge_ctx_t;
+
+static int merge_row(void *ctx, const MDB_val *k, const MDB_val *v) {
+  merge_ctx_t *m = ctx;
+  uint8_t mask = ((const uint8_t *)k->mv_data)[12];
+  if (!(mask & m->bit)) return 0;
+  ember__row_iter_t it;
+  if (!ember__row_open(&it, v->mv_data, v->mv_size) || it.hdr.mask != mask) return EMBER_ECORRUPT;
+  unsigned col = 0;
+  for (uint8_t b = 1; b < m->bit; b = (uint8_t)(b << 1)) col += (mask & b) ? 1u : 0u;
+  int64_t start = ember__get_time((const uint8_t *)k->mv_data + 4);
+  int64_t dur = (int64_t)it.hdr.duration_ns; /* <= INT64_MAX, checked by row_open */
+  int64_t end = start > INT64_MAX - dur ? INT64_MAX : start + dur;
+  int64_t period = (int64_t)it.hdr.period_ns;
+  if (m->rows == 0) {
+    m->start = start;
+    m->end = end;
+    m->period = period;
+  } else {
+    if (start < m->start) m->start = start;
+    if (end > m->end) m->end = end;
+    if (period != m->period) m->period = 0;
+  }
+  m->rows++;
+  uint32_t id;
+  int64_t vals[EMBER_MAX_VALUE_TYPES];
+  int r;
+  while ((r = ember__row_next(&it, &id, vals)) > 0) {
+    int rc = acc_add(&m->stacks, id, vals[col]);
+    if (rc < 0) return rc;
+  }
+  return r;
+}
+
+static bool decode_frame(const MDB_val *v, ember_frame_t *f) {
+  ember__in_t in = ember__in(v->mv_data, v->mv_size);
+  uint8_t kind = 0;
+  uint32_t line = 0;
+  uint64_t addr = 0;
+  ember__in_u8(&in, &kind);
+  ember__in_be32(&in, &line);
+  ember__in_be64(&in, &addr);
+  *f = (ember_frame_t){.line = line, .address = addr, .kind = (ember_frame_kind_t)kind};
+  ember__in_str(&in, &f->function);
+  ember__in_str(&in, &f->file);
+  ember__in_str(&in, &f->module);
+  ember__in_str(&in, &f->build_id);
+  return in.ok && in.p == in.end && kind <= EMBER_FRAME_KIND_MAX;
+}
+
+/* Add the accumulated stacks to `p`, reading the dictionary in `txn`. */
+static int resolve(ember_store_t *s, MDB_txn *txn, const acc_t *a, ember_profile_t *p) {
+  acc_t fmap = {0}; /* store frame id -> profile frame id (in vals) */
+  uint32_t local[EMBER_MAX_STACK_DEPTH];
+  int rc = 0;
+  for (size_t i = 0; i < a->n; i++) {
+    uint8_t key[4];
+    ember__put_be32(key, a->ids[i]);
+    MDB_val k = {.mv_size = 4, .mv_data = key}, v;
+    rc = ember__store_err(mdb_get(txn, s->dbi[EMBER__DB_STACKS], &k, &v));
+    if (rc == EMBER_ENOTFOUND) rc = EMBER_ECORRUPT;
+    if (rc < 0) goto cleanup;
+    ember__in_t in = ember__in(v.mv_data, v.mv_size);
+    uint64_t depth = 0;
+    if (!ember__in_varint(&in, &depth) || depth == 0 || depth > EMBER_MAX_STACK_DEPTH) {
+      rc = EMBER_ECORRUPT;
+      goto cleanup;
+    }
+    for (size_t d = 0; d < depth; d++) {
+      uint64_t fid = 0;
+      if (!ember__in_varint(&in, &fid) || fid > UINT32_MAX) {
+        rc = EMBER_ECORRUPT;
+        goto cleanup;
+      }
+      fmap.key = (uint32_t)fid;
+      int64_t at = ember__htab_find(&fmap.index, ember__hash_mix(0, fid), acc_eq, &fmap);
+      if (at >= 0) {
+        local[d] = (uint32_t)fmap.vals[at];
+        continue;
+      }
+      uint8_t fkey[4];
+      ember__put_be32(fkey, (uint32_t)fid);
+      MDB_val fk = {.mv_size = 4, .mv_data = fkey}, fv;
+      ember_frame_t f;
+      rc = ember__store_err(mdb_get(txn, s->dbi[EMBER__DB_FRAMES], &fk, &fv));
+      if (rc == EMBER_ENOTFOUND) rc = EMBER_ECORRUPT;
+      if (rc < 0) goto cleanup;
+      if (!decode_frame(&fv, &f)) {
+        rc = EMBER_ECORRUPT;
+        goto cleanup;
+      }
+      /* The profile copies the strings, which point into the map. */
+      rc = ember_profile_intern_frame(p, &f, &local[d]);
+      if (rc == 0) rc = acc_add(&fmap, (uint32_t)fid, local[d]);
+      if (rc < 0) goto cleanup;
+    }
+    if (in.p != in.end) {
+      rc = EMBER_ECORRUPT;
+      goto cleanup;
+    }
+    rc = ember_profile_add_ids(p, local, (size_t)depth, &a->vals[i], NULL);
+    if (rc < 0) goto cleanup;
+  }
+cleanup:
+  acc_free(&fmap);
+  return rc;
+}
+
+static bool vt_valid(ember_value_type_t vt) {
+  return (int)vt >= 1 && (int)vt <= EMBER_MAX_VALUE_TYPES;
+}
+
+int ember_store_merge(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
+                      int64_t to_ns, ember_value_type_t vt, ember_profile_t **out) {
+  if (!s || !out || from_ns >= to_ns || !vt_valid(vt)) return -EINVAL;
+  MDB_txn *txn = NULL;
+  MDB_cursor *cur = NULL, *rcur = NULL;
+  uint32_t *sids = NULL;
+  size_t nsids = 0;
+  ember_profile_t *p = NULL;
+  merge_ctx_t m = {.bit = ember__vt_bit(vt)};
+  unsigned since_renew = 0;
+
+  int rc = ember__store_err(mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn));
+  if (rc < 0) goto cleanup;
+  rc = ember__select(s, txn, sel, &sids, &nsids);
+  if (rc < 0) goto cleanup;
+  rc = ember__store_err(mdb_cursor_open(txn, s->dbi[EMBER__DB_PROFILES], &cur));
+  if (rc < 0) goto cleanup;
+  rc = ember__store_err(mdb_cursor_open(txn, s->dbi[EMBER__DB_ROLLUP_1H], &rcur));
+  if (rc < 0) goto cleanup;
+  /* Whole hours [h0, h1) come from the rollups, the rest from windows. */
+  int64_t h0 = ember__rollup_floor(from_ns), h1 = ember__rollup_floor(to_ns);
+  if (h0 < from_ns) h0 = h0 > INT64_MAX - EMBER__ROLLUP_NS ? h1 : h0 + EMBER__ROLLUP_NS;
+  if (h0 > h1) h0 = h1;
+  for (size_t i = 0; i < nsids; i++) {
+    if (h0 < h1) {
+      rc =
+          scan(txn, cur, EMBER__PROFILE_KEY_LEN, sids[i], from_ns, h0, merge_row, &m, &since_renew);
+      if (rc == 0)
+        rc = scan(txn, rcur, EMBER__PROFILE_KEY_LEN, sids[i], h0, h1, merge_row, &m, &since_renew);
+      if (rc == 0)
+        rc =
+            scan(txn, cur, EMBER__PROFILE_KEY_LEN, sids[i], h1, to_ns, merge_row, &m, &since_renew);
+    } else {
+      rc = scan(txn, cur, EMBER__PROFILE_KEY_LEN, sids[i], from_ns, to_ns, merge_row, &m,
+                &since_renew);
+    }
+    if (rc < 0) goto cleanup;
+  }
+  mdb_cursor_close(cur);
+  cur = NULL;
+  mdb_cursor_close(rcur);
+  rcur = NULL;
+
+  rc = ember_profile_new(&vt, 1, &p);
+  if (rc < 0) goto cleanup;
+  rc = resolve(s, txn, &m.stacks, p);
+  if (rc < 0) goto cleanup;
+  if (sel) {
+    ember_labels_t l = {
+        .worker = sel->worker, .version = sel->version, .host = sel->host, .actor = sel->actor};
+    rc = ember_profile_set_labels(p, &l);
+    if (rc < 0) goto cleanup;
+  }
+  rc = m.rows ? ember_profile_set_window(p, m.start, m.end)
+              : ember_profile_set_window(p, from_ns, to_ns);
+  if (rc < 0) goto cleanup;
+  ember_profile_set_period(p, m.rows ? m.period : 0);
+  *out = p;
+  p = NULL;
+cleanup:
+  if (cur) mdb_cursor_close(cur);
+  if (rcur) mdb_cursor_close(rcur);
+  if (txn) mdb_txn_abort(txn);
+  ember_free(sids);
+  acc_free(&m.stacks);
+  ember_profile_free(p);
+  return rc;
+}
+
+void ember_store_series_free(ember_store_series_t *series, size_t count) {
+  if (!series) return;
+  for (size_t i = 0; i < count; i++) {
+    ember_free((char *)(uintptr_t)series[i].labels.worker);
+    ember_free((char *)(uintptr_t)series[i].labels.version);
+    ember_free((char *)(uintptr_t)series[i].labels.host);
+    ember_free((char *)(uintptr_t)series[i].labels.actor);
+  }
+  ember_free(series);
+}
+
+static int dup_label(const char *src, const char **dst) {
+  *dst = NULL;
+  if (!src) return 0;
+  char *c = ember_strdup(src);
+  if (!c) return -ENOMEM;
+  *dst = c;
+  return 0;
+}
+
+/* The first and last window start of series `sid` in [from, to), or
+ * EMBER_ENOTFOUND. */
+static int series_span(MDB_cursor *cur, uint32_t sid, int64_t from, int64_t to, int64_t *first,
+                       int64_t *last) {
+  uint8_t key[EMBER__PROFILE_KEY_LEN] = {0};
+  ember__put_be32(key, sid);
+  ember__put_time(key + 4, from);
+  MDB_val k = {.mv_size = sizeof key, .mv_data = key}, v;
+  int mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+  if (mrc == MDB_NOTFOUND) return EMBER_ENOTFOUND;
+  if (mrc != MDB_SUCCESS) return ember__store_err(mrc);
+  if (k.mv_size != sizeof key) return EMBER_ECORRUPT;
+  if (ember__get_be32(k.mv_data) != sid || ember__get_time((uint8_t *)k.mv_data + 4) >= to)
+    return EMBER_ENOTFOUND;
+  *first = ember__get_time((uint8_t *)k.mv_data + 4);
+  /* The last key before (sid, to): seek to it and step back. */
+  ember__put_be32(key, sid);
+  ember__put_time(key + 4, to);
+  key[12] = 0;
+  k = (MDB_val){.mv_size = sizeof key, .mv_data = key};
+  mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+  mrc = mrc == MDB_NOTFOUND ? mdb_cursor_get(cur, &k, &v, MDB_LAST)
+                            : (mrc == MDB_SUCCESS ? mdb_cursor_get(cur, &k, &v, MDB_PREV) : mrc);
+  if (mrc != MDB_SUCCESS) return ember__store_err(mrc);
+  if (k.mv_size != sizeof key) return EMBER_ECORRUPT;
+  *last = ember__get_time((uint8_t *)k.mv_data + 4);
+  return 0;
+}
+
+int ember_store_series(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
+                       int64_t to_ns, ember_store_series_t **out, size_t *count) {
+  if (!s || !out || !count || from_ns >= to_ns) return -EINVAL;
+  MDB_txn *txn = NULL;
+  MDB_cursor *cur = NULL;
+  uint32_t *sids = NULL;
+  size_t nsids = 0, n = 0;
+  ember_store_series_t *res = NULL;
+
+  int rc = ember__store_err(mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn));
+  if (rc < 0) goto cleanup;
+  rc = ember__select(s, txn, sel, &sids, &nsids);
+  if (rc < 0 || nsids == 0) goto cleanup;
+  res = ember_calloc(nsids, sizeof *res);
+  if (!res) {
+    rc = -ENOMEM;
+    goto cleanup;
+  }
+  rc = ember__store_err(mdb_cursor_open(txn, s->dbi[EMBER__DB_PROFILES], &cur));
+  if (rc < 0) goto cleanup;
+  for (size_t i = 0; i < nsids; i++) {
+    int64_t first = 0, last = 0;
+    rc = series_span(cur, sids[i], from_ns, to_ns, &first, &last);
+    if (rc == EMBER_ENOTFOUND) continue;
+    if (rc < 0) goto cleanup;
+    uint8_t key[4];
+    ember__put_be32(key, sids[i]);
+    MDB_val k = {.mv_size = 4, .mv_data = key}, v;
+    const char *l[EMBER__NLABELS];
+    rc = ember__store_err(mdb_get(txn, s->dbi[EMBER__DB_SERIES], &k, &v));
+    if (rc < 0) goto cleanup;
+    if (!ember__labels_decode(&v, l)) {
+      rc = EMBER_ECORRUPT;
+      goto cleanup;
+    }
+    ember_store_series_t *e = &res[n++];
+    e->id = sids[i];
+    e->first_ns = first;
+    e->last_ns = last;
+    rc = dup_label(l[0], &e->labels.worker);
+    if (rc == 0) rc = dup_label(l[1], &e->labels.version);
+    if (rc == 0) rc = dup_label(l[2], &e->labels.host);
+    if (rc == 0) rc = dup_label(l[3], &e->labels.actor);
+    if (rc < 0) goto cleanup;
+  }
+  rc = 0;
+cleanup:
+  if (cur) mdb_cursor_close(cur);
+  if (txn) mdb_txn_abort(txn);
+  ember_free(sids);
+  if (rc == 0) {
+    if (n == 0) {
+      ember_free(res);
+      res = NULL;
+    }
+    *out = res;
+    *count = n;
+  } else {
+    ember_store_series_free(res, n);
+  }
+  return rc;
+}
+
+typedef struct cpu_ctx {
+  int64_t *buckets;
+  int64_t from, step;
+} cpu_ctx_t;
+
+static int cpu_row(void *ctx, const MDB_val *k, const MDB_val *v) {
+  cpu_ctx_t *c = ctx;
+  if (v->mv_size != 8) return EMBER_ECORRUPT;
+  uint64_t ns = ember__get_be64(v->mv_data);
+  if (ns > INT64_MAX) return EMBER_ECORRUPT;
+  int64_t start = ember__get_time((const uint8_t *)k->mv_data + 4);
+  /* scan() keeps start in [from, to), so the bucket is in range. */
+  uint64_t b = ((uint64_t)start - (uint64_t)c->from) / (uint64_t)c->step;
+  if ((int64_t)ns > INT64_MAX - c->buckets[b]) return -ERANGE;
+  c->buckets[b] += (int64_t)ns;
+  return 0;
+}
+
+int ember_store_cpu_timeline(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
+                             int64_t to_ns, int64_t step_ns, int64_t **out, size_t *count) {
+  if (!s || !out || !count || from_ns >= to_ns || step_ns <= 0) return -EINVAL;
+  uint64_t span = (uint64_t)to_ns - (uint64_t)from_ns;
+  uint64_t nb = span / (uint64_t)step_ns + (span % (uint64_t)step_ns ? 1 : 0);
+  if (nb > EMBER_STORE_MAX_BUCKETS) return EMBER_ETOOBIG;
+  MDB_txn *txn = NULL;
+  MDB_cursor *cur = NULL;
+  uint32_t *sids = NULL;
+  size_t nsids = 0;
+  cpu_ctx_t c = {.from = from_ns, .step = step_ns};
+  unsigned since_renew = 0;
+
+  c.buckets = ember_calloc((size_t)nb, sizeof *c.buckets);
+  int rc = c.buckets ? 0 : -ENOMEM;
+  if (rc < 0) goto cleanup;
+  rc = ember__store_err(mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn));
+  if (rc < 0) goto cleanup;
+  rc = ember__select(s, txn, sel, &sids, &nsids);
+  if (rc < 0) goto cleanup;
+  rc = ember__store_err(mdb_cursor_open(txn, s->dbi[EMBER__DB_CPU], &cur));
+  if (rc < 0) goto cleanup;
+  for (size_t i = 0; i < nsids; i++) {
+    rc = scan(txn, cur, EMBER__CPU_KEY_LEN, sids[i], from_ns, to_ns, cpu_row, &c, &since_renew);
+    if (rc < 0) goto cleanup;
+  }
+  *out = c.buckets;
+  *count = (size_t)nb;
+  c.buckets = NULL;
+cleanup:
+  if (cur) mdb_cursor_close(cur);
+  if (txn) mdb_txn_abort(txn);
+  ember_free(sids);
+  ember_free(c.buckets);
+  return rc;
+}

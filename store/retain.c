@@ -1,0 +1,152 @@
+/* Retention: deleting old windows in small write transactions. */
+#include <errno.h>
+#include <string.h>
+
+#include "store_int.h"
+
+typedef struct rctx {
+  ember_store_t *s;
+  MDB_txn *txn;
+  size_t in_txn, max_per_txn;
+  uint64_t deleted;
+} rctx_t;
+
+/* Commit the current transaction and start the next one once it has done
+ * its share, so that the writer lock is never held for long. */
+static int maybe_commit(rctx_t *r, bool force) {
+  if (!force && r->in_txn < r->max_per_txn) return 0;
+  int rc = ember__store_err(mdb_txn_commit(r->txn));
+  r->txn = NULL;
+  if (rc < 0) return rc;
+  r->in_txn = 0;
+  return ember__store_err(mdb_txn_begin(r->s->env, NULL, 0, &r->txn));
+}
+
+/* Delete the keys of series `sid` in `db` whose time is below `cutoff`. */
+static int delete_series(rctx_t *r, ember__db_t db, uint32_t sid, int64_t cutoff) {
+  for (;;) {
+    MDB_cursor *cur = NULL;
+    uint8_t key[8 + 4] = {0};
+    ember__put_be32(key, sid);
+    ember__put_time(key + 4, INT64_MIN);
+    MDB_val k = {.mv_size = sizeof key, .mv_data = key}, v;
+    int rc = ember__store_err(mdb_cursor_open(r->txn, r->s->dbi[db], &cur));
+    if (rc < 0) return rc;
+    int mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    bool full = false;
+    while (mrc == MDB_SUCCESS && !full) {
+      if (k.mv_size < 12) {
+        rc = EMBER_ECORRUPT;
+        break;
+      }
+      if (ember__get_be32(k.mv_data) != sid || ember__get_time((uint8_t *)k.mv_data + 4) >= cutoff)
+        break;
+      rc = ember__store_err(mdb_cursor_del(cur, 0));
+      if (rc < 0) break;
+      r->deleted++;
+      full = ++r->in_txn >= r->max_per_txn;
+      /* Seek again rather than rely on where a delete leaves the cursor. */
+      k = (MDB_val){.mv_size = sizeof key, .mv_data = key};
+      mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    }
+    mdb_cursor_close(cur);
+    if (rc < 0) return rc;
+    if (mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND) return ember__store_err(mrc);
+    if (!full) return 0;
+    rc = maybe_commit(r, true);
+    if (rc < 0) return rc;
+  }
+}
+
+/* Delete idempotency keys whose window started below `cutoff`. They are
+ * keyed by agent, not time, so this is one pass over the table, resumed
+ * from the last key after each commit. */
+static int delete_idem(rctx_t *r, int64_t cutoff) {
+  uint8_t resume[EMBER__IDEM_KEY_LEN] = {0};
+  for (;;) {
+    MDB_cursor *cur = NULL;
+    MDB_val k = {.mv_size = sizeof resume, .mv_data = resume}, v;
+    int rc = ember__store_err(mdb_cursor_open(r->txn, r->s->dbi[EMBER__DB_IDEM], &cur));
+    if (rc < 0) return rc;
+    int mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    bool full = false;
+    while (mrc == MDB_SUCCESS && !full) {
+      if (k.mv_size != EMBER__IDEM_KEY_LEN || v.mv_size != 8) {
+        rc = EMBER_ECORRUPT;
+        break;
+      }
+      if (ember__get_time(v.mv_data) >= cutoff) {
+        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+        continue;
+      }
+      memcpy(resume, k.mv_data, sizeof resume);
+      rc = ember__store_err(mdb_cursor_del(cur, 0));
+      if (rc < 0) break;
+      r->deleted++;
+      full = ++r->in_txn >= r->max_per_txn;
+      k = (MDB_val){.mv_size = sizeof resume, .mv_data = resume};
+      mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+    }
+    mdb_cursor_close(cur);
+    if (rc < 0) return rc;
+    if (mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND) return ember__store_err(mrc);
+    if (!full) return 0;
+    rc = maybe_commit(r, true);
+    if (rc < 0) return rc;
+  }
+}
+
+int ember_store_retain(ember_store_t *s, int64_t before_ns, size_t max_per_txn, uint64_t *deleted) {
+  if (!s) return -EINVAL;
+  if (s->read_only) return -EACCES;
+  rctx_t r = {.s = s, .max_per_txn = max_per_txn ? max_per_txn : 1000};
+  uint32_t *sids = NULL;
+  size_t nsids = 0;
+  int64_t cutoff = ember__rollup_floor(before_ns);
+
+  int rc = ember__store_err(mdb_txn_begin(s->env, NULL, 0, &r.txn));
+  if (rc < 0) goto cleanup;
+  /* Record the cutoff first, so that from this commit on no write brings
+   * back what is about to go. Never move it backwards. */
+  MDB_val k = {.mv_size = strlen(EMBER__META_RETAINED),
+               .mv_data = (void *)(uintptr_t)EMBER__META_RETAINED},
+          v;
+  int mrc = mdb_get(r.txn, s->dbi[EMBER__DB_META], &k, &v);
+  if (mrc == MDB_SUCCESS && v.mv_size == 8 && ember__get_time(v.mv_data) > cutoff)
+    cutoff = ember__get_time(v.mv_data);
+  else if (mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND) {
+    rc = ember__store_err(mrc);
+    goto cleanup;
+  }
+  uint8_t cb[8];
+  ember__put_time(cb, cutoff);
+  v = (MDB_val){.mv_size = sizeof cb, .mv_data = cb};
+  rc = ember__store_err(mdb_put(r.txn, s->dbi[EMBER__DB_META], &k, &v, 0));
+  if (rc == 0) rc = maybe_commit(&r, true);
+  if (rc < 0) goto cleanup;
+
+  rc = ember__select(s, r.txn, NULL, &sids, &nsids);
+  if (rc < 0) goto cleanup;
+  static const ember__db_t dbs[] = {EMBER__DB_PROFILES, EMBER__DB_ROLLUP_1H, EMBER__DB_CPU};
+  for (size_t i = 0; i < nsids; i++) {
+    for (size_t d = 0; d < sizeof dbs / sizeof dbs[0]; d++) {
+      rc = delete_series(&r, dbs[d], sids[i], cutoff);
+      if (rc < 0) goto cleanup;
+    }
+  }
+  rc = delete_idem(&r, cutoff);
+  if (rc == 0) rc = ember__store_err(mdb_txn_commit(r.txn));
+  r.txn = NULL;
+  if (rc < 0) goto cleanup;
+  if (deleted) *deleted = r.deleted;
+cleanup:
+  if (r.txn) {
+    mdb_txn_abort(r.txn);
+    /* Retention creates no ids, but keep the rule of write.c: an aborted
+     * write transaction empties the dictionary caches. */
+    for (size_t i = 0; i < sizeof s->cache / sizeof s->cache[0]; i++)
+      ember__dcache_clear(&s->cache[i]);
+  }
+  ember_free(sids);
+  return rc;
+}

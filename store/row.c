@@ -1,0 +1,61 @@
+/* Profile row encoding (see row.h). */
+#include "row.h"
+
+#include "ember/ember.h"
+
+static unsigned popcount8(uint8_t m) {
+  unsigned n = 0;
+  for (; m; m &= (uint8_t)(m - 1)) n++;
+  return n;
+}
+
+int ember__row_encode(ember__out_t *o, const ember__row_hdr_t *h, const uint32_t *ids,
+                      const int64_t *vals, uint64_t n) {
+  uint8_t head[2] = {1, h->mask};
+  unsigned nt = popcount8(h->mask);
+  int rc = ember__out_bytes(o, head, sizeof head);
+  if (rc == 0) rc = ember__out_varint(o, h->duration_ns);
+  if (rc == 0) rc = ember__out_varint(o, h->period_ns);
+  if (rc == 0) rc = ember__out_varint(o, n);
+  uint32_t prev = 0;
+  for (uint64_t i = 0; rc == 0 && i < n; i++) {
+    /* Callers sort and deduplicate: ids strictly increase. */
+    rc = ember__out_varint(o, ids[i] - prev);
+    prev = ids[i];
+    for (unsigned t = 0; rc == 0 && t < nt; t++)
+      rc = ember__out_varint(o, (uint64_t)vals[i * nt + t]);
+  }
+  return rc;
+}
+
+bool ember__row_open(ember__row_iter_t *it, const void *p, size_t n) {
+  *it = (ember__row_iter_t){.in = ember__in(p, n)};
+  uint8_t fmt = 0;
+  ember__in_u8(&it->in, &fmt);
+  ember__in_u8(&it->in, &it->hdr.mask);
+  ember__in_varint(&it->in, &it->hdr.duration_ns);
+  ember__in_varint(&it->in, &it->hdr.period_ns);
+  ember__in_varint(&it->in, &it->hdr.nstacks);
+  it->hdr.ntypes = popcount8(it->hdr.mask);
+  it->left = it->hdr.nstacks;
+  return it->in.ok && fmt == 1 && it->hdr.mask && it->hdr.mask < 16 &&
+         it->hdr.duration_ns <= INT64_MAX && it->hdr.period_ns <= INT64_MAX;
+}
+
+int ember__row_next(ember__row_iter_t *it, uint32_t *id, int64_t *vals) {
+  if (!it->left) return it->in.p == it->in.end ? 0 : EMBER_ECORRUPT;
+  uint64_t delta;
+  if (!ember__in_varint(&it->in, &delta)) return EMBER_ECORRUPT;
+  /* After the first entry every delta is positive. */
+  if (delta > UINT32_MAX - it->id || (delta == 0 && it->left != it->hdr.nstacks))
+    return EMBER_ECORRUPT;
+  it->id += (uint32_t)delta;
+  for (unsigned t = 0; t < it->hdr.ntypes; t++) {
+    uint64_t v;
+    if (!ember__in_varint(&it->in, &v) || v > INT64_MAX) return EMBER_ECORRUPT;
+    vals[t] = (int64_t)v;
+  }
+  it->left--;
+  *id = it->id;
+  return 1;
+}

@@ -1,0 +1,370 @@
+/* Opening and closing a store, its schema check, the series index and
+ * selector resolution shared by the read and write paths. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "store_int.h"
+
+_Static_assert(EMBER__PROFILE_KEY_LEN == sizeof(uint32_t) + sizeof(int64_t) + 1,
+               "profile key: series id, window start, type mask");
+_Static_assert(EMBER__CPU_KEY_LEN == sizeof(uint32_t) + sizeof(int64_t),
+               "cpu key: series id, window start");
+_Static_assert(EMBER__IDEM_KEY_LEN == 2 * sizeof(uint64_t), "idem key: agent hash, seq");
+_Static_assert(EMBER__POSTING_KEY_LEN == 1 + sizeof(uint64_t), "posting key: label, value hash");
+_Static_assert(EMBER_MAX_VALUE_TYPES <= 8, "a type mask is one byte");
+_Static_assert(EMBER_VT_ALLOC_BYTES == 4, "type mask bits follow the value type numbers");
+
+static const struct {
+  const char *name;
+  unsigned flags;
+} db_defs[EMBER__DB_COUNT] = {
+    [EMBER__DB_META] = {"meta", 0},
+    [EMBER__DB_SERIES] = {"series", 0},
+    [EMBER__DB_SERIES_IDX] = {"series_by_hash", MDB_DUPSORT | MDB_DUPFIXED},
+    [EMBER__DB_POSTINGS] = {"postings", MDB_DUPSORT | MDB_DUPFIXED},
+    [EMBER__DB_FRAMES] = {"frames", 0},
+    [EMBER__DB_FRAMES_IDX] = {"frames_by_hash", MDB_DUPSORT | MDB_DUPFIXED},
+    [EMBER__DB_STACKS] = {"stacks", 0},
+    [EMBER__DB_STACKS_IDX] = {"stacks_by_hash", MDB_DUPSORT | MDB_DUPFIXED},
+    [EMBER__DB_PROFILES] = {"profiles", 0},
+    [EMBER__DB_CPU] = {"cpu", 0},
+    [EMBER__DB_IDEM] = {"idem", 0},
+    [EMBER__DB_ROLLUP_1H] = {"rollup_1h", 0},
+};
+
+#define DEFAULT_MAP_SIZE ((size_t)1 << 30)
+
+int ember__store_err(int rc) {
+  switch (rc) {
+  case MDB_SUCCESS: return 0;
+  case MDB_NOTFOUND: return EMBER_ENOTFOUND;
+  case MDB_MAP_FULL:
+  case MDB_TXN_FULL:
+  case MDB_CURSOR_FULL:
+  case MDB_PAGE_FULL: return -ENOSPC;
+  case MDB_READERS_FULL:
+  case MDB_MAP_RESIZED: return -EAGAIN;
+  case MDB_VERSION_MISMATCH: return EMBER_EVERSION;
+  case MDB_BAD_VALSIZE: return -EINVAL;
+  default: break;
+  }
+  /* LMDB passes operating-system errors through as positive errno values;
+   * its own codes are in [MDB_KEYEXIST, MDB_LAST_ERRCODE] and all mean the
+   * file or the handle is not what it should be. */
+  if (rc > 0) return -rc;
+  return EMBER_ECORRUPT;
+}
+
+__attribute__((format(printf, 3, 4))) static void set_err(char *errbuf, size_t size,
+                                                          const char *fmt, ...) {
+  if (!errbuf || !size) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(errbuf, size, fmt, ap);
+  va_end(ap);
+}
+
+int ember_store_open(const char *path, const ember_store_opts_t *opts, ember_store_t **out,
+                     char *errbuf, size_t errbuf_size) {
+  if (!path || !*path || !out) return -EINVAL;
+  ember_store_opts_t o = opts ? *opts : (ember_store_opts_t){0};
+  if (!o.map_size) o.map_size = DEFAULT_MAP_SIZE;
+  if (errbuf && errbuf_size) errbuf[0] = '\0';
+
+  ember_store_t *s = NULL;
+  MDB_txn *txn = NULL;
+  int rc;
+
+  s = ember_calloc(1, sizeof *s);
+  if (!s) {
+    rc = -ENOMEM;
+    goto cleanup;
+  }
+  s->read_only = o.read_only;
+  rc = ember__store_err(mdb_env_create(&s->env));
+  if (rc < 0) goto cleanup;
+  rc = ember__store_err(mdb_env_set_maxdbs(s->env, EMBER__DB_COUNT + 4));
+  if (rc < 0) goto cleanup;
+  rc = ember__store_err(mdb_env_set_mapsize(s->env, o.map_size));
+  if (rc < 0) goto cleanup;
+  /* MDB_NOTLS: readers are tied to transactions, not threads, so callers
+   * may run reads from any thread pool. */
+  unsigned flags = MDB_NOSUBDIR | MDB_NOTLS;
+  if (o.read_only) flags |= MDB_RDONLY;
+  if (o.no_sync) flags |= MDB_NOSYNC;
+  rc = mdb_env_open(s->env, path, flags, 0640);
+  if (rc != MDB_SUCCESS) {
+    if (errbuf && errbuf_size)
+      snprintf(errbuf, errbuf_size, "store %s: cannot open: %s", path, mdb_strerror(rc));
+    rc = ember__store_err(rc);
+    goto cleanup;
+  }
+
+  rc = ember__store_err(mdb_txn_begin(s->env, NULL, o.read_only ? MDB_RDONLY : 0, &txn));
+  if (rc < 0) goto cleanup;
+  for (int i = 0; i < EMBER__DB_COUNT; i++) {
+    unsigned f = db_defs[i].flags | (o.read_only ? 0 : MDB_CREATE);
+    int mrc = mdb_dbi_open(txn, db_defs[i].name, f, &s->dbi[i]);
+    if (mrc == MDB_NOTFOUND) {
+      set_err(errbuf, errbuf_size, "store %s: not an Ember store (no \"%s\" database)", path,
+              db_defs[i].name);
+      rc = EMBER_ENOTFOUND;
+      goto cleanup;
+    }
+    rc = ember__store_err(mrc);
+    if (rc < 0) goto cleanup;
+  }
+
+  MDB_val k = {.mv_size = 6, .mv_data = (void *)(uintptr_t) "schema"};
+  MDB_val v;
+  int mrc = mdb_get(txn, s->dbi[EMBER__DB_META], &k, &v);
+  if (mrc == MDB_NOTFOUND && !o.read_only) {
+    uint8_t ver[4];
+    ember__put_be32(ver, EMBER_STORE_SCHEMA_VERSION);
+    v = (MDB_val){.mv_size = sizeof ver, .mv_data = ver};
+    rc = ember__store_err(mdb_put(txn, s->dbi[EMBER__DB_META], &k, &v, 0));
+    if (rc < 0) goto cleanup;
+  } else if (mrc == MDB_NOTFOUND) {
+    set_err(errbuf, errbuf_size, "store %s: no schema version: not an Ember store", path);
+    rc = EMBER_ENOTFOUND;
+    goto cleanup;
+  } else if (mrc != MDB_SUCCESS) {
+    rc = ember__store_err(mrc);
+    goto cleanup;
+  } else if (v.mv_size != 4) {
+    set_err(errbuf, errbuf_size, "store %s: malformed schema version", path);
+    rc = EMBER_ECORRUPT;
+    goto cleanup;
+  } else {
+    uint32_t ver = ember__get_be32(v.mv_data);
+    if (ver > EMBER_STORE_SCHEMA_VERSION) {
+      set_err(errbuf, errbuf_size,
+              "store %s has schema version %ld, newer than the %ld this Ember reads: "
+              "upgrade Ember or point it at another store",
+              path, (long)ver, (long)EMBER_STORE_SCHEMA_VERSION);
+      rc = EMBER_EVERSION;
+      goto cleanup;
+    }
+    if (ver == 0) {
+      set_err(errbuf, errbuf_size, "store %s: invalid schema version 0", path);
+      rc = EMBER_ECORRUPT;
+      goto cleanup;
+    }
+  }
+  rc = ember__store_err(mdb_txn_commit(txn));
+  txn = NULL;
+  if (rc < 0) goto cleanup;
+
+  *out = s;
+  s = NULL;
+cleanup:
+  if (txn) mdb_txn_abort(txn);
+  if (rc < 0 && errbuf && errbuf_size && !errbuf[0])
+    snprintf(errbuf, errbuf_size, "store %s: %s", path, ember_strerror(rc));
+  ember_store_close(s);
+  return rc;
+}
+
+void ember_store_close(ember_store_t *s) {
+  if (!s) return;
+  if (s->env) mdb_env_close(s->env);
+  for (size_t i = 0; i < sizeof s->cache / sizeof s->cache[0]; i++)
+    ember__dcache_clear(&s->cache[i]);
+  ember_free(s);
+}
+
+int ember__labels_encode(ember__out_t *o, const char *const labels[EMBER__NLABELS]) {
+  for (int i = 0; i < EMBER__NLABELS; i++) {
+    int rc = ember__out_str(o, labels[i]);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+bool ember__labels_decode(const MDB_val *v, const char *labels[EMBER__NLABELS]) {
+  ember__in_t in = ember__in(v->mv_data, v->mv_size);
+  for (int i = 0; i < EMBER__NLABELS; i++) ember__in_str(&in, &labels[i]);
+  return in.ok && in.p == in.end;
+}
+
+uint64_t ember__label_hash(const char *s) {
+  /* NULL and "" must differ: hash the presence byte as well. */
+  uint8_t flag = s ? 1 : 0;
+  uint64_t h = ember__store_hash(EMBER_STORE_HASH_SEED, &flag, 1);
+  if (s) h = ember__store_hash(h, s, strlen(s));
+  return ember__store_hash_final(h);
+}
+
+static bool label_eq(const char *want, const char *have) {
+  return !want || (have && strcmp(want, have) == 0);
+}
+
+static int push_id(uint32_t **ids, size_t *n, size_t *cap, uint32_t id) {
+  if (*n == *cap) {
+    size_t c = *cap ? *cap * 2 : 16;
+    uint32_t *p = ember_realloc(*ids, c * sizeof *p);
+    if (!p) return -ENOMEM;
+    *ids = p;
+    *cap = c;
+  }
+  (*ids)[(*n)++] = id;
+  return 0;
+}
+
+int ember__select(ember_store_t *s, MDB_txn *txn, const ember_store_selector_t *sel, uint32_t **out,
+                  size_t *nout) {
+  const char *want[EMBER__NLABELS] = {0};
+  if (sel) {
+    want[0] = sel->worker;
+    want[1] = sel->version;
+    want[2] = sel->host;
+    want[3] = sel->actor;
+  }
+  MDB_cursor *cur = NULL;
+  uint32_t *ids = NULL;
+  size_t n = 0, cap = 0;
+  int rc;
+
+  /* Candidates come from the shortest posting list of a given label (or
+   * all series when none is given); each is then checked against every
+   * label, which both intersects the lists and weeds out hash collisions. */
+  int best = -1;
+  size_t best_count = SIZE_MAX;
+  uint8_t best_key[EMBER__POSTING_KEY_LEN];
+  rc = ember__store_err(mdb_cursor_open(txn, s->dbi[EMBER__DB_POSTINGS], &cur));
+  if (rc < 0) goto cleanup;
+  for (int i = 0; i < EMBER__NLABELS; i++) {
+    if (!want[i]) continue;
+    uint8_t key[EMBER__POSTING_KEY_LEN];
+    key[0] = (uint8_t)i;
+    ember__put_be64(key + 1, ember__label_hash(want[i]));
+    MDB_val k = {.mv_size = sizeof key, .mv_data = key}, v;
+    int mrc = mdb_cursor_get(cur, &k, &v, MDB_SET);
+    size_t count = 0;
+    if (mrc == MDB_SUCCESS) {
+      rc = ember__store_err(mdb_cursor_count(cur, &count));
+      if (rc < 0) goto cleanup;
+    } else if (mrc != MDB_NOTFOUND) {
+      rc = ember__store_err(mrc);
+      goto cleanup;
+    }
+    if (count < best_count) {
+      best = i;
+      best_count = count;
+      memcpy(best_key, key, sizeof key);
+    }
+  }
+
+  if (best >= 0 && best_count == 0) goto done;
+  if (best >= 0) {
+    MDB_val k = {.mv_size = sizeof best_key, .mv_data = best_key}, v;
+    int mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_KEY);
+    while (mrc == MDB_SUCCESS) {
+      if (v.mv_size != 4) {
+        rc = EMBER_ECORRUPT;
+        goto cleanup;
+      }
+      rc = push_id(&ids, &n, &cap, ember__get_be32(v.mv_data));
+      if (rc < 0) goto cleanup;
+      mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT_DUP);
+    }
+    if (mrc != MDB_NOTFOUND) {
+      rc = ember__store_err(mrc);
+      goto cleanup;
+    }
+  }
+  mdb_cursor_close(cur);
+  cur = NULL;
+
+  if (best >= 0) {
+    /* Keep the candidates whose labels all match, in place. */
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+      uint8_t key[4];
+      ember__put_be32(key, ids[i]);
+      MDB_val k = {.mv_size = 4, .mv_data = key}, v;
+      const char *have[EMBER__NLABELS];
+      rc = ember__store_err(mdb_get(txn, s->dbi[EMBER__DB_SERIES], &k, &v));
+      if (rc < 0) goto cleanup;
+      if (!ember__labels_decode(&v, have)) {
+        rc = EMBER_ECORRUPT;
+        goto cleanup;
+      }
+      bool ok = true;
+      for (int j = 0; j < EMBER__NLABELS; j++) ok = ok && label_eq(want[j], have[j]);
+      if (ok) ids[kept++] = ids[i];
+    }
+    n = kept;
+  } else {
+    rc = ember__store_err(mdb_cursor_open(txn, s->dbi[EMBER__DB_SERIES], &cur));
+    if (rc < 0) goto cleanup;
+    MDB_val k, v;
+    int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+    while (mrc == MDB_SUCCESS) {
+      if (k.mv_size != 4) {
+        rc = EMBER_ECORRUPT;
+        goto cleanup;
+      }
+      rc = push_id(&ids, &n, &cap, ember__get_be32(k.mv_data));
+      if (rc < 0) goto cleanup;
+      mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+    }
+    if (mrc != MDB_NOTFOUND) {
+      rc = ember__store_err(mrc);
+      goto cleanup;
+    }
+  }
+done:
+  if (n == 0) {
+    ember_free(ids);
+    ids = NULL;
+  }
+  *out = ids;
+  *nout = n;
+  ids = NULL;
+  rc = 0;
+cleanup:
+  if (cur) mdb_cursor_close(cur);
+  ember_free(ids);
+  return rc;
+}
+
+int ember_store_stats(ember_store_t *s, ember_store_stats_t *stats) {
+  if (!s || !stats) return -EINVAL;
+  static const struct {
+    ember__db_t db;
+    size_t off;
+  } map[] = {
+      {EMBER__DB_SERIES, offsetof(ember_store_stats_t, series)},
+      {EMBER__DB_FRAMES, offsetof(ember_store_stats_t, frames)},
+      {EMBER__DB_STACKS, offsetof(ember_store_stats_t, stacks)},
+      {EMBER__DB_PROFILES, offsetof(ember_store_stats_t, profile_rows)},
+      {EMBER__DB_CPU, offsetof(ember_store_stats_t, cpu_rows)},
+      {EMBER__DB_IDEM, offsetof(ember_store_stats_t, idem_keys)},
+      {EMBER__DB_ROLLUP_1H, offsetof(ember_store_stats_t, rollup_rows)},
+  };
+  ember_store_stats_t st = {0};
+  MDB_txn *txn = NULL;
+  int rc = ember__store_err(mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn));
+  if (rc < 0) goto cleanup;
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+    MDB_stat ms;
+    rc = ember__store_err(mdb_stat(txn, s->dbi[map[i].db], &ms));
+    if (rc < 0) goto cleanup;
+    uint64_t entries = ms.ms_entries;
+    memcpy((char *)&st + map[i].off, &entries, sizeof entries);
+  }
+  MDB_envinfo info;
+  MDB_stat es;
+  rc = ember__store_err(mdb_env_info(s->env, &info));
+  if (rc < 0) goto cleanup;
+  rc = ember__store_err(mdb_env_stat(s->env, &es));
+  if (rc < 0) goto cleanup;
+  st.file_bytes = (uint64_t)(info.me_last_pgno + 1) * es.ms_psize;
+  *stats = st;
+cleanup:
+  if (txn) mdb_txn_abort(txn);
+  return rc;
+}

@@ -1,0 +1,87 @@
+/* Internals shared by the store's files: the handle, its named databases and
+ * the key layouts (docs/internals/store.md draws them). */
+#ifndef EMBER_STORE_INT_H
+#define EMBER_STORE_INT_H
+
+#include <lmdb.h>
+#include <stdint.h>
+
+#include "ember/store.h"
+#include "dcache.h"
+#include "kv.h"
+
+/* Named databases. The names are on disk. */
+typedef enum ember__db {
+  EMBER__DB_META,       /* "meta": name -> value (schema, id counters) */
+  EMBER__DB_SERIES,     /* "series": series id -> label set */
+  EMBER__DB_SERIES_IDX, /* "series_by_hash": label-set hash -> series ids (dup) */
+  EMBER__DB_POSTINGS,   /* "postings": (label, value hash) -> series ids (dup) */
+  EMBER__DB_FRAMES,     /* "frames": frame id -> frame */
+  EMBER__DB_FRAMES_IDX, /* "frames_by_hash": frame hash -> frame ids (dup) */
+  EMBER__DB_STACKS,     /* "stacks": stack id -> frame ids */
+  EMBER__DB_STACKS_IDX, /* "stacks_by_hash": stack hash -> stack ids (dup) */
+  EMBER__DB_PROFILES,   /* "profiles": (series, start, types) -> stacks and values */
+  EMBER__DB_CPU,        /* "cpu": (series, start) -> CPU ns */
+  EMBER__DB_IDEM,       /* "idem": (agent hash, seq) -> window start */
+  EMBER__DB_ROLLUP_1H,  /* "rollup_1h": (series, hour start, types) -> summed row */
+  EMBER__DB_COUNT
+} ember__db_t;
+
+struct ember_store {
+  MDB_env *env;
+  MDB_dbi dbi[EMBER__DB_COUNT];
+  bool read_only;
+  /* Dictionary caches, by table: series, frames, stacks. Used only inside
+   * write transactions (see dcache.h). */
+  ember__dcache_t cache[3];
+};
+
+/* Key sizes; the layouts are asserted in store.c. */
+#define EMBER__PROFILE_KEY_LEN 13 /* series id be32 | start time be64 | type mask u8 */
+#define EMBER__CPU_KEY_LEN     12 /* series id be32 | start time be64 */
+#define EMBER__IDEM_KEY_LEN    16 /* agent id hash be64 | seq be64 */
+#define EMBER__POSTING_KEY_LEN 9  /* label index u8 | value hash be64 */
+
+/* The label fields of a series, in posting-key order. */
+#define EMBER__NLABELS 4
+
+/* Hourly rollups: the windows whose start falls in [h, h + 1 h) summed into
+ * one row keyed by h, so a long range reads one row per hour. */
+#define EMBER__ROLLUP_NS (3600LL * 1000000000LL)
+
+/* floor(t / EMBER__ROLLUP_NS) * EMBER__ROLLUP_NS, for negative t too. The
+ * first partial hour above INT64_MIN saturates to INT64_MIN: its bucket
+ * still holds only starts below the next whole hour. */
+static inline int64_t ember__rollup_floor(int64_t t) {
+  int64_t q = t / EMBER__ROLLUP_NS;
+  if (t % EMBER__ROLLUP_NS < 0) q--;
+  if (q < INT64_MIN / EMBER__ROLLUP_NS) return INT64_MIN;
+  return q * EMBER__ROLLUP_NS;
+}
+
+/* The meta key holding the retention cutoff (be64, sign-flipped time). */
+#define EMBER__META_RETAINED "retained_before"
+
+/* The profile-row value format; the first byte of every row. */
+#define EMBER__ROW_FORMAT 1
+
+/* An LMDB return code as an Ember one. */
+int ember__store_err(int mdb_rc);
+
+/* The value type bit of a type mask: bit (vt - 1). Rows store values in
+ * ascending value type order, so the mask alone gives the column order. */
+static inline uint8_t ember__vt_bit(ember_value_type_t vt) {
+  return (uint8_t)(1u << ((unsigned)vt - 1u));
+}
+
+/* Label-set encoding: four optional strings (worker, version, host, actor). */
+int ember__labels_encode(ember__out_t *o, const char *const labels[EMBER__NLABELS]);
+bool ember__labels_decode(const MDB_val *v, const char *labels[EMBER__NLABELS]);
+uint64_t ember__label_hash(const char *s);
+
+/* The series ids matching `sel` (NULL = all), ascending, as an ember_malloc'ed
+ * array (NULL when none). Runs inside `txn`. */
+int ember__select(ember_store_t *s, MDB_txn *txn, const ember_store_selector_t *sel, uint32_t **ids,
+                  size_t *n);
+
+#endif
