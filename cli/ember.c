@@ -154,6 +154,7 @@ cleanup:
 
 typedef struct up_reader {
   const ember_kafka_t *kafka;
+  int64_t window_ns;
   atomic_bool stop;
   pthread_t thread;
   bool started;
@@ -213,9 +214,21 @@ static void *up_reader_main(void *arg) {
   worker_share_t workers[64];
   size_t nworkers = 0;
   int64_t cur_start = 0, cur_end = 0;
+  /* On an idle machine no window has a profile (the agent skips its own
+   * samples): say so once per window instead of staying silent. */
+  int64_t last_news = ember_time_mono_ns();
   while (!atomic_load(&r->stop)) {
     rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 200);
-    if (m == NULL) continue;
+    if (m == NULL) {
+      if (ember_time_mono_ns() - last_news > r->window_ns + 2000000000LL) {
+        printf("\n== no process used the CPU in the last %lld s\n",
+               (long long)(r->window_ns / 1000000000));
+        fflush(stdout);
+        last_news = ember_time_mono_ns();
+      }
+      continue;
+    }
+    last_news = ember_time_mono_ns();
     ember_profile_t *p = NULL;
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
         ember_codec_decode(m->payload, m->len, NULL, &p, err, sizeof err) == 0) {
@@ -307,6 +320,12 @@ static int cmd_up(int argc, char **argv) {
   EMBER_INFO("up", "profiling this machine; a summary prints after each window; Ctrl-C stops");
   EMBER_INFO("up", "not built yet: the collector, store, HTTP API and dashboard (README)");
   reader.kafka = k;
+  reader.window_ns = 10000000000LL;
+  if (ember_config_get_duration_ns(cfg, "window", 10000000000LL, 1000000000LL, 3600000000000LL,
+                                   &reader.window_ns, err, sizeof err) != 0) {
+    fprintf(stderr, "ember up: %s\n", err);
+    goto cleanup;
+  }
   atomic_init(&reader.stop, false);
   reader.started = pthread_create(&reader.thread, NULL, up_reader_main, &reader) == 0;
   rc = ember__agent_run(cfg, k);
