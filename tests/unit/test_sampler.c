@@ -132,6 +132,61 @@ static void noop_sample(void *ctx, const ember__raw_sample_t *s) {
   (void)s;
 }
 
+typedef struct hotplug_step {
+  const char *path;
+  ember__sampler_t *s;
+  int step;
+  uint32_t cpus[3];
+} hotplug_step_t;
+
+static void write_online(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* Every 150 ms: record how many CPUs are sampled, then change the list. */
+static void on_hotplug_step(uv_timer_t *t) {
+  hotplug_step_t *h = t->data;
+  ember__sampler_stats_t st;
+  ember__sampler_stats(h->s, &st);
+  h->cpus[h->step++] = st.cpus;
+  if (h->step == 1) write_online(h->path, "0-1\n"); /* cpu 1 comes online */
+  if (h->step == 2) write_online(h->path, "1\n");   /* cpu 0 goes offline */
+  if (h->step == 3) uv_stop(t->loop);
+}
+
+/* CPU hotplug, through a stand-in for /sys/devices/system/cpu/online: the
+ * sampler opens a real event for a CPU that appears and closes the one of
+ * a CPU that goes away. */
+static void test_sampler_follows_cpu_hotplug(void **state) {
+  (void)state;
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) skip();
+  char path[512];
+  snprintf(path, sizeof path, "%s/cpu-online", EMBER_TEST_TMP);
+  write_online(path, "0\n");
+  uv_loop_t loop;
+  assert_int_equal(uv_loop_init(&loop), 0);
+  ember__sampler_opts_t o = {.hz = 19, .hotplug_ms = 50, .sysfs_online = path};
+  hotplug_step_t h = {.path = path};
+  char err[256] = "";
+  if (ember__sampler_start(&loop, &o, noop_sample, NULL, &h.s, err, sizeof err) != 0)
+    fail_msg("sampler: %s", err);
+  uv_timer_t t;
+  uv_timer_init(&loop, &t);
+  t.data = &h;
+  uv_timer_start(&t, on_hotplug_step, 150, 150);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ember__sampler_stop(h.s);
+  uv_close((uv_handle_t *)&t, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&loop), 0);
+  assert_int_equal(h.cpus[0], 1); /* only cpu 0 at start */
+  assert_int_equal(h.cpus[1], 2); /* cpu 1 added */
+  assert_int_equal(h.cpus[2], 1); /* cpu 0 removed */
+}
+
 /* Without privileges, system-wide sampling is refused; the message must say
  * what to change. Runs as `nobody` in a child (we are root in CI). */
 static void test_sampler_refusal_names_the_fix(void **state) {
@@ -237,6 +292,7 @@ int main(void) {
       cmocka_unit_test(test_sampler_samples_this_process),
       cmocka_unit_test(test_sampler_rate_above_kernel_cap),
       cmocka_unit_test(test_sampler_refusal_names_the_fix),
+      cmocka_unit_test(test_sampler_follows_cpu_hotplug),
       cmocka_unit_test(test_window_aggregates_stacks),
       cmocka_unit_test(test_window_many_stacks),
   };
