@@ -92,6 +92,7 @@ typedef struct agent {
   char host_id[256];
   char agent_id[320];
   uint32_t hz;
+  uint32_t ring_pages;
   int64_t window_ns;
   int64_t targets_refresh_ns;
   uint64_t max_stacks;
@@ -225,7 +226,7 @@ static void pid_index_rebuild(agent_t *a) {
   }
 }
 
-static void refresh_maps(agent_t *a, pidinfo_t *p) {
+static void refresh_maps(pidinfo_t *p) {
   int64_t now = ember_time_mono_ns();
   if (p->maps != NULL && now - p->maps_read_ns < MAPS_REFRESH_NS) return;
   p->maps_read_ns = now;
@@ -240,7 +241,6 @@ static void refresh_maps(agent_t *a, pidinfo_t *p) {
   r->maps = m;
   maps_ref_put(p->maps);
   p->maps = r;
-  (void)a;
 }
 
 /* --- sampling (loop thread) --- */
@@ -264,7 +264,7 @@ static void on_sample(void *ctx, const ember__raw_sample_t *s) {
     if (s->ips[i] < EMBER__KERNEL_MIN && !ember__procmaps_covers(p->maps->maps, s->ips[i]))
       covered = false;
   }
-  if (!covered) refresh_maps(a, p);
+  if (!covered) refresh_maps(p);
 }
 
 /* --- the close thread --- */
@@ -654,6 +654,7 @@ static int read_config(agent_t *a, const ember_config_t *cfg, char *err, size_t 
     rc = ember_config_get_u64(cfg, "max_stacks_per_window", 200000, 1, 50000000, &max_stacks, err,
                               errsz);
   a->hz = (uint32_t)hz;
+  a->ring_pages = (uint32_t)pages;
   a->window_ns = win;
   a->targets_refresh_ns = refresh;
   a->max_stacks = max_stacks;
@@ -749,10 +750,8 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
   if (rc != 0) goto cleanup;
   closer_ok = true;
 
-  uint64_t pages = 8;
-  ember_config_get_u64(cfg, "ring_pages", 8, 1, 4096, &pages, err, sizeof err);
   ember__sampler_opts_t so = {
-      .hz = a->hz, .ring_pages = (uint32_t)pages, .kernel = kernel, .hotplug_ms = 5000};
+      .hz = a->hz, .ring_pages = a->ring_pages, .kernel = kernel, .hotplug_ms = 5000};
   rc = ember__sampler_start(&a->loop, &so, on_sample, a, &a->sampler, err, sizeof err);
   if (rc != 0) goto cleanup;
 
