@@ -23,6 +23,15 @@ EMBER_API int ember_parse_bool(const char *s, bool *out);
  * a bare number is taken in `bare_unit_ns` nanoseconds. Result in ns. */
 EMBER_API int ember_parse_duration_ns(const char *s, int64_t bare_unit_ns, int64_t *out);
 
+/* A point in time, for query ranges (CLI flags, HTTP parameters):
+ *   "now"                         now_ns
+ *   "-15m", "now-2h", "-90s"      now_ns minus a duration (units as above)
+ *   "1732838400", "1732838400.25" Unix seconds, up to 9 decimals
+ *   "2026-11-29T10:00:00Z", "2026-11-29T10:00:00.5+01:00"  RFC 3339
+ * Result in Unix nanoseconds. Returns 0, -EINVAL (none of these forms) or
+ * -ERANGE (outside what int64 nanoseconds hold). */
+EMBER_API int ember_parse_time(const char *s, int64_t now_ns, int64_t *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -131,6 +131,54 @@ static void test_config_survives_allocation_failures(void **state) {
   }
 }
 
+static void test_parse_time(void **state) {
+  (void)state;
+  const int64_t now = 1764410400LL * 1000000000; /* 2025-11-29T10:00:00Z */
+  int64_t t = 7;
+  assert_int_equal(ember_parse_time("now", now, &t), 0);
+  assert_true(t == now);
+  assert_int_equal(ember_parse_time("-15m", now, &t), 0);
+  assert_true(t == now - 15LL * 60 * 1000000000);
+  assert_int_equal(ember_parse_time("now-2h", now, &t), 0);
+  assert_true(t == now - 2LL * 3600 * 1000000000);
+  assert_int_equal(ember_parse_time("-90", now, &t), 0); /* bare = seconds */
+  assert_true(t == now - 90LL * 1000000000);
+  assert_int_equal(ember_parse_time("1764410400", now, &t), 0);
+  assert_true(t == now);
+  assert_int_equal(ember_parse_time("1764410400.25", now, &t), 0);
+  assert_true(t == now + 250000000);
+  assert_int_equal(ember_parse_time("2025-11-29T10:00:00Z", now, &t), 0);
+  assert_true(t == now);
+  assert_int_equal(ember_parse_time("2025-11-29T11:00:00.5+01:00", now, &t), 0);
+  assert_true(t == now + 500000000);
+  assert_int_equal(ember_parse_time("2025-11-29T09:30:00-00:30", now, &t), 0);
+  assert_true(t == now);
+  assert_int_equal(ember_parse_time("1970-01-01T00:00:00Z", now, &t), 0);
+  assert_true(t == 0);
+  assert_int_equal(ember_parse_time("2024-02-29T00:00:00Z", now, &t), 0);
+  assert_true(t == 1709164800LL * 1000000000);
+  t = 7;
+  const char *bad[] = {"",
+                       "yesterday",
+                       "-",
+                       "-15x",
+                       "15m",
+                       "1.",
+                       "1.1234567890",
+                       "2025-13-01T00:00:00Z",
+                       "2025-02-29T00:00:00Z",
+                       "2025-11-29T10:00:00",
+                       "2025-11-29T10:00:00+1",
+                       "2025-11-29 10:00:00Z",
+                       "12e3",
+                       "now+5m"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_not_equal(ember_parse_time(bad[i], now, &t), 0);
+    assert_true(t == 7);
+  }
+  assert_int_equal(ember_parse_time("99999999999999", now, &t), -ERANGE);
+}
+
 static void test_parse_numbers(void **state) {
   (void)state;
   uint64_t u = 5;
@@ -223,6 +271,7 @@ int main(void) {
       cmocka_unit_test(test_config_errors_name_the_line),
       cmocka_unit_test(test_config_survives_allocation_failures),
       cmocka_unit_test(test_parse_numbers),
+      cmocka_unit_test(test_parse_time),
       cmocka_unit_test(test_parse_durations),
       cmocka_unit_test(test_buf_bounds),
       cmocka_unit_test(test_log_levels_and_errors),
