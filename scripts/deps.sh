@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   # libraries Ember links
   librdkafka-dev libzstd-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev zlib1g-dev
-  libuv1-dev libelf-dev libdw-dev libmicrohttpd-dev liblmdb-dev
+  libuv1-dev libelf-dev libdw-dev libmicrohttpd-dev liblmdb-dev libcurl4-openssl-dev
   # tests: cmocka, the fuzzer toolchain, the formatter, Kafka tooling, ss
   libcmocka-dev clang libclang-rt-14-dev clang-format kcat iproute2 procps
 )
