@@ -51,6 +51,23 @@ typedef struct ember_tree_opts {
 EMBER_API int ember_export_tree(const ember_profile_t *p, const ember_tree_opts_t *opts,
                                 ember_buf_t *out);
 
+/* The diff tree: `base` and `vs` merged into one call tree (functions
+ * matched by display name and module) whose nodes carry both totals:
+ * {"version":1,"type","unit","base":{"total"},"vs":{"total"},"nodes",
+ *  "truncated","root":{"name","module","kind","base","vs","base_self",
+ *  "vs_self","children":[..]}}. The two value types must be the same type
+ * (else EMBER_EMISMATCH). max_nodes caps the tree as in ember_export_tree,
+ * ranking nodes by the larger of their two totals; folded subtrees go into
+ * their parent's base_self/vs_self, so every total stays exact. Both
+ * profiles are borrowed for the call. */
+typedef struct ember_tree_diff_opts {
+  size_t base_vi;   /* value type index in base */
+  size_t vs_vi;     /* value type index in vs */
+  size_t max_nodes; /* 0 = no cap */
+} ember_tree_diff_opts_t;
+EMBER_API int ember_export_tree_diff(const ember_profile_t *base, const ember_profile_t *vs,
+                                     const ember_tree_diff_opts_t *opts, ember_buf_t *out);
+
 /* Dispatch on fmt; vi is ignored by formats that carry every value type. */
 EMBER_API int ember_export(const ember_profile_t *p, ember_format_t fmt, size_t vi,
                            ember_buf_t *out);
