@@ -14,26 +14,17 @@ int main(int argc, char **argv) {
   ember_config_t *cfg = NULL;
   char err[512] = "";
   if (ember_config_new(&cfg) != 0) return 1;
-  for (int i = 1; i < argc; i++) {
-    int rc;
-    if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
-      rc = ember_config_load(cfg, argv[++i], err, sizeof err);
-    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      printf("usage: ember-agent [--config FILE] [key=value ...]\n");
-      ember_config_free(cfg);
-      return 0;
-    } else if (argv[i][0] != '-' && strchr(argv[i], '=') != NULL) {
-      rc = ember_config_set_arg(cfg, argv[i], err, sizeof err);
-    } else {
-      snprintf(err, sizeof err, "unknown argument '%s' (expected --config FILE or key=value)",
-               argv[i]);
-      rc = EMBER_ECONFIG;
-    }
-    if (rc != 0) {
-      fprintf(stderr, "ember-agent: %s\n", err);
-      ember_config_free(cfg);
-      return 2;
-    }
+  int n = ember_config_apply_args(cfg, argc - 1, argv + 1, err, sizeof err);
+  if (n >= 0 && n < argc - 1 &&
+      (strcmp(argv[n + 1], "--help") == 0 || strcmp(argv[n + 1], "-h") == 0)) {
+    printf("usage: ember-agent [--config FILE] [key=value ...]\n");
+    ember_config_free(cfg);
+    return 0;
+  }
+  if (n != argc - 1) {
+    fprintf(stderr, "ember-agent: %s\n", err);
+    ember_config_free(cfg);
+    return 2;
   }
   if (ember_config_check(cfg, ember__agent_config_keys, err, sizeof err) != 0) {
     fprintf(stderr, "ember-agent: %s\n", err);

@@ -111,6 +111,39 @@ int ember_config_set_arg(ember_config_t *cfg, const char *arg, char *errbuf, siz
   return rc;
 }
 
+int ember_config_apply_args(ember_config_t *cfg, int argc, char *const *argv, char *errbuf,
+                            size_t errbuf_size) {
+  if (cfg == NULL || argc < 0 || (argc > 0 && argv == NULL)) return -EINVAL;
+  static const char opt[] = "--config";
+  if (errbuf_size > 0) errbuf[0] = '\0';
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    int rc;
+    if (strcmp(a, opt) == 0) {
+      if (i + 1 == argc) {
+        snprintf(errbuf, errbuf_size, "--config needs a FILE");
+        return EMBER_ECONFIG;
+      }
+      rc = ember_config_load(cfg, argv[++i], errbuf, errbuf_size);
+    } else if (strncmp(a, opt, sizeof opt - 1) == 0 && a[sizeof opt - 1] == '=') {
+      rc = ember_config_load(cfg, a + sizeof opt, errbuf, errbuf_size);
+    } else if (a[0] != '-' && strchr(a, '=') != NULL) {
+      rc = ember_config_set_arg(cfg, a, errbuf, errbuf_size);
+    } else {
+      snprintf(errbuf, errbuf_size, "unknown argument '%s' (expected --config FILE or key=value)",
+               a);
+      return i;
+    }
+    if (rc != 0) {
+      /* Loading and setting leave errbuf empty only when out of memory. */
+      if (errbuf_size > 0 && errbuf[0] == '\0')
+        snprintf(errbuf, errbuf_size, "%s", ember_strerror(rc));
+      return rc;
+    }
+  }
+  return argc;
+}
+
 static const char *trim(const char *s, const char *end, size_t *len) {
   while (s < end && isspace((unsigned char)*s)) s++;
   while (end > s && isspace((unsigned char)end[-1])) end--;

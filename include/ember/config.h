@@ -46,6 +46,28 @@ EMBER_API int ember_config_set(ember_config_t *cfg, const char *key, const char 
 EMBER_API int ember_config_set_arg(ember_config_t *cfg, const char *arg, char *errbuf,
                                    size_t errbuf_size);
 
+/* Apply command-line arguments in order: `--config FILE` (or
+ * `--config=FILE`) loads FILE, `key=value` sets a key, so later arguments
+ * override earlier ones and the file. Stops at the first argument that is
+ * neither and returns its index (argc when all were used), so a command can
+ * handle its own flags there and call again with the rest:
+ *
+ *   for (int i = 0; i < argc;) {
+ *     int n = ember_config_apply_args(cfg, argc - i, argv + i, err, sizeof err);
+ *     if (n < 0) fail(err);
+ *     if ((i += n) == argc) break;
+ *     if (strcmp(argv[i], "--data") == 0 && i + 1 < argc) { data = argv[i + 1]; i += 2; }
+ *     else fail(err);
+ *   }
+ *
+ * When it stops early, errbuf already says "unknown argument 'X' (expected
+ * --config FILE or key=value)" for callers that have no flags of their own.
+ * Returns the index, or a negative code with a sentence in errbuf:
+ * EMBER_ECONFIG (--config without FILE, a malformed key, a syntax error in
+ * the file), -errno (the file cannot be read), -ENOMEM. argv is borrowed. */
+EMBER_API int ember_config_apply_args(ember_config_t *cfg, int argc, char *const *argv,
+                                      char *errbuf, size_t errbuf_size);
+
 /* Fail with EMBER_ECONFIG on the first key not in `known` (a NULL-terminated
  * list; an entry ending in '.' accepts every key with that prefix). */
 EMBER_API int ember_config_check(const ember_config_t *cfg, const char *const *known, char *errbuf,
