@@ -1,8 +1,14 @@
 /* The HTTP API (docs/api.md): libmicrohttpd serving /api/v1/..., /healthz
  * and /metrics from one store. Internal to ember-collector and `ember up`.
  *
- * The server runs libmicrohttpd's own threads (a small pool); each request
- * opens its own store read transactions, so queries never block ingest. */
+ * The server runs libmicrohttpd's internal polling threads as a pool of
+ * `threads` threads; each request is answered on the thread that read it,
+ * and opens its own store read transactions, so queries never block ingest
+ * and a slow query holds up only the connections of its own thread.
+ *
+ * Limits: at most 256 connections, 30 s of idleness per connection, 32
+ * query parameters per request, and a response body of at most
+ * `max_response` bytes (413 past it). */
 #ifndef EMBER_COLLECTOR_API_H
 #define EMBER_COLLECTOR_API_H
 
@@ -15,26 +21,34 @@
 typedef struct ember__api ember__api_t;
 
 typedef struct ember__api_opts {
-  const char *listen;       /* "127.0.0.1:7272" (default when NULL); port 0 picks one */
-  const char *token;        /* bearer token; NULL or "" = no authentication */
+  const char *listen;       /* "127.0.0.1:7272" (default when NULL), ":7272" for every
+                               IPv4 address, "localhost:7272"; port 0 picks one.
+                               Borrowed for the call. */
+  const char *token;        /* bearer token; NULL or "" = no authentication. Copied. */
   ember_store_t *store;     /* borrowed; must outlive the server */
   ember_metrics_t *metrics; /* rendered at /metrics; NULL = empty. The API
                                registers its own request metrics in it at
-                               start, so start before other threads render it */
-  unsigned threads;         /* worker threads; 0 = 2 */
+                               start, so start before other threads render it.
+                               Borrowed; must outlive the server. */
+  unsigned threads;         /* worker threads; 0 = 2, at most 64 */
+  size_t max_response;      /* largest response body in bytes; 0 = 64 MiB */
 } ember__api_opts_t;
 
 /* The config keys the API reads (api.listen, api.token, api.threads), for
  * ember_config_check lists. NULL-terminated. */
 extern const char *const ember__api_config_keys[];
 
-/* Start serving. Returns 0, EMBER_ECONFIG (bad listen address), -errno
- * (cannot bind: errbuf says which address), -ENOMEM. */
+/* Start serving. Returns 0, -EINVAL (no store, no out, threads > 64),
+ * EMBER_ECONFIG (bad listen address), -errno (cannot bind: errbuf says
+ * which address), -ENOMEM. errbuf may be NULL. */
 int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *errbuf,
                      size_t errbuf_size);
-/* The port actually bound (useful with port 0). */
+/* The port actually bound (useful with port 0); 0 for NULL. */
 uint16_t ember__api_port(const ember__api_t *api);
-/* Stop: refuse new connections, finish running requests, free. NULL ok. */
+/* Stop: refuse new connections, answer requests that arrive meanwhile on
+ * open connections with 503, wait (up to 10 s) for the responses already
+ * being made or sent to finish, then close everything and free. NULL ok.
+ * Not to be called concurrently with itself. */
 void ember__api_stop(ember__api_t *api);
 
 #endif

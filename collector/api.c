@@ -1,0 +1,1195 @@
+/* The HTTP API server: the daemon, authentication, parameter checking,
+ * responses and the endpoints of docs/api.md.
+ *
+ * Every handler works the same way: check the parameters (any error is a
+ * 400 naming the parameter), ask the store, build the body in an ember_buf_t
+ * bounded by max_response, and hand it to libmicrohttpd. Error bodies are
+ * built in a fixed stack buffer, so an error can be reported even when
+ * allocation fails. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "api.h"
+#include "ember/export.h"
+#include "ember/log.h"
+#include "ember/parse.h"
+#include "utf8.h"
+
+#define LOG "api"
+
+#define DEFAULT_LISTEN   "127.0.0.1:7272"
+#define MAX_THREADS      64u
+#define MAX_PARAMS       32u
+#define DEFAULT_RESPONSE ((size_t)64 << 20)
+#define STOP_WAIT_NS     (10LL * 1000000000LL)
+#define SEC_NS           1000000000LL
+#define MS_NS            1000000LL
+
+/* Timelines: the default step keeps at most this many buckets... */
+#define TIMELINE_DEFAULT_BUCKETS 500
+/* ...and no step is shorter than the store's 10-second windows. */
+#define TIMELINE_MIN_STEP_NS (10 * SEC_NS)
+/* The most buckets a request may ask for, and the most (series x buckets)
+ * values it may make us hold, so one request cannot take gigabytes. */
+#define TIMELINE_MAX_BUCKETS 10000u
+#define TIMELINE_MAX_CELLS   ((size_t)4 << 20)
+
+const char *const ember__api_config_keys[] = {"api.listen", "api.token", "api.threads", NULL};
+
+struct ember__api {
+  struct MHD_Daemon *d;
+  ember_store_t *store;
+  ember_metrics_t *metrics;
+  char *token; /* NULL = no authentication */
+  size_t token_len;
+  size_t max_response;
+  uint16_t port;
+  atomic_bool stopping;
+  atomic_long inflight; /* requests seen whose response is not yet done */
+  ember_metric_t *m_requests, *m_2xx, *m_4xx, *m_5xx, *m_seconds;
+};
+
+/* ------------------------------------------------------------ request -- */
+
+typedef struct param {
+  const char *key, *value; /* borrowed from libmicrohttpd for the request */
+} param_t;
+
+typedef struct req {
+  ember__api_t *api;
+  struct MHD_Connection *c;
+  const char *url;
+  param_t params[MAX_PARAMS];
+  size_t nparams;
+  bool too_many;
+  int64_t now_ns;
+  /* The answer: a status with either a body or an error sentence. */
+  unsigned status;
+  ember_buf_t body;
+  const char *ctype;
+  char disposition[96];
+  char err[512];
+} req_t;
+
+/* Record an error answer; returns the status so handlers can `return
+ * fail(...)`. */
+static unsigned fail(req_t *r, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static unsigned fail(req_t *r, unsigned status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->err, sizeof r->err, fmt, ap);
+  va_end(ap);
+  r->status = status;
+  return status;
+}
+
+/* An internal failure: a 413 when the response outgrew max_response, else a
+ * 500 with a logged line that says what failed. */
+static unsigned fail_internal(req_t *r, const char *what, int rc) {
+  if (rc == EMBER_ETOOBIG)
+    return fail(r, 413,
+                "the response would be larger than %zu bytes: narrow the time range or the "
+                "selector, or lower max_nodes or limit",
+                r->api->max_response);
+  EMBER_ERROR(LOG, "GET %s: %s failed: %s", r->url, what, ember_strerror(rc));
+  return fail(r, 500, "internal error: %s failed (%s); the server log has details", what,
+              ember_strerror(rc));
+}
+
+static enum MHD_Result collect_param(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value) {
+  (void)kind;
+  req_t *r = cls;
+  if (r->nparams == MAX_PARAMS) {
+    r->too_many = true;
+    return MHD_NO;
+  }
+  r->params[r->nparams++] = (param_t){key, value};
+  return MHD_YES;
+}
+
+/* Check the parameters against the endpoint's list (NULL-terminated):
+ * unknown, repeated, valueless and empty parameters are errors. */
+static unsigned check_params(req_t *r, const char *const *allowed) {
+  if (r->too_many) return fail(r, 400, "too many parameters: at most %u", MAX_PARAMS);
+  for (size_t i = 0; i < r->nparams; i++) {
+    const char *k = r->params[i].key;
+    bool known = false;
+    for (const char *const *a = allowed; *a != NULL && !known; a++) known = strcmp(*a, k) == 0;
+    if (!known) {
+      char list[400] = "none";
+      size_t off = 0;
+      for (const char *const *a = allowed; *a != NULL && off < sizeof list; a++) {
+        int n = snprintf(list + off, sizeof list - off, "%s%s", off ? ", " : "", *a);
+        if (n < 0) break;
+        off += (size_t)n;
+      }
+      return fail(r, 400, "unknown parameter \"%.64s\": this endpoint takes %s", k, list);
+    }
+    for (size_t j = 0; j < i; j++) {
+      if (strcmp(r->params[j].key, k) == 0)
+        return fail(r, 400, "parameter \"%.64s\" is given more than once", k);
+    }
+    if (r->params[i].value == NULL || r->params[i].value[0] == '\0')
+      return fail(r, 400, "parameter \"%.64s\" needs a value (%.64s=...)", k, k);
+  }
+  return 0;
+}
+
+static const char *param(const req_t *r, const char *key) {
+  for (size_t i = 0; i < r->nparams; i++) {
+    if (strcmp(r->params[i].key, key) == 0) return r->params[i].value;
+  }
+  return NULL;
+}
+
+#define TIME_FORMS                                                                                 \
+  "use now, a time before now (-15m, now-2h), Unix seconds (1764410400) or RFC 3339 "              \
+  "(2026-11-29T10:00:00Z)"
+
+static unsigned parse_time_param(req_t *r, const char *key, const char *dflt, int64_t *out) {
+  const char *v = param(r, key);
+  int rc = ember_parse_time(v ? v : dflt, r->now_ns, out);
+  if (rc == -ERANGE) return fail(r, 400, "parameter \"%s\": \"%.64s\" is out of range", key, v);
+  if (rc != 0)
+    return fail(r, 400, "parameter \"%s\": \"%.64s\" is not a time; " TIME_FORMS, key, v);
+  return 0;
+}
+
+/* from/to (or vs.from/vs.to, defaulting to the base range). */
+static unsigned parse_range(req_t *r, const char *kfrom, const char *kto, const char *dfrom,
+                            const char *dto, int64_t *from, int64_t *to) {
+  unsigned st = parse_time_param(r, kfrom, dfrom, from);
+  if (st == 0) st = parse_time_param(r, kto, dto, to);
+  if (st == 0 && *from >= *to)
+    return fail(r, 400, "parameter \"%s\" must be before \"%s\" (the range is [%s, %s))", kfrom,
+                kto, kfrom, kto);
+  return st;
+}
+
+static unsigned parse_u64_param(req_t *r, const char *key, uint64_t dflt, uint64_t min,
+                                uint64_t max, uint64_t *out) {
+  const char *v = param(r, key);
+  if (v == NULL) {
+    *out = dflt;
+    return 0;
+  }
+  if (ember_parse_u64(v, min, max, out) != 0)
+    return fail(r, 400, "parameter \"%s\": \"%.64s\" is not a whole number from %llu to %llu", key,
+                v, (unsigned long long)min, (unsigned long long)max);
+  return 0;
+}
+
+/* The profile types of the API, and the store value type each reads. */
+typedef enum api_type { T_CPU, T_SAMPLES, T_ALLOC_OBJECTS, T_ALLOC_BYTES } api_type_t;
+static const char *const type_names[] = {"cpu", "samples", "alloc_objects", "alloc_bytes"};
+
+static unsigned parse_type(req_t *r, api_type_t *out) {
+  const char *v = param(r, "type");
+  if (v == NULL) {
+    *out = T_CPU;
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof type_names / sizeof type_names[0]; i++) {
+    if (strcmp(v, type_names[i]) == 0) {
+      *out = (api_type_t)i;
+      return 0;
+    }
+  }
+  return fail(r, 400,
+              "parameter \"type\": \"%.64s\" is not a profile type; use cpu, samples, "
+              "alloc_objects or alloc_bytes",
+              v);
+}
+
+/* worker/version/host/actor, or with a prefix ("vs.") defaulting to `base`. */
+static void parse_selector(const req_t *r, const char *prefix, const ember_store_selector_t *base,
+                           ember_store_selector_t *sel) {
+  static const char *const keys[] = {"worker", "version", "host", "actor"};
+  const char *vals[4];
+  for (size_t i = 0; i < 4; i++) {
+    char k[32];
+    snprintf(k, sizeof k, "%s%s", prefix, keys[i]);
+    vals[i] = param(r, k);
+  }
+  *sel = (ember_store_selector_t){vals[0], vals[1], vals[2], vals[3]};
+  if (base != NULL) {
+    if (sel->worker == NULL) sel->worker = base->worker;
+    if (sel->version == NULL) sel->version = base->version;
+    if (sel->host == NULL) sel->host = base->host;
+    if (sel->actor == NULL) sel->actor = base->actor;
+  }
+}
+
+static int64_t to_ms(int64_t ns) { return ns / MS_NS - (ns % MS_NS < 0); }
+
+/* --------------------------------------------------------------- JSON -- */
+
+/* A JSON string for bytes that may not be UTF-8 (a label or a parameter a
+ * client sent): each byte outside a well-formed sequence becomes U+FFFD.
+ * NULL only when out of memory; NULL input gives JSON null. */
+static json_t *jstr(const char *s) {
+  if (s == NULL) return json_null();
+  size_t len = strlen(s);
+  if (ember__utf8_valid(s, len)) return json_stringn_nocheck(s, len);
+  char *clean = malloc(len * 3 + 1); /* jansson's allocator, not Ember's */
+  if (clean == NULL) return NULL;
+  size_t o = 0;
+  for (size_t i = 0; i < len;) {
+    size_t step = 0;
+    for (size_t l = 1; l <= 4 && i + l <= len && step == 0; l++)
+      if (ember__utf8_valid(s + i, l)) step = l;
+    if (step) {
+      memcpy(clean + o, s + i, step);
+      o += step;
+      i += step;
+    } else {
+      memcpy(clean + o, "\xef\xbf\xbd", 3);
+      o += 3;
+      i++;
+    }
+  }
+  json_t *j = json_stringn_nocheck(clean, o);
+  free(clean);
+  return j;
+}
+
+/* obj[key] = val, taking val's reference even on failure. Keys are our own
+ * ASCII literals. */
+static int jset(json_t *obj, const char *key, json_t *val) {
+  return json_object_set_new_nocheck(obj, key, val) == 0 ? 0 : -ENOMEM;
+}
+
+static int jpush(json_t *arr, json_t *val) {
+  return json_array_append_new(arr, val) == 0 ? 0 : -ENOMEM;
+}
+
+/* A new array set as obj[key]; NULL when out of memory. Borrowed. */
+static json_t *jarray_in(json_t *obj, const char *key) {
+  json_t *a = json_array();
+  return jset(obj, key, a) == 0 ? a : NULL;
+}
+
+typedef struct dump_ctx {
+  ember_buf_t *out;
+  int rc;
+} dump_ctx_t;
+
+static int dump_cb(const char *buffer, size_t size, void *data) {
+  dump_ctx_t *c = data;
+  c->rc = ember_buf_append(c->out, buffer, size);
+  return c->rc == 0 ? 0 : -1;
+}
+
+/* Dump `j` into the response body as the answer. */
+static unsigned answer_json(req_t *r, const json_t *j) {
+  dump_ctx_t c = {&r->body, 0};
+  if (json_dump_callback(j, dump_cb, &c, JSON_COMPACT) != 0)
+    return fail_internal(r, "writing JSON", c.rc != 0 ? c.rc : -ENOMEM);
+  r->status = 200;
+  r->ctype = "application/json";
+  return 200;
+}
+
+/* A document with from_ms and to_ms, the start of most answers. */
+static json_t *range_doc(int64_t from, int64_t to) {
+  json_t *doc = json_object();
+  if (doc == NULL) return NULL;
+  if (jset(doc, "from_ms", json_integer(to_ms(from))) != 0 ||
+      jset(doc, "to_ms", json_integer(to_ms(to))) != 0) {
+    json_decref(doc);
+    return NULL;
+  }
+  return doc;
+}
+
+/* ------------------------------------------------------------- labels -- */
+
+enum { L_WORKER, L_VERSION, L_HOST, L_ACTOR };
+
+static const char *label_of(const ember_labels_t *l, int field) {
+  switch (field) {
+  case L_WORKER: return l->worker;
+  case L_VERSION: return l->version;
+  case L_HOST: return l->host;
+  case L_ACTOR: return l->actor;
+  default: return NULL;
+  }
+}
+
+static int str_cmp(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Series indices sorted by one label (for grouping). */
+typedef struct by_label {
+  const ember_store_series_t *series;
+  int field;
+} by_label_t;
+
+static int series_label_cmp(const void *a, const void *b, void *ctx) {
+  const by_label_t *k = ctx;
+  const char *x = label_of(&k->series[*(const size_t *)a].labels, k->field);
+  const char *y = label_of(&k->series[*(const size_t *)b].labels, k->field);
+  int c = strcmp(x, y);
+  if (c != 0) return c;
+  return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+}
+
+/* The indices of the series that carry label `field`, sorted by it. *n
+ * gets how many. NULL when out of memory. */
+static size_t *series_sorted_by(const ember_store_series_t *s, size_t count, int field, size_t *n) {
+  size_t *idx = ember_malloc((count ? count : 1) * sizeof *idx);
+  if (idx == NULL) return NULL;
+  *n = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (label_of(&s[i].labels, field) != NULL) idx[(*n)++] = i;
+  }
+  by_label_t ctx = {s, field};
+  qsort_r(idx, *n, sizeof *idx, series_label_cmp, &ctx);
+  return idx;
+}
+
+/* The distinct values of `field` among series idx[0..n), sorted, as a JSON
+ * array. NULL when out of memory. */
+static json_t *distinct_values(const ember_store_series_t *s, const size_t *idx, size_t n,
+                               int field) {
+  const char **v = ember_malloc((n ? n : 1) * sizeof *v);
+  if (v == NULL) return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *x = label_of(&s[idx[i]].labels, field);
+    if (x != NULL) v[k++] = x;
+  }
+  qsort(v, k, sizeof *v, str_cmp);
+  json_t *a = json_array();
+  for (size_t i = 0; i < k && a != NULL; i++) {
+    if (i > 0 && strcmp(v[i], v[i - 1]) == 0) continue;
+    if (jpush(a, jstr(v[i])) != 0) {
+      json_decref(a);
+      a = NULL;
+    }
+  }
+  ember_free(v);
+  return a;
+}
+
+/* ---------------------------------------------------------- endpoints -- */
+
+static const char *const range_params[] = {"from", "to", NULL};
+static const char *const sel_params[] = {"worker", "version", "host", "actor", "from", "to", NULL};
+
+static unsigned get_series_list(req_t *r, const ember_store_selector_t *sel, int64_t from,
+                                int64_t to, ember_store_series_t **s, size_t *n) {
+  int rc = ember_store_series(r->api->store, sel, from, to, s, n);
+  return rc == 0 ? 0 : fail_internal(r, "reading series from the store", rc);
+}
+
+static unsigned h_workers(req_t *r) {
+  int64_t from, to;
+  unsigned st = check_params(r, range_params);
+  if (st == 0) st = parse_range(r, "from", "to", "-1h", "now", &from, &to);
+  if (st != 0) return st;
+  ember_store_series_t *s = NULL;
+  size_t n = 0, nw = 0;
+  size_t *idx = NULL;
+  json_t *doc = NULL;
+  st = get_series_list(r, NULL, from, to, &s, &n);
+  if (st != 0) return st;
+  int rc = -ENOMEM;
+  idx = series_sorted_by(s, n, L_WORKER, &nw);
+  doc = range_doc(from, to);
+  json_t *workers = doc ? jarray_in(doc, "workers") : NULL;
+  if (idx == NULL || workers == NULL) goto cleanup;
+  rc = 0;
+  for (size_t i = 0; i < nw && rc == 0;) {
+    const char *name = s[idx[i]].labels.worker;
+    size_t j = i;
+    int64_t last = INT64_MIN;
+    while (j < nw && strcmp(s[idx[j]].labels.worker, name) == 0) {
+      if (s[idx[j]].last_ns > last) last = s[idx[j]].last_ns;
+      j++;
+    }
+    json_t *w = json_object();
+    rc = jpush(workers, w);
+    if (rc == 0) rc = jset(w, "worker", jstr(name));
+    if (rc == 0) rc = jset(w, "versions", distinct_values(s, idx + i, j - i, L_VERSION));
+    if (rc == 0) rc = jset(w, "hosts", distinct_values(s, idx + i, j - i, L_HOST));
+    if (rc == 0) rc = jset(w, "actors", distinct_values(s, idx + i, j - i, L_ACTOR));
+    if (rc == 0) rc = jset(w, "series", json_integer((json_int_t)(j - i)));
+    if (rc == 0) rc = jset(w, "last_ms", json_integer(to_ms(last)));
+    i = j;
+  }
+cleanup:
+  st = rc == 0 ? answer_json(r, doc) : fail_internal(r, "building the answer", rc);
+  json_decref(doc);
+  ember_free(idx);
+  ember_store_series_free(s, n);
+  return st;
+}
+
+/* /versions, /hosts, /actors: the distinct values of one label. */
+static unsigned h_values(req_t *r, int field) {
+  int64_t from, to;
+  ember_store_selector_t sel;
+  unsigned st = check_params(r, sel_params);
+  if (st == 0) st = parse_range(r, "from", "to", "-1h", "now", &from, &to);
+  if (st != 0) return st;
+  parse_selector(r, "", NULL, &sel);
+  ember_store_series_t *s = NULL;
+  size_t n = 0, nv = 0;
+  st = get_series_list(r, &sel, from, to, &s, &n);
+  if (st != 0) return st;
+  int rc = -ENOMEM;
+  size_t *idx = series_sorted_by(s, n, field, &nv);
+  json_t *doc = range_doc(from, to);
+  json_t *values = doc ? jarray_in(doc, "values") : NULL;
+  if (idx == NULL || values == NULL) goto cleanup;
+  rc = 0;
+  for (size_t i = 0; i < nv && rc == 0;) {
+    const char *name = label_of(&s[idx[i]].labels, field);
+    size_t j = i;
+    int64_t last = INT64_MIN;
+    while (j < nv && strcmp(label_of(&s[idx[j]].labels, field), name) == 0) {
+      if (s[idx[j]].last_ns > last) last = s[idx[j]].last_ns;
+      j++;
+    }
+    json_t *v = json_object();
+    rc = jpush(values, v);
+    if (rc == 0) rc = jset(v, "name", jstr(name));
+    if (rc == 0) rc = jset(v, "series", json_integer((json_int_t)(j - i)));
+    if (rc == 0) rc = jset(v, "last_ms", json_integer(to_ms(last)));
+    i = j;
+  }
+cleanup:
+  st = rc == 0 ? answer_json(r, doc) : fail_internal(r, "building the answer", rc);
+  json_decref(doc);
+  ember_free(idx);
+  ember_store_series_free(s, n);
+  return st;
+}
+
+static unsigned h_versions(req_t *r) { return h_values(r, L_VERSION); }
+static unsigned h_hosts(req_t *r) { return h_values(r, L_HOST); }
+static unsigned h_actors(req_t *r) { return h_values(r, L_ACTOR); }
+
+/* Series labels as JSON fields (null for an absent label). */
+static int set_labels(json_t *o, const ember_labels_t *l) {
+  int rc = jset(o, "worker", jstr(l->worker));
+  if (rc == 0) rc = jset(o, "version", jstr(l->version));
+  if (rc == 0) rc = jset(o, "host", jstr(l->host));
+  if (rc == 0) rc = jset(o, "actor", jstr(l->actor));
+  return rc;
+}
+
+static unsigned h_series(req_t *r) {
+  int64_t from, to;
+  ember_store_selector_t sel;
+  unsigned st = check_params(r, sel_params);
+  if (st == 0) st = parse_range(r, "from", "to", "-1h", "now", &from, &to);
+  if (st != 0) return st;
+  parse_selector(r, "", NULL, &sel);
+  ember_store_series_t *s = NULL;
+  size_t n = 0;
+  st = get_series_list(r, &sel, from, to, &s, &n);
+  if (st != 0) return st;
+  int rc = -ENOMEM;
+  json_t *doc = range_doc(from, to);
+  json_t *arr = doc ? jarray_in(doc, "series") : NULL;
+  if (arr != NULL) rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    json_t *o = json_object();
+    rc = jpush(arr, o);
+    if (rc == 0) rc = jset(o, "id", json_integer(s[i].id));
+    if (rc == 0) rc = set_labels(o, &s[i].labels);
+    if (rc == 0) rc = jset(o, "first_ms", json_integer(to_ms(s[i].first_ns)));
+    if (rc == 0) rc = jset(o, "last_ms", json_integer(to_ms(s[i].last_ns)));
+  }
+  st = rc == 0 ? answer_json(r, doc) : fail_internal(r, "building the answer", rc);
+  json_decref(doc);
+  ember_store_series_free(s, n);
+  return st;
+}
+
+/* --- timeline --- */
+
+static int nlabels(const ember_labels_t *l) {
+  return (l->worker != NULL) + (l->version != NULL) + (l->host != NULL) + (l->actor != NULL);
+}
+
+static bool opt_eq(const char *want, const char *have) {
+  return want == NULL || (have != NULL && strcmp(want, have) == 0);
+}
+
+/* Does series `t` match the selector made of series `s`'s labels? */
+static bool matches_labels(const ember_labels_t *s, const ember_labels_t *t) {
+  return opt_eq(s->worker, t->worker) && opt_eq(s->version, t->version) &&
+         opt_eq(s->host, t->host) && opt_eq(s->actor, t->actor);
+}
+
+typedef struct tl_series {
+  size_t idx;   /* into the series array */
+  int64_t *cpu; /* nbuckets values, exact for this series */
+  int64_t sum;  /* for ranking */
+} tl_series_t;
+
+static int by_labels_desc(const void *a, const void *b, void *ctx) {
+  const ember_store_series_t *s = ctx;
+  const tl_series_t *x = a, *y = b;
+  int nx = nlabels(&s[x->idx].labels), ny = nlabels(&s[y->idx].labels);
+  if (nx != ny) return nx > ny ? -1 : 1;
+  return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+static int by_cpu_desc(const void *a, const void *b, void *ctx) {
+  const ember_store_series_t *s = ctx;
+  const tl_series_t *x = a, *y = b;
+  if (x->sum != y->sum) return x->sum > y->sum ? -1 : 1;
+  return s[x->idx].id < s[y->idx].id ? -1 : s[x->idx].id > s[y->idx].id;
+}
+
+static json_t *int_array(const int64_t *v, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; i < n && a != NULL; i++) {
+    if (jpush(a, json_integer(v[i])) != 0) {
+      json_decref(a);
+      a = NULL;
+    }
+  }
+  return a;
+}
+
+static unsigned h_timeline(req_t *r) {
+  static const char *const allowed[] = {"worker", "version", "host",  "actor", "from",
+                                        "to",     "step",    "limit", NULL};
+  int64_t from, to, step;
+  uint64_t limit;
+  ember_store_selector_t sel;
+  unsigned st = check_params(r, allowed);
+  if (st == 0) st = parse_range(r, "from", "to", "-1h", "now", &from, &to);
+  if (st == 0) st = parse_u64_param(r, "limit", 50, 1, 1000, &limit);
+  if (st != 0) return st;
+  parse_selector(r, "", NULL, &sel);
+  /* to > from, so the difference fits in uint64 even when it does not fit
+   * in int64. */
+  uint64_t span = (uint64_t)to - (uint64_t)from;
+  const char *sv = param(r, "step");
+  if (sv != NULL) {
+    if (ember_parse_duration_ns(sv, SEC_NS, &step) != 0 || step < TIMELINE_MIN_STEP_NS)
+      return fail(r, 400,
+                  "parameter \"step\": \"%.64s\" is not a duration of at least 10s; use a number "
+                  "with a unit (10s, 5m, 1h) or bare seconds",
+                  sv);
+  } else {
+    /* The shortest whole multiple of 10 s that gives at most 500 buckets. */
+    uint64_t per = span / TIMELINE_DEFAULT_BUCKETS + (span % TIMELINE_DEFAULT_BUCKETS != 0);
+    uint64_t tens =
+        per / (uint64_t)TIMELINE_MIN_STEP_NS + (per % (uint64_t)TIMELINE_MIN_STEP_NS != 0);
+    if (tens == 0) tens = 1;
+    step = tens > (uint64_t)(INT64_MAX / TIMELINE_MIN_STEP_NS)
+               ? INT64_MAX
+               : (int64_t)tens * TIMELINE_MIN_STEP_NS;
+  }
+  uint64_t nb = span / (uint64_t)step + (span % (uint64_t)step != 0);
+  if (nb > TIMELINE_MAX_BUCKETS)
+    return fail(r, 400,
+                "parameter \"step\": %llu buckets of %lld s over [from, to) is more than %u; "
+                "raise step or narrow from/to",
+                (unsigned long long)nb, (long long)(step / SEC_NS), TIMELINE_MAX_BUCKETS);
+
+  ember_store_series_t *s = NULL;
+  size_t n = 0, nbk = 0;
+  int64_t *total = NULL;
+  tl_series_t *ts = NULL;
+  json_t *doc = NULL;
+  const char *what = "reading the CPU timeline from the store";
+  int rc = 0;
+  st = get_series_list(r, &sel, from, to, &s, &n);
+  if (st != 0) return st;
+  if (n > 0 && n > TIMELINE_MAX_CELLS / nb) {
+    st = fail(r, 400,
+              "%zu series x %llu buckets is too many for one timeline: narrow the selector "
+              "(worker, version, host, actor) or raise step",
+              n, (unsigned long long)nb);
+    goto cleanup;
+  }
+  rc = ember_store_cpu_timeline(r->api->store, &sel, from, to, step, &total, &nbk);
+  if (rc != 0) goto cleanup;
+  ts = ember_calloc(n ? n : 1, sizeof *ts);
+  if (ts == NULL) {
+    rc = -ENOMEM;
+    goto cleanup;
+  }
+  for (size_t i = 0; i < n; i++) ts[i].idx = i;
+  /* A series with an absent label cannot be selected alone (NULL in a
+   * selector means "any"), so its timeline also holds every series that
+   * adds labels to it. Those have more labels, so going from the most
+   * labels to the fewest, each one's own CPU is its selector's timeline
+   * minus the exact timelines of the series already done that it covers. */
+  qsort_r(ts, n, sizeof *ts, by_labels_desc, s);
+  for (size_t i = 0; i < n; i++) {
+    const ember_labels_t *l = &s[ts[i].idx].labels;
+    ember_store_selector_t one = {l->worker, l->version, l->host, l->actor};
+    size_t cnt = 0;
+    rc = ember_store_cpu_timeline(r->api->store, &one, from, to, step, &ts[i].cpu, &cnt);
+    if (rc != 0) goto cleanup;
+    if (cnt != nbk) {
+      rc = EMBER_ECORRUPT;
+      goto cleanup;
+    }
+    if (nlabels(l) < 4) {
+      for (size_t j = 0; j < i; j++) {
+        if (!matches_labels(l, &s[ts[j].idx].labels)) continue;
+        for (size_t b = 0; b < nbk; b++) ts[i].cpu[b] -= ts[j].cpu[b];
+      }
+    }
+    ts[i].sum = 0;
+    for (size_t b = 0; b < nbk; b++) {
+      /* Ingest between our reads can make a difference negative. */
+      if (ts[i].cpu[b] < 0) ts[i].cpu[b] = 0;
+      ts[i].sum = ts[i].sum > INT64_MAX - ts[i].cpu[b] ? INT64_MAX : ts[i].sum + ts[i].cpu[b];
+    }
+  }
+  qsort_r(ts, n, sizeof *ts, by_cpu_desc, s);
+
+  what = "building the answer";
+  rc = -ENOMEM;
+  doc = range_doc(from, to);
+  if (doc == NULL) goto cleanup;
+  rc = jset(doc, "step_ms", json_integer(to_ms(step)));
+  if (rc == 0) rc = jset(doc, "total_cpu_ns", int_array(total, nbk));
+  json_t *arr = NULL;
+  if (rc == 0) {
+    arr = jarray_in(doc, "series");
+    if (arr == NULL) rc = -ENOMEM;
+  }
+  for (size_t i = 0; i < n && i < limit && rc == 0; i++) {
+    json_t *o = json_object();
+    rc = jpush(arr, o);
+    if (rc == 0) rc = set_labels(o, &s[ts[i].idx].labels);
+    if (rc == 0) rc = jset(o, "cpu_ns", int_array(ts[i].cpu, nbk));
+  }
+  if (rc == 0) rc = jset(doc, "truncated", json_boolean(n > limit));
+
+cleanup:
+  if (st == 0) st = rc == 0 ? answer_json(r, doc) : fail_internal(r, what, rc);
+  json_decref(doc);
+  if (ts != NULL) {
+    for (size_t i = 0; i < n; i++) ember_free(ts[i].cpu);
+  }
+  ember_free(ts);
+  ember_free(total);
+  ember_store_series_free(s, n);
+  return st;
+}
+
+/* --- profiles --- */
+
+/* A copy of `src` (one value type) whose values are multiplied by `period`
+ * under the value type CPU_NS. */
+static int samples_to_ns(const ember_profile_t *src, int64_t period, ember_profile_t **out) {
+  ember_value_type_t vt = EMBER_VT_CPU_NS;
+  ember_profile_t *p = NULL;
+  int rc = ember_profile_new(&vt, 1, &p);
+  if (rc == 0) rc = ember_profile_set_labels(p, ember_profile_labels(src));
+  int64_t ws, we;
+  ember_profile_window(src, &ws, &we);
+  if (rc == 0 && ws < we) rc = ember_profile_set_window(p, ws, we);
+  ember_profile_set_period(p, period);
+  /* Frames are interned in order, so the copy's frame ids equal src's. */
+  for (size_t f = 0; f < ember_profile_nframes(src) && rc == 0; f++) {
+    uint32_t id;
+    rc = ember_profile_intern_frame(p, ember_profile_frame(src, (uint32_t)f), &id);
+  }
+  for (size_t i = 0; i < ember_profile_nstacks(src) && rc == 0; i++) {
+    const uint32_t *ids;
+    const int64_t *v;
+    size_t depth;
+    rc = ember_profile_stack(src, (uint32_t)i, &ids, &depth, &v);
+    int64_t ns;
+    if (rc == 0 && __builtin_mul_overflow(v[0], period, &ns)) rc = -ERANGE;
+    if (rc == 0) rc = ember_profile_add_ids(p, ids, depth, &ns, NULL);
+  }
+  if (rc != 0) {
+    ember_profile_free(p);
+    return rc;
+  }
+  *out = p;
+  return 0;
+}
+
+/* The merged profile of a selection in one value type. For cpu: CPU
+ * nanoseconds where the agents sent them; when the selection holds only
+ * samples, samples times the period (or plain samples when the period is
+ * unknown, which the answer's "type" then says). */
+static unsigned load_profile(req_t *r, const ember_store_selector_t *sel, int64_t from, int64_t to,
+                             api_type_t type, ember_profile_t **out) {
+  static const ember_value_type_t vts[] = {EMBER_VT_CPU_NS, EMBER_VT_CPU_SAMPLES,
+                                           EMBER_VT_ALLOC_OBJECTS, EMBER_VT_ALLOC_BYTES};
+  ember_profile_t *p = NULL, *samples = NULL;
+  int rc = ember_store_merge(r->api->store, sel, from, to, vts[type], &p);
+  if (rc == 0 && type == T_CPU && ember_profile_nstacks(p) == 0) {
+    rc = ember_store_merge(r->api->store, sel, from, to, EMBER_VT_CPU_SAMPLES, &samples);
+    if (rc == 0 && ember_profile_nstacks(samples) > 0) {
+      ember_profile_free(p);
+      p = NULL;
+      int64_t period = ember_profile_period(samples);
+      if (period > 0) {
+        rc = samples_to_ns(samples, period, &p);
+      } else {
+        p = samples;
+        samples = NULL;
+      }
+    }
+  }
+  ember_profile_free(samples);
+  if (rc != 0) {
+    ember_profile_free(p);
+    return fail_internal(r, "merging profiles from the store", rc);
+  }
+  *out = p;
+  return 0;
+}
+
+static const char *vt_api_name(ember_value_type_t vt) {
+  switch (vt) {
+  case EMBER_VT_CPU_NS: return "cpu";
+  case EMBER_VT_CPU_SAMPLES: return "samples";
+  case EMBER_VT_ALLOC_OBJECTS: return "alloc_objects";
+  case EMBER_VT_ALLOC_BYTES: return "alloc_bytes";
+  }
+  return "unknown";
+}
+
+static unsigned answer_top(req_t *r, const ember_profile_t *p, size_t limit) {
+  ember_top_entry_t *e = NULL;
+  size_t n = 0;
+  int rc = ember_profile_top(p, 0, EMBER_TOP_BY_SELF, limit, &e, &n);
+  if (rc != 0) return fail_internal(r, "ranking functions", rc);
+  ember_value_type_t vt = ember_profile_type(p, 0);
+  json_t *doc = json_object(), *fns = NULL;
+  rc = doc ? 0 : -ENOMEM;
+  if (rc == 0) rc = jset(doc, "type", json_string(vt_api_name(vt)));
+  if (rc == 0) rc = jset(doc, "unit", json_string(ember_value_type_unit(vt)));
+  if (rc == 0) rc = jset(doc, "total", json_integer(ember_profile_total(p, 0)));
+  if (rc == 0 && (fns = jarray_in(doc, "functions")) == NULL) rc = -ENOMEM;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    json_t *o = json_object();
+    rc = jpush(fns, o);
+    if (rc == 0) rc = jset(o, "name", jstr(e[i].name));
+    if (rc == 0 && e[i].module != NULL) rc = jset(o, "module", jstr(e[i].module));
+    if (rc == 0) rc = jset(o, "self", json_integer(e[i].self));
+    if (rc == 0) rc = jset(o, "total", json_integer(e[i].total));
+  }
+  unsigned st = rc == 0 ? answer_json(r, doc) : fail_internal(r, "building the answer", rc);
+  json_decref(doc);
+  ember_top_free(e, n);
+  return st;
+}
+
+static unsigned h_profile(req_t *r) {
+  static const char *const allowed[] = {"worker", "version", "host",      "actor", "from", "to",
+                                        "type",   "format",  "max_nodes", "limit", NULL};
+  static const struct {
+    const char *name, *ext;
+  } formats[] = {{"tree", "json"},
+                 {"pprof", "pb.gz"},
+                 {"folded", "folded"},
+                 {"speedscope", "speedscope.json"},
+                 {"top", "json"}};
+  int64_t from, to;
+  uint64_t max_nodes, limit;
+  api_type_t type;
+  ember_store_selector_t sel;
+  unsigned st = check_params(r, allowed);
+  if (st == 0) st = parse_range(r, "from", "to", "-1h", "now", &from, &to);
+  if (st == 0) st = parse_type(r, &type);
+  if (st == 0) st = parse_u64_param(r, "max_nodes", 2000, 0, 1000000, &max_nodes);
+  if (st == 0) st = parse_u64_param(r, "limit", 50, 1, 100000, &limit);
+  if (st != 0) return st;
+  const char *fv = param(r, "format");
+  size_t fmt = 0;
+  if (fv != NULL) {
+    for (fmt = 0; fmt < sizeof formats / sizeof formats[0]; fmt++) {
+      if (strcmp(fv, formats[fmt].name) == 0) break;
+    }
+    if (fmt == sizeof formats / sizeof formats[0])
+      return fail(r, 400,
+                  "parameter \"format\": \"%.64s\" is not a format; use tree, pprof, folded, "
+                  "speedscope or top",
+                  fv);
+  }
+  parse_selector(r, "", NULL, &sel);
+  ember_profile_t *p = NULL;
+  st = load_profile(r, &sel, from, to, type, &p);
+  if (st != 0) return st;
+  const char *tname = vt_api_name(ember_profile_type(p, 0));
+  snprintf(r->disposition, sizeof r->disposition, "%s; filename=\"ember-%s.%s\"",
+           fmt == 1 ? "attachment" : "inline", tname, formats[fmt].ext);
+  int rc = 0;
+  switch (fmt) {
+  case 0: {
+    ember_tree_opts_t o = {.vi = 0, .max_nodes = (size_t)max_nodes};
+    rc = ember_export_tree(p, &o, &r->body);
+    r->ctype = "application/json";
+    break;
+  }
+  case 1:
+    rc = ember_export_pprof(p, &r->body);
+    r->ctype = ember_format_content_type(EMBER_FORMAT_PPROF);
+    break;
+  case 2:
+    rc = ember_export_folded(p, 0, &r->body);
+    r->ctype = ember_format_content_type(EMBER_FORMAT_FOLDED);
+    break;
+  case 3:
+    rc = ember_export_speedscope(p, &r->body);
+    r->ctype = ember_format_content_type(EMBER_FORMAT_SPEEDSCOPE);
+    break;
+  default: st = answer_top(r, p, (size_t)limit); break;
+  }
+  if (fmt != 4) st = rc == 0 ? (r->status = 200) : fail_internal(r, "exporting the profile", rc);
+  ember_profile_free(p);
+  return st;
+}
+
+static unsigned h_diff(req_t *r) {
+  static const char *const allowed[] = {
+      "worker",    "version",    "host",    "actor",    "from",    "to",    "type", "max_nodes",
+      "vs.worker", "vs.version", "vs.host", "vs.actor", "vs.from", "vs.to", NULL};
+  int64_t from, to, vfrom, vto;
+  uint64_t max_nodes;
+  api_type_t type;
+  ember_store_selector_t sel, vsel;
+  unsigned st = check_params(r, allowed);
+  if (st == 0) st = parse_range(r, "from", "to", "-1h", "now", &from, &to);
+  if (st == 0) {
+    /* vs.from/vs.to default to the base's own text, so "-1h" means the
+     * same instant in both. */
+    const char *bf = param(r, "from"), *bt = param(r, "to");
+    st = parse_range(r, "vs.from", "vs.to", bf ? bf : "-1h", bt ? bt : "now", &vfrom, &vto);
+  }
+  if (st == 0) st = parse_type(r, &type);
+  if (st == 0) st = parse_u64_param(r, "max_nodes", 2000, 0, 1000000, &max_nodes);
+  if (st != 0) return st;
+  parse_selector(r, "", NULL, &sel);
+  parse_selector(r, "vs.", &sel, &vsel);
+  ember_profile_t *a = NULL, *b = NULL;
+  st = load_profile(r, &sel, from, to, type, &a);
+  if (st == 0) st = load_profile(r, &vsel, vfrom, vto, type, &b);
+  if (st == 0) {
+    if (ember_profile_type(a, 0) != ember_profile_type(b, 0)) {
+      st = fail(r, 400,
+                "parameter \"type\": one selection has CPU time and the other only samples "
+                "without a known period; compare them with type=samples");
+    } else {
+      ember_tree_diff_opts_t o = {.base_vi = 0, .vs_vi = 0, .max_nodes = (size_t)max_nodes};
+      int rc = ember_export_tree_diff(a, b, &o, &r->body);
+      r->ctype = "application/json";
+      st = rc == 0 ? (r->status = 200) : fail_internal(r, "exporting the diff", rc);
+    }
+  }
+  ember_profile_free(a);
+  ember_profile_free(b);
+  return st;
+}
+
+static unsigned h_metrics(req_t *r) {
+  static const char *const none[] = {NULL};
+  unsigned st = check_params(r, none);
+  if (st != 0) return st;
+  r->ctype = "text/plain; version=0.0.4";
+  r->status = 200;
+  if (r->api->metrics == NULL) return 200;
+  int rc = ember_metrics_render(r->api->metrics, &r->body);
+  return rc == 0 ? 200 : fail_internal(r, "rendering metrics", rc);
+}
+
+typedef struct route {
+  const char *path;
+  unsigned (*fn)(req_t *r);
+} route_t;
+
+static const route_t routes[] = {
+    {"/metrics", h_metrics},          {"/api/v1/workers", h_workers},
+    {"/api/v1/versions", h_versions}, {"/api/v1/hosts", h_hosts},
+    {"/api/v1/actors", h_actors},     {"/api/v1/series", h_series},
+    {"/api/v1/timeline", h_timeline}, {"/api/v1/profile", h_profile},
+    {"/api/v1/diff", h_diff},
+};
+
+/* ------------------------------------------------------------- server -- */
+
+/* Compare in time that depends only on the token's length, so a client
+ * cannot find the token byte by byte from response times. */
+static bool token_ok(const ember__api_t *api, const char *hdr) {
+  if (hdr == NULL || strncasecmp(hdr, "Bearer ", 7) != 0) return false;
+  const char *got = hdr + 7;
+  size_t glen = strlen(got);
+  volatile unsigned char diff = glen != api->token_len;
+  for (size_t i = 0; i < api->token_len; i++)
+    diff |= (unsigned char)(api->token[i] ^ (i < glen ? got[i] : 0));
+  return diff == 0;
+}
+
+static void count_status(ember__api_t *api, unsigned status) {
+  if (status < 300) {
+    ember_metric_add(api->m_2xx, 1);
+  } else if (status < 500) {
+    ember_metric_add(api->m_4xx, 1);
+  } else {
+    ember_metric_add(api->m_5xx, 1);
+  }
+}
+
+static enum MHD_Result send_answer(req_t *r) {
+  struct MHD_Response *resp = NULL;
+  char errbody[1024];
+  if (r->status == 200) {
+    size_t len = 0;
+    char *data = ember_buf_take(&r->body, &len);
+    if (data != NULL) {
+      resp = MHD_create_response_from_buffer_with_free_callback(len, data, ember_free);
+      if (resp == NULL) ember_free(data);
+    } else {
+      resp = MHD_create_response_from_buffer(0, (void *)(uintptr_t) "", MHD_RESPMEM_PERSISTENT);
+    }
+    if (resp != NULL) {
+      MHD_add_response_header(resp, "Content-Type", r->ctype ? r->ctype : "text/plain");
+      if (r->disposition[0] != '\0')
+        MHD_add_response_header(resp, "Content-Disposition", r->disposition);
+    }
+  } else {
+    /* Built without Ember's allocator, so errors are reported even when
+     * it fails: jansson allocates with malloc. */
+    json_t *j = json_object();
+    size_t len = 0;
+    if (j != NULL && jset(j, "error", jstr(r->err)) == 0)
+      len = json_dumpb(j, errbody, sizeof errbody - 2, JSON_COMPACT);
+    json_decref(j);
+    if (len == 0 || len > sizeof errbody - 2) {
+      len = (size_t)snprintf(errbody, sizeof errbody, "{\"error\":\"internal error\"}");
+    }
+    errbody[len++] = '\n';
+    resp = MHD_create_response_from_buffer(len, errbody, MHD_RESPMEM_MUST_COPY);
+    if (resp != NULL) {
+      MHD_add_response_header(resp, "Content-Type", "application/json");
+      if (r->status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+      if (r->status == 405) MHD_add_response_header(resp, "Allow", "GET, HEAD");
+      if (r->status == 503) MHD_add_response_header(resp, "Connection", "close");
+    }
+  }
+  if (resp == NULL) return MHD_NO;
+  MHD_add_response_header(resp, "Cache-Control", "no-store");
+  count_status(r->api, r->status);
+  enum MHD_Result ret = MHD_queue_response(r->c, r->status, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
+
+static void route(req_t *r, const char *method) {
+  ember__api_t *api = r->api;
+  if (atomic_load(&api->stopping)) {
+    fail(r, 503, "the server is shutting down");
+    return;
+  }
+  if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+    fail(r, 405, "method %.16s not allowed: use GET", method);
+    return;
+  }
+  if (strcmp(r->url, "/healthz") == 0) {
+    r->status = 200;
+    r->ctype = "text/plain";
+    if (ember_buf_puts(&r->body, "ok\n") != 0) fail(r, 500, "out of memory");
+    return;
+  }
+  if (api->token != NULL &&
+      !token_ok(api, MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Authorization"))) {
+    fail(r, 401, "missing or wrong bearer token: send Authorization: Bearer <api.token>");
+    return;
+  }
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+    if (strcmp(r->url, routes[i].path) == 0) {
+      MHD_get_connection_values(r->c, MHD_GET_ARGUMENT_KIND, collect_param, r);
+      routes[i].fn(r);
+      return;
+    }
+  }
+  fail(r, 404, "no such path: %.128s (the API is under /api/v1/, see docs/api.md)", r->url);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
+  (void)version;
+  (void)upload;
+  ember__api_t *api = cls;
+  if (*con_cls == NULL) {
+    /* Counted until on_completed, so stop can wait for the answer to go
+     * out, not only for it to be made. */
+    *con_cls = api;
+    atomic_fetch_add(&api->inflight, 1);
+  }
+  if (*upload_size != 0) {
+    *upload_size = 0; /* bodies are not used by any endpoint */
+    return MHD_YES;
+  }
+  int64_t t0 = ember_time_mono_ns();
+  ember_metric_add(api->m_requests, 1);
+  req_t *r = ember_calloc(1, sizeof *r);
+  if (r == NULL) {
+    req_t small = {.api = api, .c = c, .url = url};
+    fail(&small, 500, "out of memory");
+    return send_answer(&small);
+  }
+  *r = (req_t){.api = api, .c = c, .url = url, .now_ns = ember_time_now_ns()};
+  ember_buf_init(&r->body, api->max_response);
+  route(r, method);
+  enum MHD_Result ret = send_answer(r);
+  ember_buf_free(&r->body);
+  ember_free(r);
+  ember_metric_add(api->m_seconds, (double)(ember_time_mono_ns() - t0) / 1e9);
+  return ret;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  (void)c;
+  (void)toe;
+  ember__api_t *api = cls;
+  if (*con_cls != NULL) {
+    atomic_fetch_sub(&api->inflight, 1);
+    *con_cls = NULL;
+  }
+}
+
+static int parse_listen(const char *listen, struct sockaddr_in *sa, char *errbuf,
+                        size_t errbuf_size) {
+  const char *colon = strrchr(listen, ':');
+  uint64_t port;
+  if (colon == NULL || ember_parse_u64(colon + 1, 0, 65535, &port) != 0) {
+    snprintf(errbuf, errbuf_size, "api.listen '%s': expected HOST:PORT (127.0.0.1:7272, :7272)",
+             listen);
+    return EMBER_ECONFIG;
+  }
+  *sa = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  char host[64];
+  size_t hl = (size_t)(colon - listen);
+  if (hl >= sizeof host) {
+    snprintf(errbuf, errbuf_size, "api.listen '%s': host too long", listen);
+    return EMBER_ECONFIG;
+  }
+  memcpy(host, listen, hl);
+  host[hl] = '\0';
+  if (hl == 0) {
+    sa->sin_addr.s_addr = htonl(INADDR_ANY);
+  } else if (strcmp(host, "localhost") == 0) {
+    sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  } else if (inet_pton(AF_INET, host, &sa->sin_addr) != 1) {
+    snprintf(errbuf, errbuf_size, "api.listen '%s': '%s' is not an IPv4 address", listen, host);
+    return EMBER_ECONFIG;
+  }
+  return 0;
+}
+
+static void register_metrics(ember__api_t *api) {
+  ember_metrics_t *m = api->metrics;
+  if (m == NULL) return;
+  api->m_requests = ember_metrics_counter(m, "ember_api_requests_total", "HTTP API requests.");
+  api->m_2xx = ember_metrics_counter(m, "ember_api_responses_2xx_total",
+                                     "HTTP API responses with a 2xx status.");
+  api->m_4xx = ember_metrics_counter(m, "ember_api_responses_4xx_total",
+                                     "HTTP API responses with a 4xx status.");
+  api->m_5xx = ember_metrics_counter(m, "ember_api_responses_5xx_total",
+                                     "HTTP API responses with a 5xx status.");
+  api->m_seconds = ember_metrics_counter(m, "ember_api_request_seconds_total",
+                                         "Time spent answering HTTP API requests, in seconds.");
+}
+
+int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *errbuf,
+                     size_t errbuf_size) {
+  char dummy[8];
+  if (errbuf == NULL || errbuf_size == 0) {
+    errbuf = dummy;
+    errbuf_size = sizeof dummy;
+  }
+  errbuf[0] = '\0';
+  if (opts == NULL || out == NULL || opts->store == NULL || opts->threads > MAX_THREADS)
+    return -EINVAL;
+  const char *listen = opts->listen ? opts->listen : DEFAULT_LISTEN;
+  struct sockaddr_in sa;
+  int rc = parse_listen(listen, &sa, errbuf, errbuf_size);
+  if (rc != 0) return rc;
+
+  ember__api_t *api = ember_calloc(1, sizeof *api);
+  if (api == NULL) return -ENOMEM;
+  api->store = opts->store;
+  api->metrics = opts->metrics;
+  api->max_response = opts->max_response ? opts->max_response : DEFAULT_RESPONSE;
+  atomic_init(&api->stopping, false);
+  atomic_init(&api->inflight, 0);
+  if (opts->token != NULL && opts->token[0] != '\0') {
+    api->token = ember_strdup(opts->token);
+    if (api->token == NULL) {
+      ember_free(api);
+      return -ENOMEM;
+    }
+    api->token_len = strlen(api->token);
+  }
+  register_metrics(api);
+  unsigned threads = opts->threads ? opts->threads : 2;
+  api->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC |
+                                MHD_USE_ERROR_LOG,
+                            ntohs(sa.sin_port), NULL, NULL, on_request, api, MHD_OPTION_SOCK_ADDR,
+                            &sa, MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT,
+                            256u, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_NOTIFY_COMPLETED,
+                            on_completed, api, MHD_OPTION_END);
+  if (api->d == NULL) {
+    snprintf(errbuf, errbuf_size, "cannot serve the API on %s (port in use?)", listen);
+    ember_free(api->token);
+    ember_free(api);
+    return -EADDRINUSE;
+  }
+  const union MHD_DaemonInfo *info = MHD_get_daemon_info(api->d, MHD_DAEMON_INFO_BIND_PORT);
+  api->port = info ? info->port : ntohs(sa.sin_port);
+  EMBER_INFO(LOG, "serving the HTTP API on %s (port %u, %u threads%s)", listen, api->port, threads,
+             api->token ? ", bearer token required" : "");
+  *out = api;
+  return 0;
+}
+
+uint16_t ember__api_port(const ember__api_t *api) { return api ? api->port : 0; }
+
+void ember__api_stop(ember__api_t *api) {
+  if (api == NULL) return;
+  atomic_store(&api->stopping, true);
+  MHD_socket lsock = MHD_quiesce_daemon(api->d);
+  /* Requests already being answered run to the end and their answers go
+   * out; idle keep-alive connections are not waited for. */
+  int64_t deadline = ember_time_mono_ns() + STOP_WAIT_NS;
+  while (atomic_load(&api->inflight) > 0 && ember_time_mono_ns() < deadline) {
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  if (atomic_load(&api->inflight) > 0)
+    EMBER_WARN(LOG, "stopping with %ld requests unfinished after 10 s",
+               atomic_load(&api->inflight));
+  MHD_stop_daemon(api->d);
+  if (lsock != MHD_INVALID_SOCKET) close(lsock);
+  ember_free(api->token);
+  ember_free(api);
+}
