@@ -1,0 +1,516 @@
+/* Store benchmark: what the collector does per Kafka message (decode the
+ * wire message, write it in batches), how many bytes a sample costs on
+ * disk against keeping each window as a pprof.gz file, and how long a merge
+ * of one worker over 24 h and 7 days takes, against `go tool pprof -proto`
+ * merging the same windows as pprof.gz files in the same run.
+ *
+ *   bench_store [--quick] [--workers N] [--minutes M] [--days D] [--no-peer]
+ *               [--dir DIR]
+ *
+ * The stream: N workers (default 200), each with 500 distinct stacks of
+ * depth 5-30 made of a shared runtime/libc part (root side) and the
+ * worker's own functions (leaf side), each frame with function, file,
+ * module and build-id strings as symbolized native code has. Each worker
+ * runs on one of 16 hosts, in one of 3 versions, with 1-4 CPUs; a 10 s
+ * window at 19 Hz holds about 50-400 samples drawn with a Zipf-like skew
+ * from its 500 stacks, with values CPU samples and CPU ns (the agent
+ * measures CPU ns, so it is not exactly samples x period). Every message
+ * carries its agent id (one per host) and that agent's next seq.
+ *
+ * Ingest: messages are generated and encoded outside the timing, 1,000 per
+ * batch (the collector's transaction size); the timed part is
+ * ember_codec_decode() of each + one ember_store_write() of the batch +
+ * freeing the profiles. Wall and thread CPU time are both reported (one
+ * thread does everything, so CPU time is per core).
+ *
+ * Merge: one worker's windows for D days (default 7) in a store of their
+ * own; merges over 24 h and over D days, both with ragged ends (not on
+ * hour boundaries), best of 5. The peer writes the last 24 h of that
+ * worker as pprof.gz files (ember_export_pprof) and times
+ * `go tool pprof -proto` merging them, after one warm-up run (the first
+ * run compiles the tool). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ember/codec.h"
+#include "ember/export.h"
+#include "ember/parse.h"
+#include "ember/store.h"
+
+#define SEC      1000000000LL
+#define T0       (1795996800LL * SEC) /* 2026-11-29T00:00:00Z, an hour boundary */
+#define WIN      (10 * SEC)
+#define PERIOD   (SEC / 19)
+#define NSTACKS  500
+#define NHOSTS   16
+#define BATCH    1000
+#define MAXDEPTH 30
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static uint64_t next_rand(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+static void die(const char *what, int rc) {
+  fprintf(stderr, "bench_store: %s: %s\n", what, ember_strerror(rc));
+  exit(1);
+}
+
+static double mono_s(void) { return (double)ember_time_mono_ns() / 1e9; }
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* --- the synthetic fleet --- */
+
+/* The shared part: a runtime and libc that every worker's stacks pass
+ * through near the root (what a fleet of services on one stack shares). */
+enum { NSHARED = 400, NOWN = 600 };
+static ember_frame_t shared_frames[NSHARED];
+
+typedef struct worker {
+  char name[32], version[16], host[16], agent[24];
+  unsigned cpus;
+  ember_frame_t own[NOWN];
+  char *own_names[NOWN];
+  uint8_t depth[NSTACKS];
+  uint32_t frames[NSTACKS][MAXDEPTH]; /* < NSHARED: shared; else own[i - NSHARED] */
+} worker_t;
+
+static const char *const shared_modules[][2] = {
+    {"/usr/lib/x86_64-linux-gnu/libc.so.6", "c289da5071a3399de893d2af81d6a30c62646e1e"},
+    {"/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.30", "e3a1cf4bd3d5a31b2f6f9e3e7a77d3f0b96a1a2c"},
+    {"/usr/lib/x86_64-linux-gnu/libssl.so.3", "9a1b7c5e5b0c0e2a4d7c3a51d9e2f0b4c1a8d6e3"},
+    {"[kernel]", NULL},
+};
+static const char *const verbs[] = {"handle", "parse",  "encode", "decode", "write",  "read",
+                                    "flush",  "lookup", "insert", "update", "commit", "poll"};
+static const char *const nouns[] = {"request", "response", "header",  "buffer",  "session",
+                                    "record",  "batch",    "message", "context", "frame",
+                                    "index",   "cache",    "column",  "row"};
+
+static void make_shared(void) {
+  for (size_t i = 0; i < NSHARED; i++) {
+    char buf[96];
+    size_t m = i % 4;
+    if (m == 3)
+      snprintf(buf, sizeof buf, "__x64_sys_%s_%s_%zu", verbs[i % 12], nouns[i % 14], i);
+    else if (m == 1)
+      snprintf(buf, sizeof buf, "std::__detail::_%s_%s<char>::operator()_%zu", verbs[i % 12],
+               nouns[(i / 3) % 14], i);
+    else
+      snprintf(buf, sizeof buf, "__%s_%s_internal_%zu", verbs[(i / 5) % 12], nouns[i % 14], i);
+    shared_frames[i] = (ember_frame_t){.function = strdup(buf),
+                                       .module = shared_modules[m][0],
+                                       .build_id = shared_modules[m][1],
+                                       .address = 0x1000 + i * 0x40,
+                                       .kind = m == 3 ? EMBER_FRAME_KERNEL : EMBER_FRAME_NATIVE};
+  }
+}
+
+static void make_worker(worker_t *w, size_t idx) {
+  static const char *const kinds[] = {"api", "ingest", "billing", "search", "auth", "render"};
+  snprintf(w->name, sizeof w->name, "%s-%03zu", kinds[idx % 6], idx);
+  snprintf(w->version, sizeof w->version, "v2.%zu.%zu", (idx / 7) % 3, idx % 5);
+  snprintf(w->host, sizeof w->host, "host-%02zu", idx % NHOSTS);
+  snprintf(w->agent, sizeof w->agent, "agent-host-%02zu", idx % NHOSTS);
+  w->cpus = 1 + (unsigned)(idx % 4);
+  char module[64], build_id[48];
+  snprintf(module, sizeof module, "/srv/%s/bin/%s", w->name, kinds[idx % 6]);
+  snprintf(build_id, sizeof build_id, "%016llx%08llx", (unsigned long long)next_rand(),
+           (unsigned long long)(next_rand() & 0xffffffff));
+  char *mod = strdup(module), *bid = strdup(build_id);
+  for (size_t i = 0; i < NOWN; i++) {
+    char fn[128], file[96];
+    snprintf(fn, sizeof fn, "%s::%s::%s_%s_%zu", kinds[idx % 6], nouns[(i / 14) % 14],
+             verbs[i % 12], nouns[i % 14], i);
+    snprintf(file, sizeof file, "src/%s/%s_%s.cc", kinds[idx % 6], nouns[(i / 14) % 14],
+             verbs[(i / 3) % 12]);
+    w->own_names[i] = strdup(fn);
+    w->own[i] = (ember_frame_t){.function = w->own_names[i],
+                                .file = strdup(file),
+                                .module = mod,
+                                .build_id = bid,
+                                .line = (uint32_t)(10 + (i * 37) % 2000),
+                                .address = 0x400000 + i * 0x80,
+                                .kind = EMBER_FRAME_NATIVE};
+  }
+  /* Stacks: a root chain in the shared runtime (3-8 frames from a few
+   * entry points), then the worker's frames, sometimes a libc/kernel leaf. */
+  for (size_t s = 0; s < NSTACKS; s++) {
+    size_t depth = 5 + (size_t)(next_rand() % 26);
+    size_t nroot = 3 + (size_t)(next_rand() % 6);
+    if (nroot > depth - 1) nroot = depth - 1;
+    size_t leaf_shared = next_rand() % 3 == 0 ? 1 + (size_t)(next_rand() % 3) : 0;
+    if (leaf_shared + nroot >= depth) leaf_shared = 0;
+    uint32_t *f = w->frames[s];
+    /* Leaf first. */
+    size_t d = 0;
+    for (; d < leaf_shared; d++) f[d] = (uint32_t)(next_rand() % NSHARED);
+    for (; d < depth - nroot; d++) f[d] = (uint32_t)(NSHARED + next_rand() % NOWN);
+    uint32_t entry = (uint32_t)(s % 4);
+    for (size_t r = 0; d < depth; d++, r++)
+      f[d] = (uint32_t)((entry * 8 + r * 3 + (r > 2 ? s % 3 : 0)) % NSHARED);
+    w->depth[s] = (uint8_t)depth;
+  }
+}
+
+/* Zipf-like rank: P(rank k) ~ 1/(k+1). */
+static double zipf_cdf[NSTACKS];
+static void make_zipf(void) {
+  double sum = 0;
+  for (size_t k = 0; k < NSTACKS; k++) sum += 1.0 / (double)(k + 1);
+  double acc = 0;
+  for (size_t k = 0; k < NSTACKS; k++) {
+    acc += 1.0 / (double)(k + 1) / sum;
+    zipf_cdf[k] = acc;
+  }
+}
+static size_t zipf(void) {
+  double u = (double)(next_rand() >> 11) / 9007199254740992.0;
+  size_t lo = 0, hi = NSTACKS - 1;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (zipf_cdf[mid] < u)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+static uint64_t agent_seq[NHOSTS];
+
+/* One 10 s window of worker w starting at `start`; *samples gets its
+ * sample count. */
+static ember_profile_t *make_window(const worker_t *w, size_t widx, int64_t start,
+                                    uint64_t *samples) {
+  static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
+  ember_profile_t *p = NULL;
+  int rc = ember_profile_new(types, 2, &p);
+  if (rc) die("profile_new", rc);
+  ember_labels_t l = {w->name, w->version, w->host, NULL, (uint32_t)(1000 + widx)};
+  ember_profile_set_labels(p, &l);
+  ember_profile_set_window(p, start, start + WIN);
+  ember_profile_set_period(p, PERIOD);
+  ember_profile_set_origin(p, w->agent, ++agent_seq[widx % NHOSTS], NULL);
+  /* 19 Hz x cpus x 10 s at 25-55% utilisation: about 50-400 samples. */
+  uint64_t n = 190u * w->cpus * (25 + next_rand() % 31) / 100;
+  *samples = n;
+  int64_t count[NSTACKS] = {0}, cpu_ns[NSTACKS] = {0};
+  for (uint64_t i = 0; i < n; i++) {
+    /* Rank k maps to a per-worker permutation so hot stacks differ. */
+    size_t s = (zipf() * 7 + widx) % NSTACKS;
+    count[s]++;
+    cpu_ns[s] += PERIOD - PERIOD / 10 + (int64_t)(next_rand() % (PERIOD / 5));
+  }
+  ember_frame_t fr[MAXDEPTH];
+  for (size_t s = 0; s < NSTACKS; s++) {
+    if (!count[s]) continue;
+    for (size_t d = 0; d < w->depth[s]; d++) {
+      uint32_t f = w->frames[s][d];
+      fr[d] = f < NSHARED ? shared_frames[f] : w->own[f - NSHARED];
+    }
+    int64_t v[2] = {count[s], cpu_ns[s]};
+    rc = ember_profile_add(p, fr, w->depth[s], v);
+    if (rc) die("profile_add", rc);
+  }
+  return p;
+}
+
+/* --- go tool pprof --- */
+
+static const char *go_binary(void) {
+  static char found[512];
+  const char *path = getenv("PATH");
+  while (path && *path) {
+    const char *end = strchr(path, ':');
+    size_t len = end ? (size_t)(end - path) : strlen(path);
+    snprintf(found, sizeof found, "%.*s/go", (int)len, path);
+    if (access(found, X_OK) == 0) return found;
+    path = end ? end + 1 : NULL;
+  }
+  return access("/usr/local/go/bin/go", X_OK) == 0 ? "/usr/local/go/bin/go" : NULL;
+}
+
+/* Run `go tool pprof -proto -output=merged.pb.gz files...` in `dir`; the
+ * wall time in seconds, or a negative number on failure. */
+static double run_pprof(const char *go, const char *dir, size_t nfiles) {
+  char **argv = calloc(nfiles + 8, sizeof *argv);
+  size_t a = 0;
+  argv[a++] = (char *)(uintptr_t)go;
+  argv[a++] = strdup("tool");
+  argv[a++] = strdup("pprof");
+  argv[a++] = strdup("-proto");
+  argv[a++] = strdup("-output=merged.pb.gz");
+  for (size_t i = 0; i < nfiles; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "%zu.pb.gz", i);
+    argv[a++] = strdup(name);
+  }
+  argv[a] = NULL;
+  double t0 = mono_s();
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (chdir(dir) != 0) _exit(127);
+    if (!freopen("/dev/null", "w", stdout) || !freopen("pprof.err", "w", stderr)) _exit(127);
+    execv(go, argv);
+    _exit(127);
+  }
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  double t = mono_s() - t0;
+  for (size_t i = 1; i < a; i++) free(argv[i]);
+  free(argv);
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? t : -1;
+}
+
+/* --- main --- */
+
+static void usage(void) {
+  fprintf(stderr, "usage: bench_store [--quick] [--workers N] [--minutes M] [--days D] "
+                  "[--no-peer] [--dir DIR]\n");
+  exit(2);
+}
+
+static ember_store_t *open_fresh(const char *path, size_t map) {
+  char lock[600], err[256];
+  snprintf(lock, sizeof lock, "%s-lock", path);
+  unlink(path);
+  unlink(lock);
+  ember_store_opts_t o = {.map_size = map};
+  ember_store_t *s = NULL;
+  int rc = ember_store_open(path, &o, &s, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "bench_store: %s\n", err);
+    exit(1);
+  }
+  return s;
+}
+
+static double merge_best(ember_store_t *s, const char *worker, int64_t from, int64_t to,
+                         size_t *nstacks) {
+  ember_store_selector_t sel = {.worker = worker};
+  double best = 1e9;
+  for (int i = 0; i < 5; i++) {
+    ember_profile_t *p = NULL;
+    double t0 = mono_s();
+    int rc = ember_store_merge(s, &sel, from, to, EMBER_VT_CPU_SAMPLES, &p);
+    double t = mono_s() - t0;
+    if (rc) die("merge", rc);
+    *nstacks = ember_profile_nstacks(p);
+    ember_profile_free(p);
+    if (t < best) best = t;
+  }
+  return best;
+}
+
+int main(int argc, char **argv) {
+  uint64_t nworkers = 200, minutes = 60, days = 7;
+  bool peer = true;
+  const char *dir = "/tmp";
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0) {
+      minutes = 10;
+      days = 1;
+    } else if (strcmp(argv[i], "--no-peer") == 0) {
+      peer = false;
+    } else if (i + 1 < argc && strcmp(argv[i], "--workers") == 0) {
+      if (ember_parse_u64(argv[++i], 1, 100000, &nworkers)) usage();
+    } else if (i + 1 < argc && strcmp(argv[i], "--minutes") == 0) {
+      if (ember_parse_u64(argv[++i], 1, 100000, &minutes)) usage();
+    } else if (i + 1 < argc && strcmp(argv[i], "--days") == 0) {
+      if (ember_parse_u64(argv[++i], 0, 30, &days)) usage();
+    } else if (i + 1 < argc && strcmp(argv[i], "--dir") == 0) {
+      dir = argv[++i];
+    } else {
+      usage();
+    }
+  }
+  make_shared();
+  make_zipf();
+  worker_t *ws = calloc(nworkers, sizeof *ws);
+  for (size_t i = 0; i < nworkers; i++) make_worker(&ws[i], i);
+
+  /* --- ingest --- */
+  char path[512];
+  snprintf(path, sizeof path, "%s/bench_store_%ld.lmdb", dir, (long)getpid());
+  ember_store_t *s = open_fresh(path, (size_t)16 << 30);
+  size_t steps = (size_t)(minutes * 6), total = steps * nworkers, done = 0;
+  ember_buf_t *msgs = calloc(BATCH, sizeof *msgs);
+  for (size_t i = 0; i < BATCH; i++) ember_buf_init(&msgs[i], 1u << 26);
+  ember_profile_t *batch[BATCH];
+  ember_buf_t pp;
+  ember_buf_init(&pp, 1u << 28);
+  double wall = 0, cpu = 0, dec_cpu = 0;
+  uint64_t samples = 0, wire_bytes = 0, pp_bytes = 0, pp_samples = 0, pp_windows = 0;
+  size_t distinct = 0;
+  char err[256];
+  while (done < total) {
+    size_t n = total - done < BATCH ? total - done : BATCH;
+    for (size_t i = 0; i < n; i++) {
+      size_t k = done + i, widx = k % nworkers;
+      uint64_t ns = 0;
+      ember_profile_t *p = make_window(&ws[widx], widx, T0 + (int64_t)(k / nworkers) * WIN, &ns);
+      samples += ns;
+      distinct += ember_profile_nstacks(p);
+      ember_buf_reset(&msgs[i]);
+      int rc = ember_codec_encode(p, &msgs[i]);
+      if (rc) die("encode", rc);
+      wire_bytes += msgs[i].len;
+      /* The pprof.gz peer size, from every 20th window (exporting all of
+       * them would take longer than the ingest). */
+      if (k % 20 == 0) {
+        ember_buf_reset(&pp);
+        rc = ember_export_pprof(p, &pp);
+        if (rc) die("export", rc);
+        pp_bytes += pp.len;
+        pp_samples += ns;
+        pp_windows++;
+      }
+      ember_profile_free(p);
+    }
+    double w0 = mono_s(), c0 = cpu_s();
+    for (size_t i = 0; i < n; i++) {
+      int rc = ember_codec_decode(msgs[i].data, msgs[i].len, NULL, &batch[i], err, sizeof err);
+      if (rc) {
+        fprintf(stderr, "bench_store: decode: %s\n", err);
+        return 1;
+      }
+    }
+    double c1 = cpu_s();
+    ember_store_write_result_t r;
+    int rc = ember_store_write(s, batch, n, &r);
+    if (rc) die("write", rc);
+    if (r.written != n) die("write: not all written", EMBER_ECORRUPT);
+    for (size_t i = 0; i < n; i++) ember_profile_free(batch[i]);
+    cpu += cpu_s() - c0;
+    wall += mono_s() - w0;
+    dec_cpu += c1 - c0;
+    done += n;
+  }
+  ember_store_stats_t st;
+  int rc = ember_store_stats(s, &st);
+  if (rc) die("stats", rc);
+  printf("bench_store: %llu workers x %llu min of 10 s windows = %zu profiles, %llu samples "
+         "(%.0f per window, %.0f distinct stacks per window), batches of %d\n",
+         (unsigned long long)nworkers, (unsigned long long)minutes, total,
+         (unsigned long long)samples, (double)samples / (double)total,
+         (double)distinct / (double)total, BATCH);
+  printf("ingest (decode + write): %.0f profiles/s per core (thread CPU), %.0f profiles/s "
+         "wall; %.0f samples/s per core\n",
+         (double)total / cpu, (double)total / wall, (double)samples / cpu);
+  printf("  of which decode %.1f us/profile, write %.1f us/profile (CPU)\n",
+         dec_cpu / (double)total * 1e6, (cpu - dec_cpu) / (double)total * 1e6);
+  printf("size: store %.1f MiB = %.2f bytes/sample (%llu series, %llu frames, %llu stacks, "
+         "%llu rows, %llu rollup rows); wire %.1f bytes/sample\n",
+         (double)st.file_bytes / 1048576.0, (double)st.file_bytes / (double)samples,
+         (unsigned long long)st.series, (unsigned long long)st.frames,
+         (unsigned long long)st.stacks, (unsigned long long)st.profile_rows,
+         (unsigned long long)st.rollup_rows, (double)wire_bytes / (double)samples);
+  printf("  peer pprof.gz per window: %.2f bytes/sample (%llu windows sampled, %.0f bytes "
+         "each); store/pprof.gz = %.3f\n",
+         (double)pp_bytes / (double)pp_samples, (unsigned long long)pp_windows,
+         (double)pp_bytes / (double)pp_windows,
+         ((double)st.file_bytes / (double)samples) / ((double)pp_bytes / (double)pp_samples));
+  ember_store_close(s);
+  char lock[600];
+  snprintf(lock, sizeof lock, "%s-lock", path);
+  unlink(path);
+  unlink(lock);
+
+  if (days == 0) return 0;
+  /* --- merge: one worker over `days` --- */
+  s = open_fresh(path, (size_t)16 << 30);
+  const worker_t *w = &ws[0];
+  size_t nwin = (size_t)(days * 8640);
+  double wt0 = mono_s();
+  for (size_t k = 0; k < nwin;) {
+    size_t n = nwin - k < BATCH ? nwin - k : BATCH;
+    for (size_t i = 0; i < n; i++) {
+      uint64_t ns;
+      batch[i] = make_window(w, 0, T0 + (int64_t)(k + i) * WIN, &ns);
+    }
+    rc = ember_store_write(s, batch, n, NULL);
+    if (rc) die("write", rc);
+    for (size_t i = 0; i < n; i++) ember_profile_free(batch[i]);
+    k += n;
+  }
+  double wt = mono_s() - wt0;
+  int64_t end = T0 + (int64_t)nwin * WIN;
+  /* Ragged ends, as "the last 24 h" asked at 13:07:23 has. */
+  int64_t rag = 7 * 60 * SEC + 23 * SEC;
+  size_t ns24 = 0, nsall = 0, ns24a = 0;
+  double m24 = merge_best(s, w->name, end - 86400 * SEC - rag, end - rag, &ns24);
+  double m24a = merge_best(s, w->name, end - 86400 * SEC, end, &ns24a);
+  double mall = merge_best(s, w->name, T0 + rag, end - rag, &nsall);
+  printf("merge one worker (%zu windows written in %.1f s, incl. generating them):\n", nwin, wt);
+  printf("  24 h, ragged ends: %.2f ms (%zu stacks); 24 h on hour boundaries: %.2f ms\n", m24 * 1e3,
+         ns24, m24a * 1e3);
+  printf("  %llu d, ragged ends: %.2f ms (%zu stacks)\n", (unsigned long long)days, mall * 1e3,
+         nsall);
+  ember_store_close(s);
+  unlink(path);
+  unlink(lock);
+
+  /* --- the peer: go tool pprof -proto over the last 24 h as files --- */
+  const char *go = peer ? go_binary() : NULL;
+  if (peer && !go) printf("peer: no go binary found (PATH, /usr/local/go/bin/go); skipped\n");
+  if (go) {
+    char pdir[512];
+    snprintf(pdir, sizeof pdir, "%s/bench_store_pprof_%ld", dir, (long)getpid());
+    if (mkdir(pdir, 0700) != 0 && errno != EEXIST) die("mkdir", -errno);
+    size_t nfiles = 8640;
+    uint64_t fbytes = 0;
+    for (size_t i = 0; i < nfiles; i++) {
+      uint64_t ns;
+      ember_profile_t *p = make_window(w, 0, end - 86400 * SEC + (int64_t)i * WIN, &ns);
+      ember_buf_reset(&pp);
+      rc = ember_export_pprof(p, &pp);
+      if (rc) die("export", rc);
+      ember_profile_free(p);
+      char f[600];
+      snprintf(f, sizeof f, "%s/%zu.pb.gz", pdir, i);
+      FILE *fp = fopen(f, "wb");
+      if (!fp || fwrite(pp.data, 1, pp.len, fp) != pp.len || fclose(fp) != 0)
+        die("write pprof file", -EIO);
+      fbytes += pp.len;
+    }
+    double warm = run_pprof(go, pdir, 1);
+    double t = warm < 0 ? -1 : run_pprof(go, pdir, nfiles);
+    if (t < 0)
+      printf("peer: go tool pprof failed (see %s/pprof.err)\n", pdir);
+    else
+      printf("peer: go tool pprof -proto over the same worker's last 24 h as %zu pprof.gz files "
+             "(%.1f MiB): %.2f s (warm-up run with 1 file: %.1f s); 7 d not run (60,480 "
+             "files would take longer to write than this benchmark's budget)\n",
+             nfiles, (double)fbytes / 1048576.0, t, warm);
+    for (size_t i = 0; i < nfiles; i++) {
+      char f[600];
+      snprintf(f, sizeof f, "%s/%zu.pb.gz", pdir, i);
+      unlink(f);
+    }
+    char f[600];
+    snprintf(f, sizeof f, "%s/merged.pb.gz", pdir);
+    unlink(f);
+    snprintf(f, sizeof f, "%s/pprof.err", pdir);
+    unlink(f);
+    rmdir(pdir);
+  }
+  ember_buf_free(&pp);
+  for (size_t i = 0; i < BATCH; i++) ember_buf_free(&msgs[i]);
+  free(msgs);
+  return 0;
+}
