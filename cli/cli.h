@@ -3,9 +3,21 @@
 #ifndef EMBER_CLI_H
 #define EMBER_CLI_H
 
-/* Exit statuses every subcommand shares. */
-#define EXIT_USAGE 2 /* bad arguments: the message says which */
+/* Exit statuses every subcommand shares (README "Exit codes"). */
+#define EXIT_FAILED 1 /* the server, the network or a local file failed */
+#define EXIT_USAGE  2 /* bad arguments (here or as the server judged them) */
+#define EXIT_EMPTY  3 /* the query worked and matched nothing */
 
 int ember__cmd_up(int argc, char **argv);
+
+/* query.c: clients of the HTTP API. `ember workers`, `ember versions|hosts|
+ * actors` (which names the command), `ember query`. */
+int ember__cmd_workers(int argc, char **argv);
+int ember__cmd_labels(const char *which, int argc, char **argv);
+int ember__cmd_query(int argc, char **argv);
+
+/* Synopsis and option help of the query commands, for `ember help`. */
+extern const char ember__usage_query[];
+extern const char ember__usage_query_notes[];
 
 #endif

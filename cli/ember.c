@@ -2,14 +2,15 @@
  *
  *   ember up [--data DIR] [--config FILE] [key=value ...]
  *                                              profile this machine
+ *   ember workers | versions | hosts | actors  what the server has seen
+ *   ember query --worker W ...                 a merged profile (query.c)
  *   ember decode [--format F] [-o OUT] [FILE]  read one wire message (e.g. a
  *                                              Kafka value saved by kcat),
  *                                              validate it and export it
  *   ember version
  *
- * `ember up` today runs the parts that exist: the agent, publishing into
- * the embedded Kafka, and a reader that prints each window's summary. The
- * collector, store and API join it as they are built (see README). */
+ * The query commands are thin clients of the HTTP API (docs/api.md) that
+ * `ember up` and ember-collector serve. Exit statuses are in cli.h. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -29,9 +30,17 @@
 #include "cli.h"
 
 static void usage(FILE *f) {
-  fputs("usage: ember up [--data DIR] [--config FILE] [key=value ...]\n"
-        "       ember decode [--format pprof|folded|speedscope|tree|top] [-o OUT] [FILE]\n"
-        "       ember version\n",
+  fputs("usage: ember up [--data DIR] [--config FILE] [key=value ...]\n", f);
+  fputs(ember__usage_query, f);
+  fputs("       ember decode [--format pprof|folded|speedscope|tree|top] [-o OUT] [FILE]\n"
+        "       ember version\n"
+        "\n",
+        f);
+  fputs(ember__usage_query_notes, f);
+  fputs("\n"
+        "exit status: 0 ok; 1 the server, the network or a file failed; 2 bad arguments\n"
+        "(here, or as the server judged them: HTTP 400/401/413); 3 the query matched\n"
+        "nothing (the empty result is still written).\n",
         f);
 }
 
@@ -120,7 +129,7 @@ static int cmd_decode(int argc, char **argv) {
   ember_buf_init(&res, (size_t)1 << 30);
   ember_profile_t *p = NULL;
   char err[256] = "";
-  int status = 1;
+  int status = EXIT_FAILED;
   int rc = read_all(in, &raw);
   if (rc != 0) {
     fprintf(stderr, "ember decode: cannot read %s: %s\n", in ? in : "stdin", ember_strerror(rc));
@@ -153,6 +162,11 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "up") == 0) return ember__cmd_up(argc - 2, argv + 2);
   if (strcmp(argv[1], "decode") == 0) return cmd_decode(argc - 2, argv + 2);
+  if (strcmp(argv[1], "workers") == 0) return ember__cmd_workers(argc - 2, argv + 2);
+  if (strcmp(argv[1], "query") == 0) return ember__cmd_query(argc - 2, argv + 2);
+  if (strcmp(argv[1], "versions") == 0 || strcmp(argv[1], "hosts") == 0 ||
+      strcmp(argv[1], "actors") == 0)
+    return ember__cmd_labels(argv[1], argc - 2, argv + 2);
   if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
     printf("ember %s\n", EMBER_VERSION_STRING);
     return 0;
