@@ -250,3 +250,115 @@ void tu_on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
     t->first_err = m->err;
   }
 }
+
+int64_t tu_profile_samples(uint64_t seq) { return (int64_t)(seq % 7) + 1; }
+
+ember_profile_t *tu_profile(const char *agent, uint64_t seq, const char *worker, const char *host,
+                            int64_t start_ns) {
+  static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(types, 2, &p), 0);
+  ember_labels_t labels = {.worker = worker, .version = "1.0", .host = host, .pid = 4242};
+  assert_int_equal(ember_profile_set_labels(p, &labels), 0);
+  assert_int_equal(ember_profile_set_origin(p, agent, seq, NULL), 0);
+  assert_int_equal(ember_profile_set_window(p, start_ns, start_ns + 10000000000LL), 0);
+  ember_profile_set_period(p, 10000000);
+  const ember_frame_t a[2] = {
+      {.function = "work_a",
+       .module = "/usr/bin/tu",
+       .address = 0x1200,
+       .kind = EMBER_FRAME_NATIVE},
+      {.function = "main", .module = "/usr/bin/tu", .address = 0x1000, .kind = EMBER_FRAME_NATIVE}};
+  const ember_frame_t b[2] = {{.function = "work_b",
+                               .module = "/usr/bin/tu",
+                               .address = 0x1400,
+                               .kind = EMBER_FRAME_NATIVE},
+                              a[1]};
+  int64_t n = tu_profile_samples(seq);
+  const int64_t va[2] = {n, n * 10000000};
+  const int64_t vb[2] = {1, 10000000};
+  assert_int_equal(ember_profile_add(p, a, 2, va), 0);
+  assert_int_equal(ember_profile_add(p, b, 2, vb), 0);
+  return p;
+}
+
+tu_dr_tally_t tu_produce(const char *brokers, const char *topic, const char *key,
+                         const void *const *values, const size_t *lens, size_t n) {
+  tu_dr_tally_t tally = {0};
+  char err[512];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  if (rd_kafka_conf_set(conf, "bootstrap.servers", brokers, err, sizeof err) != RD_KAFKA_CONF_OK ||
+      rd_kafka_conf_set(conf, "linger.ms", "5", err, sizeof err) != RD_KAFKA_CONF_OK)
+    fail_msg("producer conf: %s", err);
+  rd_kafka_conf_set_dr_msg_cb(conf, tu_on_delivery);
+  rd_kafka_conf_set_opaque(conf, &tally);
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+  if (rk == NULL) fail_msg("producer: %s", err);
+  for (size_t i = 0; i < n; i++) {
+    rd_kafka_resp_err_t e;
+    while ((e = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic),
+                                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                  RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
+                                  RD_KAFKA_V_VALUE((void *)(uintptr_t)values[i], lens[i]),
+                                  RD_KAFKA_V_END)) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+      rd_kafka_poll(rk, 100);
+    if (e != RD_KAFKA_RESP_ERR_NO_ERROR) fail_msg("produce: %s", rd_kafka_err2str(e));
+    rd_kafka_poll(rk, 0);
+  }
+  rd_kafka_flush(rk, 60000);
+  rd_kafka_destroy(rk);
+  return tally;
+}
+
+int64_t tu_produce_profiles(const char *brokers, const char *agent, uint64_t first_seq, size_t n,
+                            const char *worker, const char *host, int64_t base_ns) {
+  const void **values = calloc(n ? n : 1, sizeof *values);
+  size_t *lens = calloc(n ? n : 1, sizeof *lens);
+  ember_buf_t *bufs = calloc(n ? n : 1, sizeof *bufs);
+  assert_non_null(values);
+  assert_non_null(lens);
+  assert_non_null(bufs);
+  int64_t samples = 0;
+  for (size_t i = 0; i < n; i++) {
+    ember_profile_t *p =
+        tu_profile(agent, first_seq + i, worker, host, base_ns + (int64_t)i * 10000000000LL);
+    ember_buf_init(&bufs[i], 1 << 20);
+    assert_int_equal(ember_codec_encode(p, &bufs[i]), 0);
+    samples += ember_profile_total(p, 0);
+    ember_profile_free(p);
+    values[i] = bufs[i].data;
+    lens[i] = bufs[i].len;
+  }
+  tu_dr_tally_t t = tu_produce(brokers, EMBER_TOPIC_PROFILES, worker, values, lens, n);
+  if (t.ok != n)
+    fail_msg("delivered %zu of %zu profiles (%s)", t.ok, n, rd_kafka_err2str(t.first_err));
+  for (size_t i = 0; i < n; i++) ember_buf_free(&bufs[i]);
+  free(bufs);
+  free(lens);
+  free(values);
+  return samples;
+}
+
+unsigned tu_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+  close(fd);
+  return ntohs(sa.sin_port);
+}
+
+double tu_metric(unsigned port, const char *name) {
+  static char body[1 << 18];
+  if (tu_http_get(port, "/metrics", body, sizeof body) != 200) return -1;
+  size_t len = strlen(name);
+  for (const char *l = body; l != NULL && *l != '\0';) {
+    if (strncmp(l, name, len) == 0 && l[len] == ' ') return strtod(l + len + 1, NULL);
+    l = strchr(l, '\n');
+    if (l != NULL) l++;
+  }
+  return -1;
+}

@@ -59,6 +59,35 @@ typedef struct tu_dr_tally {
 } tu_dr_tally_t;
 void tu_on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque);
 
+/* A small deterministic profile window of `worker` on `host` from
+ * (agent, seq): labels worker/version "1.0"/host, window [start_ns, start_ns
+ * + 10 s), period 10 ms, two stacks main;work_a (tu_profile_samples(seq)
+ * samples) and main;work_b (1 sample), values CPU_SAMPLES and CPU_NS
+ * (samples x 10 ms). */
+ember_profile_t *tu_profile(const char *agent, uint64_t seq, const char *worker, const char *host,
+                            int64_t start_ns);
+int64_t tu_profile_samples(uint64_t seq); /* work_a's samples; the window has one more */
+
+/* Produce `n` messages to `topic` on `brokers` (values[i] of lens[i] bytes,
+ * keyed by `key`, may be NULL) and wait for every delivery report (at most
+ * 60 s). Returns the tally. */
+tu_dr_tally_t tu_produce(const char *brokers, const char *topic, const char *key,
+                         const void *const *values, const size_t *lens, size_t n);
+
+/* Encode tu_profile(agent, first_seq + i, worker, host, base_ns + i * 10 s)
+ * for i < n and produce them to ember.profiles (keyed by worker); fails the
+ * test unless all are delivered. Returns the CPU samples produced. */
+int64_t tu_produce_profiles(const char *brokers, const char *agent, uint64_t first_seq, size_t n,
+                            const char *worker, const char *host, int64_t base_ns);
+
+/* A TCP port on 127.0.0.1 that was free a moment ago (bind to 0, read,
+ * close): for daemons started as separate processes. */
+unsigned tu_free_port(void);
+
+/* The value of metric `name` (a line "name value") on
+ * http://127.0.0.1:port/metrics, or -1 when unreachable or absent. */
+double tu_metric(unsigned port, const char *name);
+
 /* Is an executable on PATH? Writes its path to buf. */
 bool tu_which(const char *name, char *buf, size_t size);
 

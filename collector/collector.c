@@ -1,0 +1,665 @@
+/* The collector (collector.h): ingest, registry and API wired together.
+ *
+ * The ingest thread owns a batch of consumed messages. A message is kept
+ * (rd_kafka_message_t) until its batch is flushed, so that anything the
+ * store refuses can still be copied to the DLQ byte for byte. Flushing a
+ * batch is, in order:
+ *   1. one ember_store_write() of every decoded profile (a store error that
+ *      is not about the input is retried with backoff, never skipped: the
+ *      offsets are not committed until it succeeds);
+ *   2. the malformed messages produced to ember.profiles.dlq and flushed
+ *      until the broker acknowledged each one;
+ *   3. a synchronous commit of the batch's offsets.
+ * A crash between any two steps replays the batch; step 1 then finds every
+ * (agent_id, seq) already stored and step 2 at worst copies a bad message
+ * to the DLQ twice (the DLQ is at-least-once, the store exactly-once). */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "collector.h"
+#include "ember/codec.h"
+#include "ember/log.h"
+#include "ember/metrics.h"
+#include "ember/parse.h"
+
+#define NS_PER_S 1000000000LL
+
+const char *const ember__collector_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
+                                                    "data_dir",
+                                                    "group_id",
+                                                    "store.map_size",
+                                                    "store.sync",
+                                                    "batch.max_messages",
+                                                    "batch.max_bytes",
+                                                    "batch.linger",
+                                                    "retention",
+                                                    "retention_interval",
+                                                    "log_level",
+                                                    "api.listen",
+                                                    "api.token",
+                                                    "api.threads",
+                                                    NULL};
+
+/* One consumed message and what became of it. */
+typedef struct item {
+  rd_kafka_message_t *msg;
+  ember_profile_t *profile; /* NULL: malformed, goes to the DLQ */
+  char *reason;             /* why it is malformed (owned) */
+  atomic_int dlq_status;    /* 1 pending, 0 delivered, else -rd_kafka_resp_err */
+} item_t;
+
+typedef struct batch {
+  item_t *items;
+  size_t n, cap;
+  size_t bytes;
+  int64_t first_mono_ns;
+} batch_t;
+
+typedef struct metrics_set {
+  ember_metric_t *messages, *profiles, *samples, *duplicates, *expired, *malformed, *dlq_errors,
+      *batches, *batch_seconds, *store_errors, *commit_errors, *consumer_errors, *targets,
+      *target_messages, *target_errors, *store_bytes, *store_series, *store_stacks, *retained,
+      *cpu_seconds, *rss_bytes;
+} metrics_set_t;
+
+struct ember__collector {
+  ember_kafka_t *kafka;
+  bool own_kafka;
+  ember_store_t *store;
+  ember_metrics_t *metrics;
+  metrics_set_t m;
+  ember__api_t *api;
+  ember__registry_t *registry;
+  rd_kafka_t *consumer, *dlq, *targets;
+  pthread_t ingest_thread, registry_thread;
+  bool ingest_started, registry_started;
+  atomic_bool stop;
+
+  size_t batch_max, batch_max_bytes;
+  int64_t linger_ns, retention_ns, retention_every_ns;
+  ember_codec_limits_t lim;
+  batch_t batch;
+
+  /* Log rate limit for malformed input: one line per second at most. */
+  int64_t last_bad_log_ns;
+  uint64_t bad_unlogged;
+};
+
+/* ---- batch ---------------------------------------------------------- */
+
+static int batch_push(batch_t *b, rd_kafka_message_t *msg) {
+  if (b->n == b->cap) {
+    size_t cap = b->cap ? b->cap * 2 : 256;
+    item_t *v = ember_realloc(b->items, cap * sizeof *v);
+    if (v == NULL) return -ENOMEM;
+    b->items = v;
+    b->cap = cap;
+  }
+  item_t *it = &b->items[b->n++];
+  it->msg = msg;
+  it->profile = NULL;
+  it->reason = NULL;
+  atomic_init(&it->dlq_status, 1);
+  if (b->n == 1) b->first_mono_ns = ember_time_mono_ns();
+  b->bytes += msg->len;
+  return 0;
+}
+
+static void batch_clear(batch_t *b) {
+  for (size_t i = 0; i < b->n; i++) {
+    ember_profile_free(b->items[i].profile);
+    ember_free(b->items[i].reason);
+    rd_kafka_message_destroy(b->items[i].msg);
+  }
+  b->n = 0;
+  b->bytes = 0;
+}
+
+static void set_malformed(ember__collector_t *c, item_t *it, const char *why) {
+  ember_profile_free(it->profile);
+  it->profile = NULL;
+  ember_free(it->reason);
+  it->reason = ember_strdup(why);
+  ember_metric_add(c->m.malformed, 1);
+  int64_t now = ember_time_mono_ns();
+  if (now - c->last_bad_log_ns >= NS_PER_S) {
+    EMBER_WARN("collector",
+               "malformed message %s[%" PRId32 "]@%" PRId64 " goes to %s: %s"
+               " (%" PRIu64 " more not logged since the last line)",
+               rd_kafka_topic_name(it->msg->rkt), it->msg->partition, it->msg->offset,
+               EMBER_TOPIC_PROFILES_DLQ, why, c->bad_unlogged);
+    c->last_bad_log_ns = now;
+    c->bad_unlogged = 0;
+  } else {
+    c->bad_unlogged++;
+  }
+}
+
+/* ---- flushing: store, DLQ, commit ------------------------------------ */
+
+static bool is_input_error(int rc) { return rc == -EINVAL || rc == -ERANGE; }
+
+/* Sleep up to ms, waking early on stop. */
+static void nap(ember__collector_t *c, int ms) {
+  for (int i = 0; i < ms / 50 && !atomic_load(&c->stop); i++) {
+    struct timespec ts = {0, 50 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void count_result(ember__collector_t *c, ember_profile_t *const *ps, size_t n,
+                         const ember_store_write_result_t *r) {
+  ember_metric_add(c->m.profiles, (double)r->written);
+  ember_metric_add(c->m.duplicates, (double)r->duplicates);
+  ember_metric_add(c->m.expired, (double)r->expired);
+  double samples = 0;
+  for (size_t i = 0; i < n; i++) {
+    int vi = ember_profile_type_index(ps[i], EMBER_VT_CPU_SAMPLES);
+    if (vi >= 0) samples += (double)ember_profile_total(ps[i], (size_t)vi);
+  }
+  ember_metric_add(c->m.samples, samples);
+}
+
+/* Step 1. Returns 0 when every profile is stored (or found malformed), or
+ * an error when stopping before the store accepted the batch. */
+static int store_batch(ember__collector_t *c) {
+  batch_t *b = &c->batch;
+  ember_profile_t **ps = ember_malloc((b->n ? b->n : 1) * sizeof *ps);
+  if (ps == NULL) return -ENOMEM;
+  int backoff_ms = 100;
+  int rc;
+  for (;;) {
+    size_t n = 0;
+    for (size_t i = 0; i < b->n; i++)
+      if (b->items[i].profile != NULL) ps[n++] = b->items[i].profile;
+    if (n == 0) {
+      rc = 0;
+      break;
+    }
+    ember_store_write_result_t res = {0};
+    rc = ember_store_write(c->store, ps, n, &res);
+    if (rc == 0) {
+      count_result(c, ps, n, &res);
+      break;
+    }
+    if (is_input_error(rc)) {
+      /* Some profile the store refuses: find it by writing one at a time.
+       * The others are then written again in the retry, as duplicates
+       * (idempotency makes that free of double counting). */
+      for (size_t i = 0; i < b->n; i++) {
+        item_t *it = &b->items[i];
+        if (it->profile == NULL) continue;
+        int one = ember_store_write(c->store, &it->profile, 1, &res);
+        if (is_input_error(one)) {
+          set_malformed(c, it,
+                        one == -ERANGE ? "the store refused it: a value sum would overflow"
+                                       : "the store refused it: invalid window or labels");
+        } else if (one != 0) {
+          break; /* a store failure: handled by the retry below */
+        }
+      }
+      continue;
+    }
+    ember_metric_add(c->m.store_errors, 1);
+    EMBER_ERROR("collector", "cannot write %zu profiles to the store: %s; retrying in %d ms", n,
+                ember_strerror(rc), backoff_ms);
+    if (atomic_load(&c->stop)) break;
+    nap(c, backoff_ms);
+    if (atomic_load(&c->stop)) break;
+    if (backoff_ms < 5000) backoff_ms *= 2;
+  }
+  ember_free(ps);
+  return rc;
+}
+
+static void on_dlq_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
+  (void)rk;
+  (void)opaque;
+  atomic_int *status = m->_private;
+  if (status != NULL) atomic_store(status, m->err == RD_KAFKA_RESP_ERR_NO_ERROR ? 0 : -(int)m->err);
+}
+
+/* Step 2: every malformed message of the batch delivered to the DLQ, with
+ * headers saying why and where it came from. */
+static int dlq_batch(ember__collector_t *c) {
+  batch_t *b = &c->batch;
+  int backoff_ms = 200;
+  for (;;) {
+    size_t pending = 0;
+    for (size_t i = 0; i < b->n; i++) {
+      item_t *it = &b->items[i];
+      if (it->profile != NULL || atomic_load(&it->dlq_status) == 0) continue;
+      atomic_store(&it->dlq_status, 1);
+      char source[320];
+      snprintf(source, sizeof source, "%s/%" PRId32 "@%" PRId64, rd_kafka_topic_name(it->msg->rkt),
+               it->msg->partition, it->msg->offset);
+      const char *why = it->reason ? it->reason : "malformed";
+      rd_kafka_resp_err_t err = rd_kafka_producev(
+          c->dlq, RD_KAFKA_V_TOPIC(EMBER_TOPIC_PROFILES_DLQ),
+          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_KEY(it->msg->key, it->msg->key_len),
+          RD_KAFKA_V_VALUE(it->msg->payload, it->msg->len),
+          RD_KAFKA_V_HEADER("ember.error", why, -1), RD_KAFKA_V_HEADER("ember.source", source, -1),
+          RD_KAFKA_V_OPAQUE(&it->dlq_status), RD_KAFKA_V_END);
+      if (err != RD_KAFKA_RESP_ERR_NO_ERROR) atomic_store(&it->dlq_status, -(int)err);
+      pending++;
+    }
+    if (pending == 0) return 0;
+    rd_kafka_flush(c->dlq, 10000);
+    size_t failed = 0;
+    for (size_t i = 0; i < b->n; i++)
+      if (b->items[i].profile == NULL && atomic_load(&b->items[i].dlq_status) != 0) failed++;
+    if (failed == 0) return 0;
+    ember_metric_add(c->m.dlq_errors, (double)failed);
+    EMBER_ERROR("collector",
+                "%zu malformed messages not yet accepted by %s; offsets stay uncommitted, "
+                "retrying in %d ms",
+                failed, EMBER_TOPIC_PROFILES_DLQ, backoff_ms);
+    if (atomic_load(&c->stop)) return EMBER_EKAFKA;
+    nap(c, backoff_ms);
+    if (atomic_load(&c->stop)) return EMBER_EKAFKA;
+    if (backoff_ms < 5000) backoff_ms *= 2;
+  }
+}
+
+/* Step 3: commit the next offset of every partition in the batch. */
+static void commit_batch(ember__collector_t *c) {
+  batch_t *b = &c->batch;
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(4);
+  if (l == NULL) return;
+  for (size_t i = 0; i < b->n; i++) {
+    const rd_kafka_message_t *m = b->items[i].msg;
+    const char *topic = rd_kafka_topic_name(m->rkt);
+    rd_kafka_topic_partition_t *tp = rd_kafka_topic_partition_list_find(l, topic, m->partition);
+    if (tp == NULL) tp = rd_kafka_topic_partition_list_add(l, topic, m->partition);
+    if (tp->offset < m->offset + 1) tp->offset = m->offset + 1;
+  }
+  rd_kafka_resp_err_t err = rd_kafka_commit(c->consumer, l, 0);
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    /* Stored and safe: the messages will be read again and found duplicate. */
+    ember_metric_add(c->m.commit_errors, 1);
+    EMBER_WARN("collector", "offset commit failed (%s); %zu messages will be read again",
+               rd_kafka_err2str(err), b->n);
+  }
+  rd_kafka_topic_partition_list_destroy(l);
+}
+
+static void flush_batch(ember__collector_t *c) {
+  batch_t *b = &c->batch;
+  if (b->n == 0) return;
+  int64_t t0 = ember_time_mono_ns();
+  if (store_batch(c) == 0 && dlq_batch(c) == 0) commit_batch(c);
+  ember_metric_add(c->m.batches, 1);
+  ember_metric_add(c->m.batch_seconds, (double)(ember_time_mono_ns() - t0) / 1e9);
+  batch_clear(b);
+}
+
+/* ---- ingest thread --------------------------------------------------- */
+
+static void take(ember__collector_t *c, rd_kafka_message_t *m) {
+  if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    ember_metric_add(c->m.consumer_errors, 1);
+    EMBER_WARN("collector", "consumer: %s", rd_kafka_message_errstr(m));
+    rd_kafka_message_destroy(m);
+    return;
+  }
+  ember_metric_add(c->m.messages, 1);
+  if (batch_push(&c->batch, m) != 0) {
+    /* Not stored, not committed: Kafka redelivers it after a restart. */
+    EMBER_ERROR("collector", "out of memory holding a message; it will be read again");
+    rd_kafka_message_destroy(m);
+    return;
+  }
+  item_t *it = &c->batch.items[c->batch.n - 1];
+  char err[256] = "";
+  if (m->payload == NULL || m->len == 0) {
+    set_malformed(c, it, "empty message");
+    return;
+  }
+  int rc = ember_codec_decode(m->payload, m->len, &c->lim, &it->profile, err, sizeof err);
+  if (rc == -ENOMEM) {
+    /* Not the message's fault, but the decoder's limits bound what one
+     * message may take, so this means the host is out of memory. The
+     * message still goes to the DLQ (kept, replayable) rather than
+     * stalling every partition behind it. */
+    snprintf(err, sizeof err, "out of memory while decoding (replay it from the DLQ)");
+  }
+  if (rc != 0) set_malformed(c, it, err);
+}
+
+static void rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *parts, void *opaque) {
+  ember__collector_t *c = opaque;
+  bool cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+  if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+    EMBER_INFO("collector", "assigned %d partition(s) of %s", parts->cnt, EMBER_TOPIC_PROFILES);
+    if (cooperative)
+      rd_kafka_error_destroy(rd_kafka_incremental_assign(rk, parts));
+    else
+      rd_kafka_assign(rk, parts);
+  } else {
+    /* Store and commit what we hold before another member takes over. */
+    flush_batch(c);
+    EMBER_INFO("collector", "released %d partition(s) of %s", parts->cnt, EMBER_TOPIC_PROFILES);
+    if (cooperative)
+      rd_kafka_error_destroy(rd_kafka_incremental_unassign(rk, parts));
+    else
+      rd_kafka_assign(rk, NULL);
+  }
+}
+
+static void run_retention(ember__collector_t *c) {
+  if (c->retention_ns <= 0) return;
+  uint64_t deleted = 0;
+  int64_t before = ember_time_now_ns() - c->retention_ns;
+  int rc = ember_store_retain(c->store, before, 1000, &deleted);
+  if (rc != 0) {
+    EMBER_ERROR("collector", "retention failed: %s (it runs again later)", ember_strerror(rc));
+    return;
+  }
+  ember_metric_add(c->m.retained, (double)deleted);
+  if (deleted > 0)
+    EMBER_INFO("collector", "retention deleted %" PRIu64 " entries older than %lld s", deleted,
+               (long long)(c->retention_ns / NS_PER_S));
+}
+
+static void update_gauges(ember__collector_t *c) {
+  ember_store_stats_t st;
+  if (ember_store_stats(c->store, &st) == 0) {
+    ember_metric_set(c->m.store_bytes, (double)st.file_bytes);
+    ember_metric_set(c->m.store_series, (double)st.series);
+    ember_metric_set(c->m.store_stacks, (double)st.stacks);
+  }
+  ember_metric_set(c->m.targets, (double)ember__registry_count(c->registry));
+  ember_metric_set(c->m.cpu_seconds, ember_self_cpu_seconds());
+  ember_metric_set(c->m.rss_bytes, ember_self_rss_bytes());
+}
+
+static void *ingest_main(void *arg) {
+  ember__collector_t *c = arg;
+  int64_t next_retain = ember_time_mono_ns();
+  int64_t next_gauges = 0;
+  while (!atomic_load(&c->stop)) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(c->consumer, 100);
+    if (m != NULL) take(c, m);
+    int64_t now = ember_time_mono_ns();
+    batch_t *b = &c->batch;
+    if (b->n > 0 && (b->n >= c->batch_max || b->bytes >= c->batch_max_bytes ||
+                     now - b->first_mono_ns >= c->linger_ns || m == NULL))
+      flush_batch(c);
+    if (now >= next_retain) {
+      run_retention(c);
+      next_retain = now + c->retention_every_ns;
+    }
+    if (now >= next_gauges) {
+      update_gauges(c);
+      next_gauges = now + NS_PER_S;
+    }
+  }
+  flush_batch(c);
+  return NULL;
+}
+
+/* ---- registry thread ------------------------------------------------- */
+
+static void *registry_main(void *arg) {
+  ember__collector_t *c = arg;
+  while (!atomic_load(&c->stop)) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(c->targets, 200);
+    if (m == NULL) continue;
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      char err[256] = "";
+      ember_metric_add(c->m.target_messages, 1);
+      if (ember__registry_apply(c->registry, m->key, m->key_len, m->payload, m->len, err,
+                                sizeof err) != 0) {
+        ember_metric_add(c->m.target_errors, 1);
+        EMBER_WARN("collector", "skipped target %s[%" PRId32 "]@%" PRId64 ": %s",
+                   rd_kafka_topic_name(m->rkt), m->partition, m->offset, err);
+      }
+    } else {
+      EMBER_WARN("collector", "targets consumer: %s", rd_kafka_message_errstr(m));
+    }
+    rd_kafka_message_destroy(m);
+  }
+  return NULL;
+}
+
+/* ---- start / stop ---------------------------------------------------- */
+
+static void register_metrics(ember__collector_t *c) {
+  ember_metrics_t *r = c->metrics;
+  metrics_set_t *m = &c->m;
+  m->messages = ember_metrics_counter(r, "ember_collector_messages_total",
+                                      "Messages consumed from ember.profiles.");
+  m->profiles = ember_metrics_counter(r, "ember_collector_profiles_stored_total",
+                                      "Profile windows written to the store.");
+  m->samples = ember_metrics_counter(r, "ember_collector_samples_total",
+                                     "CPU samples in the profiles consumed (stored or duplicate).");
+  m->duplicates = ember_metrics_counter(r, "ember_collector_duplicates_total",
+                                        "Profiles skipped: their (agent_id, seq) was stored.");
+  m->expired = ember_metrics_counter(r, "ember_collector_expired_total",
+                                     "Profiles skipped: older than the retention cutoff.");
+  m->malformed = ember_metrics_counter(r, "ember_collector_malformed_total",
+                                       "Messages that failed validation (copied to the DLQ).");
+  m->dlq_errors = ember_metrics_counter(r, "ember_collector_dlq_errors_total",
+                                        "DLQ deliveries that failed and were retried.");
+  m->batches = ember_metrics_counter(r, "ember_collector_batches_total",
+                                     "Batches flushed (one store transaction each).");
+  m->batch_seconds = ember_metrics_counter(r, "ember_collector_batch_seconds_total",
+                                           "Time spent storing, DLQ-ing and committing batches.");
+  m->store_errors = ember_metrics_counter(r, "ember_collector_store_errors_total",
+                                          "Store writes that failed and were retried.");
+  m->commit_errors = ember_metrics_counter(r, "ember_collector_commit_errors_total",
+                                           "Offset commits that failed (messages re-read).");
+  m->consumer_errors = ember_metrics_counter(r, "ember_collector_consumer_errors_total",
+                                             "Errors reported by the Kafka consumer.");
+  m->targets = ember_metrics_gauge(r, "ember_collector_targets", "Targets in the registry.");
+  m->target_messages = ember_metrics_counter(r, "ember_collector_target_messages_total",
+                                             "Messages consumed from ember.targets.");
+  m->target_errors = ember_metrics_counter(r, "ember_collector_target_errors_total",
+                                           "ember.targets messages that failed to decode.");
+  m->store_bytes = ember_metrics_gauge(r, "ember_store_file_bytes", "Bytes in use in the store.");
+  m->store_series = ember_metrics_gauge(r, "ember_store_series", "Distinct label sets stored.");
+  m->store_stacks = ember_metrics_gauge(r, "ember_store_stacks", "Distinct stacks stored.");
+  m->retained = ember_metrics_counter(r, "ember_store_retention_deleted_total",
+                                      "Entries deleted by retention.");
+  m->cpu_seconds = ember_metrics_gauge(r, "ember_collector_cpu_seconds",
+                                       "CPU time used by the collector process.");
+  m->rss_bytes = ember_metrics_gauge(r, "ember_collector_resident_bytes",
+                                     "Resident memory of the collector process.");
+}
+
+static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
+  uint64_t v;
+  int rc = ember_config_get_u64(cfg, "batch.max_messages", 1000, 1, 100000, &v, err, n);
+  if (rc != 0) return rc;
+  c->batch_max = (size_t)v;
+  rc = ember_config_get_u64(cfg, "batch.max_bytes", 64u << 20, 1024, 1u << 30, &v, err, n);
+  if (rc != 0) return rc;
+  c->batch_max_bytes = (size_t)v;
+  rc = ember_config_get_duration_ns(cfg, "batch.linger", 200 * 1000000LL, 0, 60 * NS_PER_S,
+                                    &c->linger_ns, err, n);
+  if (rc == 0)
+    rc = ember_config_get_duration_ns(cfg, "retention", 7 * 86400 * NS_PER_S, 0,
+                                      3650 * 86400 * NS_PER_S, &c->retention_ns, err, n);
+  if (rc == 0)
+    rc = ember_config_get_duration_ns(cfg, "retention_interval", 600 * NS_PER_S, NS_PER_S,
+                                      86400 * NS_PER_S, &c->retention_every_ns, err, n);
+  ember_codec_limits_default(&c->lim);
+  return rc;
+}
+
+static int open_store(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
+  const char *dir = ember_config_get_str(cfg, "data_dir", "./ember-data");
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    int rc = -errno;
+    snprintf(err, n, "cannot create data_dir %s: %s", dir, strerror(errno));
+    return rc;
+  }
+  uint64_t map_size;
+  bool sync;
+  int rc = ember_config_get_u64(cfg, "store.map_size", (uint64_t)16 << 30, (uint64_t)1 << 24,
+                                (uint64_t)1 << 44, &map_size, err, n);
+  if (rc == 0) rc = ember_config_get_bool(cfg, "store.sync", true, &sync, err, n);
+  if (rc != 0) return rc;
+  char path[4096];
+  if ((size_t)snprintf(path, sizeof path, "%s/store.lmdb", dir) >= sizeof path) {
+    snprintf(err, n, "data_dir is too long");
+    return EMBER_ECONFIG;
+  }
+  ember_store_opts_t so = {.map_size = (size_t)map_size, .no_sync = !sync};
+  rc = ember_store_open(path, &so, &c->store, err, n);
+  if (rc == 0) EMBER_INFO("collector", "store %s", path);
+  return rc;
+}
+
+static int make_consumers(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
+  const char *group = ember_config_get_str(cfg, "group_id", "ember-collector");
+  rd_kafka_conf_t *conf = NULL;
+  int rc = ember_kafka_consumer_conf(c->kafka, group, &conf, err, n);
+  if (rc != 0) return rc;
+  rd_kafka_conf_set_rebalance_cb(conf, rebalance);
+  rd_kafka_conf_set_opaque(conf, c);
+  const char *profiles[] = {EMBER_TOPIC_PROFILES};
+  rc = ember_kafka_consumer_new(c->kafka, group, conf, profiles, 1, &c->consumer, err, n);
+  if (rc != 0) return rc;
+
+  /* The registry reads every partition of ember.targets from the start in
+   * a group of its own: each collector needs the whole registry. Nothing is
+   * ever committed for it. */
+  char rgroup[160];
+  char host[64] = "host";
+  gethostname(host, sizeof host - 1);
+  snprintf(rgroup, sizeof rgroup, "ember-registry.%s.%d.%lld", host, (int)getpid(),
+           (long long)(ember_time_now_ns() / 1000000));
+  const char *targets[] = {EMBER_TOPIC_TARGETS};
+  rc = ember_kafka_consumer_new(c->kafka, rgroup, NULL, targets, 1, &c->targets, err, n);
+  if (rc != 0) return rc;
+
+  rd_kafka_conf_t *pconf = NULL;
+  rc = ember_kafka_producer_conf(c->kafka, &pconf, err, n);
+  if (rc != 0) return rc;
+  rd_kafka_conf_set_dr_msg_cb(pconf, on_dlq_delivery);
+  rc = ember_kafka_producer_new(c->kafka, pconf, &c->dlq, err, n);
+  if (rc == 0) EMBER_INFO("collector", "consuming %s in group %s", EMBER_TOPIC_PROFILES, group);
+  return rc;
+}
+
+int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
+                           ember__collector_t **out, char *errbuf, size_t errbuf_size) {
+  ember__collector_t *c = ember_calloc(1, sizeof *c);
+  if (c == NULL) return -ENOMEM;
+  atomic_init(&c->stop, false);
+  /* Every thread made from here on (ours, librdkafka's, libmicrohttpd's)
+   * starts with all signals blocked; the caller's mask comes back after. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  int rc = read_config(c, cfg, errbuf, errbuf_size);
+  if (rc == 0) rc = ember__registry_new(&c->registry);
+  if (rc == 0) rc = ember_metrics_new(&c->metrics);
+  if (rc == 0) {
+    register_metrics(c);
+    if (kafka == NULL) {
+      rc = ember_kafka_new(cfg, &c->kafka, errbuf, errbuf_size);
+      c->own_kafka = rc == 0;
+    } else {
+      c->kafka = kafka;
+    }
+  }
+  if (rc == 0) rc = ember_kafka_ensure_topics(c->kafka, 15000, errbuf, errbuf_size);
+  if (rc == 0) rc = open_store(c, cfg, errbuf, errbuf_size);
+  if (rc == 0) rc = make_consumers(c, cfg, errbuf, errbuf_size);
+  if (rc == 0) {
+    uint64_t threads;
+    rc = ember_config_get_u64(cfg, "api.threads", 2, 1, 64, &threads, errbuf, errbuf_size);
+    ember__api_opts_t ao = {.listen = ember_config_get_str(cfg, "api.listen", "127.0.0.1:7272"),
+                            .token = ember_config_get(cfg, "api.token"),
+                            .store = c->store,
+                            .metrics = c->metrics,
+                            .threads = (unsigned)threads};
+    if (rc == 0) rc = ember__api_start(&ao, &c->api, errbuf, errbuf_size);
+    if (rc == 0)
+      EMBER_INFO("collector", "API on http://%s/api/v1 (port %u)%s", ao.listen,
+                 ember__api_port(c->api), ao.token && *ao.token ? ", token required" : "");
+  }
+  if (rc == 0) {
+    c->ingest_started = pthread_create(&c->ingest_thread, NULL, ingest_main, c) == 0;
+    c->registry_started = pthread_create(&c->registry_thread, NULL, registry_main, c) == 0;
+    if (!c->ingest_started || !c->registry_started) {
+      snprintf(errbuf, errbuf_size, "cannot start the collector's threads");
+      rc = -EAGAIN;
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    ember__collector_stop(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+uint16_t ember__collector_api_port(const ember__collector_t *c) {
+  return c && c->api ? ember__api_port(c->api) : 0;
+}
+
+void ember__collector_stop(ember__collector_t *c) {
+  if (c == NULL) return;
+  /* Queries first, so nothing reads the store while it closes. */
+  ember__api_stop(c->api);
+  atomic_store(&c->stop, true);
+  if (c->ingest_started) pthread_join(c->ingest_thread, NULL);
+  if (c->registry_started) pthread_join(c->registry_thread, NULL);
+  if (c->consumer != NULL) {
+    /* Leaves the group; the revoke callback finds the batch already empty. */
+    rd_kafka_consumer_close(c->consumer);
+    rd_kafka_destroy(c->consumer);
+  }
+  if (c->targets != NULL) {
+    rd_kafka_consumer_close(c->targets);
+    rd_kafka_destroy(c->targets);
+  }
+  if (c->dlq != NULL) {
+    rd_kafka_flush(c->dlq, 5000);
+    rd_kafka_destroy(c->dlq);
+  }
+  batch_clear(&c->batch);
+  ember_free(c->batch.items);
+  ember_store_close(c->store);
+  if (c->own_kafka) ember_kafka_free(c->kafka);
+  ember__registry_free(c->registry);
+  ember_metrics_free(c->metrics);
+  EMBER_INFO("collector", "stopped");
+  ember_free(c);
+}
+
+int ember__collector_run(const ember_config_t *cfg) {
+  sigset_t set, old;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, &old);
+  char err[512] = "";
+  ember__collector_t *c = NULL;
+  int rc = ember__collector_start(cfg, NULL, &c, err, sizeof err);
+  if (rc != 0) {
+    EMBER_ERROR("collector", "cannot start: %s", err);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+  }
+  int sig = 0;
+  sigwait(&set, &sig);
+  EMBER_INFO("collector", "%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  ember__collector_stop(c);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return 0;
+}

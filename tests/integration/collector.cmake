@@ -1,0 +1,7 @@
+# ember-collector against the real broker (the kafka_broker fixture): a
+# SIGKILL in the middle of ingest, and malformed messages from kcat.
+ember_test(integration test_collector_broker integration)
+add_dependencies(test_collector_broker ember-collector)
+set_tests_properties(test_collector_broker PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 400)
+set_property(TEST test_collector_broker APPEND PROPERTY
+  ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)

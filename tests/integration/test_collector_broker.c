@@ -1,0 +1,202 @@
+/* ember-collector against the real broker, as separate processes:
+ *  - SIGKILL in the middle of ingest, restart: the store then holds exactly
+ *    what was published (nothing lost, nothing twice);
+ *  - malformed messages produced with kcat land in the DLQ, with the reason
+ *    in a header, while valid profiles around them are stored. */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/testutil.h"
+#include "ember/kafka.h"
+#include "ember/store.h"
+
+#define BASE_NS (1764410400LL * 1000000000)
+#define WINDOW  10000000000LL
+
+static char tag[96];
+static char dir[512];
+static char log_path[600];
+
+static pid_t start_collector(unsigned port, const char *extra) {
+  static char a_brokers[512], a_dir[600], a_group[160], a_listen[64];
+  snprintf(a_brokers, sizeof a_brokers, "brokers=%s", tu_bootstrap());
+  snprintf(a_dir, sizeof a_dir, "data_dir=%s", dir);
+  snprintf(a_group, sizeof a_group, "group_id=g-%s", tag);
+  snprintf(a_listen, sizeof a_listen, "api.listen=127.0.0.1:%u", port);
+  const char *argv[] = {EMBER_BINARY_DIR "/collector/ember-collector",
+                        a_brokers,
+                        a_dir,
+                        a_group,
+                        a_listen,
+                        "batch.max_messages=100",
+                        "retention=0",
+                        extra,
+                        NULL};
+  pid_t pid = tu_spawn(argv, NULL, log_path);
+  for (int t = 0; t < 300; t++) {
+    if (tu_metric(port, "ember_collector_messages_total") >= 0) return pid;
+    usleep(100000);
+  }
+  tu_kill(pid);
+  fail_msg("the collector did not serve /metrics within 30 s (log: %s)", log_path);
+  return -1;
+}
+
+static void stop_collector(pid_t pid) {
+  kill(pid, SIGTERM);
+  int status = tu_wait(pid, 30000);
+  if (status == -1) {
+    tu_kill(pid);
+    fail_msg("the collector did not stop within 30 s of SIGTERM (log: %s)", log_path);
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("the collector exited with status %d (log: %s)", status, log_path);
+}
+
+/* CPU samples of `worker` in the store (read-only; the collector may run). */
+static int64_t stored_samples(const char *worker, int64_t *work_b) {
+  char path[700], err[256];
+  snprintf(path, sizeof path, "%s/store.lmdb", dir);
+  ember_store_t *s = NULL;
+  ember_store_opts_t so = {.read_only = true};
+  if (ember_store_open(path, &so, &s, err, sizeof err) != 0) return -1;
+  ember_store_selector_t sel = {.worker = worker};
+  ember_profile_t *m = NULL;
+  int64_t total = -1;
+  if (ember_store_merge(s, &sel, BASE_NS, BASE_NS + 100000 * WINDOW, EMBER_VT_CPU_SAMPLES, &m) ==
+      0) {
+    total = ember_profile_total(m, 0);
+    if (work_b) *work_b = tu_self(m, 0, "work_b");
+    ember_profile_free(m);
+  }
+  ember_store_close(s);
+  return total;
+}
+
+static void setup_names(const char *what) {
+  snprintf(tag, sizeof tag, "%s-%d-%lld", what, (int)getpid(),
+           (long long)(ember_time_now_ns() / 1000000));
+  snprintf(dir, sizeof dir, "%s/%s", EMBER_TEST_TMP, tag);
+  snprintf(log_path, sizeof log_path, "%s/%s.log", EMBER_TEST_TMP, tag);
+}
+
+static void test_collector_sigkill_loses_nothing(void **state) {
+  (void)state;
+  setup_names("kill");
+  const char *brokers = tu_bootstrap();
+  const size_t n = 30000;
+  char worker[128];
+  snprintf(worker, sizeof worker, "w-%s", tag);
+  int64_t want = tu_produce_profiles(brokers, tag, 1, n, worker, "host-k", BASE_NS);
+
+  unsigned port = tu_free_port();
+  pid_t c = start_collector(port, NULL);
+  /* Kill it once some, but not all, of the windows are stored. */
+  double stored = 0;
+  for (int t = 0; t < 1200; t++) {
+    stored = tu_metric(port, "ember_collector_profiles_stored_total");
+    if (stored >= 2000) break;
+    usleep(25000);
+  }
+  kill(c, SIGKILL);
+  assert_true(tu_wait(c, 10000) != -1);
+  int64_t before = stored_samples(worker, NULL);
+  print_message("SIGKILL after %.0f of %zu windows stored (%lld of %lld samples)\n", stored, n,
+                (long long)before, (long long)want);
+  assert_true(stored >= 2000);
+  if (before >= want) fail_msg("ingest finished before the kill: make n larger");
+
+  port = tu_free_port();
+  c = start_collector(port, NULL);
+  int64_t got = -1, work_b = 0;
+  for (int t = 0; t < 1200 && got != want; t++) {
+    usleep(100000);
+    got = stored_samples(worker, &work_b);
+    if (got > want) break;
+  }
+  double dups = tu_metric(port, "ember_collector_duplicates_total");
+  stop_collector(c);
+  got = stored_samples(worker, &work_b);
+  print_message("after restart: %lld of %lld samples, %.0f duplicates dropped\n", (long long)got,
+                (long long)want, dups);
+  assert_true(got == want);
+  assert_true(work_b == (int64_t)n); /* one work_b sample per window: each window once */
+}
+
+static void test_collector_dlq_with_kcat(void **state) {
+  (void)state;
+  setup_names("dlq");
+  char kcat[512];
+  if (!tu_which("kcat", kcat, sizeof kcat)) fail_msg("kcat is not installed (scripts/deps.sh)");
+  const char *brokers = tu_bootstrap();
+  char worker[128];
+  snprintf(worker, sizeof worker, "w-%s", tag);
+  unsigned port = tu_free_port();
+  pid_t c = start_collector(port, NULL);
+
+  int64_t want = tu_produce_profiles(brokers, tag, 1, 20, worker, "host-d", BASE_NS);
+  /* Three malformed values, each line one message, keyed by the tag. */
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd,
+           "printf '%s:garbage-one\\n%s:{\"json\": true}\\n%s:\\x12\\x03abc\\n' | "
+           "%s -P -b %s -t %s -K: -q",
+           tag, tag, tag, kcat, brokers, EMBER_TOPIC_PROFILES);
+  assert_int_equal(system(cmd), 0);
+  want += tu_produce_profiles(brokers, tag, 21, 20, worker, "host-d", BASE_NS + 100 * WINDOW);
+
+  int64_t got = -1;
+  for (int t = 0; t < 600 && got != want; t++) {
+    usleep(100000);
+    got = stored_samples(worker, NULL);
+  }
+  assert_true(got == want); /* ingest went on around the bad messages */
+  assert_true(tu_metric(port, "ember_collector_malformed_total") >= 3);
+
+  /* The DLQ, read with kcat: our three messages, with the reason. */
+  char out_path[700];
+  snprintf(out_path, sizeof out_path, "%s/%s.dlq", EMBER_TEST_TMP, tag);
+  snprintf(cmd, sizeof cmd, "%s -C -b %s -t %s -o beginning -e -q -f '%%k|%%h|%%s\\n' > %s", kcat,
+           brokers, EMBER_TOPIC_PROFILES_DLQ, out_path);
+  int found = 0;
+  for (int t = 0; t < 20 && found < 3; t++) {
+    assert_int_equal(system(cmd), 0);
+    FILE *f = fopen(out_path, "r");
+    assert_non_null(f);
+    char line[4096];
+    found = 0;
+    while (fgets(line, sizeof line, f)) {
+      if (strncmp(line, tag, strlen(tag)) != 0) continue;
+      assert_non_null(strstr(line, "ember.error="));
+      assert_non_null(strstr(line, "ember.source=" EMBER_TOPIC_PROFILES "/"));
+      if (strstr(line, "garbage-one") || strstr(line, "json"))
+        found++;
+      else if (strstr(line, "abc"))
+        found++;
+    }
+    fclose(f);
+    if (found < 3) sleep(1);
+  }
+  assert_int_equal(found, 3);
+  /* Still serving. */
+  char body[64];
+  assert_int_equal(tu_http_get(port, "/healthz", body, sizeof body), 200);
+  stop_collector(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_collector_sigkill_loses_nothing),
+      cmocka_unit_test(test_collector_dlq_with_kcat),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
