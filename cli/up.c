@@ -1,6 +1,12 @@
 /* ember up: agent, collector and HTTP API in one process on the embedded
- * Kafka (see cli.h). */
+ * Kafka (see cli.h).
+ *
+ *   ember up [--data DIR] [--config FILE] [key=value ...]
+ *
+ * Keys are the agent's and the collector's (api.listen, retention...);
+ * the store is DIR/store.lmdb, the agent's spool DIR/spool. */
 #include <errno.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -14,11 +20,12 @@
 #include "ember/kafka.h"
 #include "ember/log.h"
 #include "agent.h"
+#include "collector.h"
 #include "cli.h"
 
 /* `ember up`: the agent publishing into the embedded Kafka, and a reader
- * of ember.profiles that prints, per window, where this machine's CPU went.
- * The collector, store and dashboard will take the reader's place. */
+ * of ember.profiles that prints, per window, where this machine's CPU went
+ * (a terminal view beside the API: the collector stores the same windows). */
 
 typedef struct up_reader {
   const ember_kafka_t *kafka;
@@ -134,33 +141,70 @@ static void *up_reader_main(void *arg) {
   return NULL;
 }
 
+/* Where the API is and what to try first. */
+static void print_banner(const ember_config_t *cfg, unsigned port) {
+  const char *listen = ember_config_get_str(cfg, "api.listen", "127.0.0.1:7272");
+  const char *colon = strrchr(listen, ':');
+  int hostlen = colon != NULL ? (int)(colon - listen) : 0;
+  char url[300];
+  if (hostlen == 0 || strncmp(listen, "0.0.0.0", 7) == 0)
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", port);
+  else
+    snprintf(url, sizeof url, "http://%.*s:%u", hostlen, listen, port);
+  char server[320] = "";
+  if (strcmp(url, "http://127.0.0.1:7272") != 0)
+    snprintf(server, sizeof server, " --server %s", url);
+  printf("\nEmber is up: profiling this machine; API at %s/api/v1\n"
+         "  ember workers%s\n"
+         "  ember query --worker NAME --from -5m --format top%s\n"
+         "Ctrl-C stops.\n",
+         url, server, server);
+  fflush(stdout);
+}
+
+/* agent keys + collector keys, without repeats, NULL-terminated. */
+static const char **up_config_keys(void) {
+  size_t na = 0, nc = 0;
+  while (ember__agent_config_keys[na] != NULL) na++;
+  while (ember__collector_config_keys[nc] != NULL) nc++;
+  const char **keys = ember_calloc(na + nc + 1, sizeof *keys);
+  if (keys == NULL) return NULL;
+  size_t n = 0;
+  for (size_t i = 0; i < na; i++) keys[n++] = ember__agent_config_keys[i];
+  for (size_t i = 0; i < nc; i++) {
+    bool dup = false;
+    for (size_t j = 0; j < na && !dup; j++)
+      dup = strcmp(ember__collector_config_keys[i], ember__agent_config_keys[j]) == 0;
+    if (!dup) keys[n++] = ember__collector_config_keys[i];
+  }
+  return keys;
+}
+
 int ember__cmd_up(int argc, char **argv) {
   ember_config_t *cfg = NULL;
   ember_kafka_t *k = NULL;
+  ember__collector_t *col = NULL;
   char err[512] = "";
   const char *data = "./ember-data";
-  int status = 1;
-  if (ember_config_new(&cfg) != 0) return 1;
-  for (int i = 0; i < argc; i++) {
-    int rc = 0;
-    if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
-      rc = ember_config_load(cfg, argv[++i], err, sizeof err);
-    } else if (strcmp(argv[i], "--data") == 0 && i + 1 < argc) {
-      data = argv[++i];
-    } else if (strchr(argv[i], '=') != NULL && argv[i][0] != '-') {
-      rc = ember_config_set_arg(cfg, argv[i], err, sizeof err);
-    } else {
-      snprintf(err, sizeof err, "unknown argument '%s'", argv[i]);
-      rc = EMBER_ECONFIG;
+  int status = EXIT_FAILED;
+  if (ember_config_new(&cfg) != 0) return EXIT_FAILED;
+  for (int i = 0; i < argc;) {
+    int n = ember_config_apply_args(cfg, argc - i, argv + i, err, sizeof err);
+    if (n >= 0 && (i += n) == argc) break;
+    if (n >= 0 && strcmp(argv[i], "--data") == 0 && i + 1 < argc) {
+      data = argv[i + 1];
+      i += 2;
+      continue;
     }
-    if (rc != 0) {
-      fprintf(stderr, "ember up: %s\n", err);
-      ember_config_free(cfg);
-      return EXIT_USAGE;
-    }
-  }
-  if (ember_config_check(cfg, ember__agent_config_keys, err, sizeof err) != 0) {
     fprintf(stderr, "ember up: %s\n", err);
+    ember_config_free(cfg);
+    return EXIT_USAGE;
+  }
+  const char **keys = up_config_keys();
+  int crc = keys ? ember_config_check(cfg, keys, err, sizeof err) : -ENOMEM;
+  ember_free(keys);
+  if (crc != 0) {
+    fprintf(stderr, "ember up: %s\n", crc == -ENOMEM ? "out of memory" : err);
     ember_config_free(cfg);
     return EXIT_USAGE;
   }
@@ -170,11 +214,12 @@ int ember__cmd_up(int argc, char **argv) {
   if (mkdir(data, 0755) != 0 && errno != EEXIST) {
     fprintf(stderr, "ember up: cannot create the data folder %s: %s\n", data, strerror(errno));
     ember_config_free(cfg);
-    return 1;
+    return EXIT_FAILED;
   }
   char spool[4096];
   snprintf(spool, sizeof spool, "%s/spool", data);
   if (ember_config_get(cfg, "spool_dir") == NULL) ember_config_set(cfg, "spool_dir", spool);
+  if (ember_config_get(cfg, "data_dir") == NULL) ember_config_set(cfg, "data_dir", data);
 
   up_reader_t reader = {0};
   int rc = ember_kafka_new(cfg, &k, err, sizeof err);
@@ -185,8 +230,11 @@ int ember__cmd_up(int argc, char **argv) {
   }
   EMBER_INFO("up", "Kafka (%s) at %s; data in %s",
              ember_kafka_is_embedded(k) ? "embedded" : "external", ember_kafka_brokers(k), data);
-  EMBER_INFO("up", "profiling this machine; a summary prints after each window; Ctrl-C stops");
-  EMBER_INFO("up", "not built yet: the collector, store, HTTP API and dashboard (README)");
+  rc = ember__collector_start(cfg, k, &col, err, sizeof err);
+  if (rc != 0) {
+    EMBER_ERROR("up", "cannot start the collector: %s", err);
+    goto cleanup;
+  }
   reader.kafka = k;
   reader.window_ns = 10000000000LL;
   if (ember_config_get_duration_ns(cfg, "window", 10000000000LL, 1000000000LL, 3600000000000LL,
@@ -194,17 +242,20 @@ int ember__cmd_up(int argc, char **argv) {
     fprintf(stderr, "ember up: %s\n", err);
     goto cleanup;
   }
+  print_banner(cfg, ember__collector_api_port(col));
   atomic_init(&reader.stop, false);
   reader.started = pthread_create(&reader.thread, NULL, up_reader_main, &reader) == 0;
   rc = ember__agent_run(cfg, k);
-  status = rc == 0 ? 0 : 1;
+  status = rc == 0 ? 0 : EXIT_FAILED;
 cleanup:
+  /* The agent published its last window as it stopped: let the reader and
+   * the collector take it before they stop. */
+  if (reader.started || col != NULL) sleep(2);
   if (reader.started) {
-    /* Let the reader take the agent's last window before it stops. */
-    sleep(2);
     atomic_store(&reader.stop, true);
     pthread_join(reader.thread, NULL);
   }
+  ember__collector_stop(col);
   ember_kafka_free(k);
   ember_config_free(cfg);
   return status;
