@@ -356,9 +356,83 @@ double tu_metric(unsigned port, const char *name) {
   if (tu_http_get(port, "/metrics", body, sizeof body) != 200) return -1;
   size_t len = strlen(name);
   for (const char *l = body; l != NULL && *l != '\0';) {
-    if (strncmp(l, name, len) == 0 && l[len] == ' ') return strtod(l + len + 1, NULL);
+    double v;
+    if (strncmp(l, name, len) == 0 && l[len] == ' ' && sscanf(l + len + 1, "%lf", &v) == 1)
+      return v;
     l = strchr(l, '\n');
     if (l != NULL) l++;
   }
   return -1;
+}
+
+/* The `flat` column of pprof -top's row for function `name`, as printed. */
+const char *tu_pprof_flat(const char *out, const char *name, char *flat, size_t size) {
+  for (const char *line = out; line != NULL && *line != '\0';) {
+    const char *end = strchr(line, '\n');
+    size_t len = end ? (size_t)(end - line) : strlen(line);
+    size_t nlen = strlen(name);
+    if (len > nlen && line[len - nlen - 1] == ' ' && memcmp(line + len - nlen, name, nlen) == 0) {
+      const char *s = line;
+      while (*s == ' ') s++;
+      size_t n = strcspn(s, " ");
+      if (n >= size) return NULL;
+      memcpy(flat, s, n);
+      flat[n] = '\0';
+      return flat;
+    }
+    line = end ? end + 1 : NULL;
+  }
+  return NULL;
+}
+
+/* Run `go tool pprof -top` on `path`; returns malloc'd output. */
+char *tu_go_pprof_top(const char *path, const char *sample_index) {
+  char cmd[2048];
+  int n =
+      snprintf(cmd, sizeof cmd, "'%s' tool pprof -top -symbolize=none -sample_index=%s '%s' 2>&1",
+               EMBER_GO_BIN, sample_index, path);
+  assert_true(n > 0 && (size_t)n < sizeof cmd);
+  FILE *f = popen(cmd, "r");
+  assert_non_null(f);
+  ember_buf_t out;
+  ember_buf_init(&out, 1 << 20);
+  char chunk[4096];
+  size_t got;
+  while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
+    assert_int_equal(ember_buf_append(&out, chunk, got), 0);
+  int status = pclose(f);
+  char *text = ember_buf_take(&out, NULL);
+  if (text == NULL) text = ember_strdup("");
+  print_message("$ %s\n%s", cmd, text);
+  if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("go tool pprof failed (status %d)", status);
+  return text;
+}
+
+int64_t tu_pprof_ns(const char *flat) {
+  static const struct {
+    const char *unit;
+    double ns;
+  } units[] = {{"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}, {"min", 60e9}, {"hrs", 3600e9}};
+  double v;
+  char end[8] = "";
+  if (sscanf(flat, "%lf%7s", &v, end) < 1) return -1;
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+    if (strcmp(end, units[i].unit) == 0) return (int64_t)(v * units[i].ns + 0.5);
+  return -1;
+}
+
+int tu_sh(const char *cmd, char *out, size_t size) {
+  FILE *f = popen(cmd, "r");
+  if (f == NULL) return -1;
+  size_t got = 0, n;
+  char chunk[4096];
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+    size_t take = got + n < size ? n : size - 1 - got;
+    memcpy(out + got, chunk, take);
+    got += take;
+  }
+  if (size > 0) out[got] = '\0';
+  int status = pclose(f);
+  return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

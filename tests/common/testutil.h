@@ -88,6 +88,21 @@ unsigned tu_free_port(void);
  * http://127.0.0.1:port/metrics, or -1 when unreachable or absent. */
 double tu_metric(unsigned port, const char *name);
 
+/* Run `go tool pprof -top -symbolize=none -sample_index=IDX path`
+ * (EMBER_GO_BIN), failing the test unless it succeeds; returns its output
+ * (free with ember_free). The caller sets GOCACHE/GOTOOLCHAIN as needed. */
+char *tu_go_pprof_top(const char *path, const char *sample_index);
+/* The `flat` column of that output's row for function `name`, as printed
+ * ("1.20s", "350ms", "42"), into flat; NULL when there is no such row. */
+const char *tu_pprof_flat(const char *out, const char *name, char *flat, size_t size);
+/* A pprof duration as printed ("1.20s", "350ms", "12us", "40ns") in ns;
+ * -1 when unreadable. */
+int64_t tu_pprof_ns(const char *flat);
+
+/* Run a shell command; its stdout (up to size-1 bytes) into out. Returns
+ * the exit status (0..255) or -1 when it did not exit normally. */
+int tu_sh(const char *cmd, char *out, size_t size);
+
 /* Is an executable on PATH? Writes its path to buf. */
 bool tu_which(const char *name, char *buf, size_t size);
 

@@ -5,3 +5,10 @@ add_dependencies(test_collector_broker ember-collector)
 set_tests_properties(test_collector_broker PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 400)
 set_property(TEST test_collector_broker APPEND PROPERTY
   ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
+
+# Agent + collector + `ember query` + go tool pprof, all real processes.
+ember_test(integration test_e2e integration)
+add_dependencies(test_e2e ember-collector ember_agent ember_cli)
+set_tests_properties(test_e2e PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 400)
+set_property(TEST test_e2e APPEND PROPERTY
+  ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)

@@ -29,6 +29,7 @@
 #include <jansson.h>
 #include <zlib.h>
 
+#include "common/testutil.h"
 #include "ember/buf.h"
 #include "ember/ember.h"
 #include "ember/export.h"
@@ -839,50 +840,6 @@ static void test_export_pprof_minimal(void **state) {
   ember_profile_free(p);
 }
 
-/* The `flat` column of pprof -top's row for function `name`, as printed. */
-static const char *top_flat(const char *out, const char *name, char *flat, size_t size) {
-  for (const char *line = out; line != NULL && *line != '\0';) {
-    const char *end = strchr(line, '\n');
-    size_t len = end ? (size_t)(end - line) : strlen(line);
-    size_t nlen = strlen(name);
-    if (len > nlen && line[len - nlen - 1] == ' ' && memcmp(line + len - nlen, name, nlen) == 0) {
-      const char *s = line;
-      while (*s == ' ') s++;
-      size_t n = strcspn(s, " ");
-      if (n >= size) return NULL;
-      memcpy(flat, s, n);
-      flat[n] = '\0';
-      return flat;
-    }
-    line = end ? end + 1 : NULL;
-  }
-  return NULL;
-}
-
-/* Run `go tool pprof -top` on `path`; returns malloc'd output. */
-static char *go_pprof_top(const char *path, const char *sample_index) {
-  char cmd[2048];
-  int n =
-      snprintf(cmd, sizeof cmd, "'%s' tool pprof -top -symbolize=none -sample_index=%s '%s' 2>&1",
-               EMBER_GO_BIN, sample_index, path);
-  assert_true(n > 0 && (size_t)n < sizeof cmd);
-  FILE *f = popen(cmd, "r");
-  assert_non_null(f);
-  ember_buf_t out;
-  ember_buf_init(&out, 1 << 20);
-  char chunk[4096];
-  size_t got;
-  while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
-    assert_int_equal(ember_buf_append(&out, chunk, got), 0);
-  int status = pclose(f);
-  char *text = ember_buf_take(&out, NULL);
-  if (text == NULL) text = ember_strdup("");
-  print_message("$ %s\n%s", cmd, text);
-  if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    fail_msg("go tool pprof failed (status %d)", status);
-  return text;
-}
-
 static void test_export_pprof_go_tool_reads_it(void **state) {
   (void)state;
   char path[1024];
@@ -910,21 +867,21 @@ static void test_export_pprof_go_tool_reads_it(void **state) {
   assert_int_equal(fclose(f), 0);
 
   char flat[64];
-  char *out = go_pprof_top(path, "cpu");
+  char *out = tu_go_pprof_top(path, "cpu");
   assert_non_null(strstr(out, "Type: cpu"));
   assert_non_null(strstr(out, "of 470ms total"));
-  assert_string_equal(top_flat(out, "hot", flat, sizeof flat), "300ms");
-  assert_string_equal(top_flat(out, "cold", flat, sizeof flat), "100ms");
-  assert_string_equal(top_flat(out, "idle", flat, sizeof flat), "50ms");
-  assert_string_equal(top_flat(out, "do_syscall_64", flat, sizeof flat), "20ms");
-  assert_string_equal(top_flat(out, "main", flat, sizeof flat), "0");
+  assert_string_equal(tu_pprof_flat(out, "hot", flat, sizeof flat), "300ms");
+  assert_string_equal(tu_pprof_flat(out, "cold", flat, sizeof flat), "100ms");
+  assert_string_equal(tu_pprof_flat(out, "idle", flat, sizeof flat), "50ms");
+  assert_string_equal(tu_pprof_flat(out, "do_syscall_64", flat, sizeof flat), "20ms");
+  assert_string_equal(tu_pprof_flat(out, "main", flat, sizeof flat), "0");
   assert_non_null(strstr(out, "libc.so.6+0x1234"));
   ember_free(out);
 
-  out = go_pprof_top(path, "samples");
+  out = tu_go_pprof_top(path, "samples");
   assert_non_null(strstr(out, "of 47 total"));
-  assert_string_equal(top_flat(out, "hot", flat, sizeof flat), "30");
-  assert_string_equal(top_flat(out, "cold", flat, sizeof flat), "10");
+  assert_string_equal(tu_pprof_flat(out, "hot", flat, sizeof flat), "30");
+  assert_string_equal(tu_pprof_flat(out, "cold", flat, sizeof flat), "10");
   ember_free(out);
   ember_buf_free(&b);
   ember_profile_free(p);
