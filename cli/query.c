@@ -559,7 +559,7 @@ static int render_top(const char *cmd, const ember_buf_t *body, const opts_t *o,
   char tot[32], range[80];
   fmt_value(total, unit, tot, sizeof tot);
   fmt_range(r, range, sizeof range);
-  int rc = ember_buf_printf(out, "%s %s, total %s, worker %s, between %s\n\n", type ? type : "?",
+  int rc = ember_buf_printf(out, "%s (%s), total %s, worker %s, between %s\n\n", type ? type : "?",
                             unit ? unit : "", tot, o->worker, range);
   const char *hdr[] = {"self", "self%", "total", "total%", "function"};
   for (size_t i = 0; i < 5 && rc == 0; i++) rc = table_add(&t, hdr[i]);

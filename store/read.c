@@ -215,6 +215,39 @@ cleanup:
   return rc;
 }
 
+/* One series' merge over a range, read from the coarsest rows that fit. */
+typedef struct range {
+  MDB_txn *txn;
+  MDB_cursor *cur[3]; /* windows, minute rollups, hour rollups */
+  uint32_t sid;
+  merge_ctx_t *m;
+} range_t;
+
+static const int64_t level_ns[3] = {0, EMBER__ROLLUP_1M_NS, EMBER__ROLLUP_NS};
+
+/* Merge [from, to) at `level` (2 hours, 1 minutes, 0 windows): the whole
+ * buckets inside the range from that level's rollups, the ragged ends one
+ * level down. A bucket holds exactly the windows that start in it, so
+ * nothing is counted twice or missed. */
+static int merge_range(range_t *r, int level, int64_t from, int64_t to, unsigned *since_renew) {
+  if (from >= to) return 0;
+  if (level > 0) {
+    int64_t lo = ember__bucket_ceil(from, level_ns[level]);
+    int64_t hi = ember__bucket_floor(to, level_ns[level]);
+    if (lo < hi) {
+      int rc = merge_range(r, level - 1, from, lo, since_renew);
+      if (rc == 0)
+        rc = scan(r->txn, r->cur[level], EMBER__PROFILE_KEY_LEN, r->sid, lo, hi, merge_row, r->m,
+                  since_renew);
+      if (rc == 0) rc = merge_range(r, level - 1, hi, to, since_renew);
+      return rc;
+    }
+    return merge_range(r, level - 1, from, to, since_renew);
+  }
+  return scan(r->txn, r->cur[0], EMBER__PROFILE_KEY_LEN, r->sid, from, to, merge_row, r->m,
+              since_renew);
+}
+
 static bool vt_valid(ember_value_type_t vt) {
   return (int)vt >= 1 && (int)vt <= EMBER_MAX_VALUE_TYPES;
 }
@@ -223,7 +256,7 @@ int ember_store_merge(ember_store_t *s, const ember_store_selector_t *sel, int64
                       int64_t to_ns, ember_value_type_t vt, ember_profile_t **out) {
   if (!s || !out || from_ns >= to_ns || !vt_valid(vt)) return -EINVAL;
   MDB_txn *txn = NULL;
-  MDB_cursor *cur = NULL, *rcur = NULL;
+  MDB_cursor *cur = NULL, *rcur = NULL, *mcur = NULL;
   uint32_t *sids = NULL;
   size_t nsids = 0;
   ember_profile_t *p = NULL;
@@ -238,29 +271,19 @@ int ember_store_merge(ember_store_t *s, const ember_store_selector_t *sel, int64
   if (rc < 0) goto cleanup;
   rc = ember__store_err(mdb_cursor_open(txn, s->dbi[EMBER__DB_ROLLUP_1H], &rcur));
   if (rc < 0) goto cleanup;
-  /* Whole hours [h0, h1) come from the rollups, the rest from windows. */
-  int64_t h0 = ember__rollup_floor(from_ns), h1 = ember__rollup_floor(to_ns);
-  if (h0 < from_ns) h0 = h0 > INT64_MAX - EMBER__ROLLUP_NS ? h1 : h0 + EMBER__ROLLUP_NS;
-  if (h0 > h1) h0 = h1;
+  rc = ember__store_err(mdb_cursor_open(txn, s->dbi[EMBER__DB_ROLLUP_1M], &mcur));
+  if (rc < 0) goto cleanup;
   for (size_t i = 0; i < nsids; i++) {
-    if (h0 < h1) {
-      rc =
-          scan(txn, cur, EMBER__PROFILE_KEY_LEN, sids[i], from_ns, h0, merge_row, &m, &since_renew);
-      if (rc == 0)
-        rc = scan(txn, rcur, EMBER__PROFILE_KEY_LEN, sids[i], h0, h1, merge_row, &m, &since_renew);
-      if (rc == 0)
-        rc =
-            scan(txn, cur, EMBER__PROFILE_KEY_LEN, sids[i], h1, to_ns, merge_row, &m, &since_renew);
-    } else {
-      rc = scan(txn, cur, EMBER__PROFILE_KEY_LEN, sids[i], from_ns, to_ns, merge_row, &m,
-                &since_renew);
-    }
+    range_t r = {.txn = txn, .cur = {cur, mcur, rcur}, .sid = sids[i], .m = &m};
+    rc = merge_range(&r, 2, from_ns, to_ns, &since_renew);
     if (rc < 0) goto cleanup;
   }
   mdb_cursor_close(cur);
   cur = NULL;
   mdb_cursor_close(rcur);
   rcur = NULL;
+  mdb_cursor_close(mcur);
+  mcur = NULL;
 
   rc = ember_profile_new(&vt, 1, &p);
   if (rc < 0) goto cleanup;
@@ -281,6 +304,7 @@ int ember_store_merge(ember_store_t *s, const ember_store_selector_t *sel, int64
 cleanup:
   if (cur) mdb_cursor_close(cur);
   if (rcur) mdb_cursor_close(rcur);
+  if (mcur) mdb_cursor_close(mcur);
   if (txn) mdb_txn_abort(txn);
   ember_free(sids);
   acc_free(&m.stacks);

@@ -127,7 +127,8 @@ int ember_store_retain(ember_store_t *s, int64_t before_ns, size_t max_per_txn, 
 
   rc = ember__select(s, r.txn, NULL, &sids, &nsids);
   if (rc < 0) goto cleanup;
-  static const ember__db_t dbs[] = {EMBER__DB_PROFILES, EMBER__DB_ROLLUP_1H, EMBER__DB_CPU};
+  static const ember__db_t dbs[] = {EMBER__DB_PROFILES, EMBER__DB_ROLLUP_1M, EMBER__DB_ROLLUP_1H,
+                                    EMBER__DB_CPU};
   for (size_t i = 0; i < nsids; i++) {
     for (size_t d = 0; d < sizeof dbs / sizeof dbs[0]; d++) {
       rc = delete_series(&r, dbs[d], sids[i], cutoff);

@@ -32,6 +32,7 @@ static const struct {
     [EMBER__DB_CPU] = {"cpu", 0},
     [EMBER__DB_IDEM] = {"idem", 0},
     [EMBER__DB_ROLLUP_1H] = {"rollup_1h", 0},
+    [EMBER__DB_ROLLUP_1M] = {"rollup_1m", 0},
 };
 
 #define DEFAULT_MAP_SIZE ((size_t)1 << 30)
@@ -150,6 +151,16 @@ int ember_store_open(const char *path, const ember_store_opts_t *opts, ember_sto
     if (ver == 0) {
       set_err(errbuf, errbuf_size, "store %s: invalid schema version 0", path);
       rc = EMBER_ECORRUPT;
+      goto cleanup;
+    }
+    /* Version 1 had no minute rollups; there is no deployed data to carry
+     * over, so an older store is refused rather than half-read. */
+    if (ver < EMBER_STORE_SCHEMA_VERSION) {
+      set_err(errbuf, errbuf_size,
+              "store %s has schema version %ld, older than the %ld this Ember reads and "
+              "not migrated: move it aside and start a new store",
+              path, (long)ver, (long)EMBER_STORE_SCHEMA_VERSION);
+      rc = EMBER_EVERSION;
       goto cleanup;
     }
   }
@@ -344,6 +355,7 @@ int ember_store_stats(ember_store_t *s, ember_store_stats_t *stats) {
       {EMBER__DB_CPU, offsetof(ember_store_stats_t, cpu_rows)},
       {EMBER__DB_IDEM, offsetof(ember_store_stats_t, idem_keys)},
       {EMBER__DB_ROLLUP_1H, offsetof(ember_store_stats_t, rollup_rows)},
+      {EMBER__DB_ROLLUP_1M, offsetof(ember_store_stats_t, rollup_1m_rows)},
   };
   ember_store_stats_t st = {0};
   MDB_txn *txn = NULL;

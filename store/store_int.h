@@ -24,6 +24,7 @@ typedef enum ember__db {
   EMBER__DB_CPU,        /* "cpu": (series, start) -> CPU ns */
   EMBER__DB_IDEM,       /* "idem": (agent hash, seq) -> window start */
   EMBER__DB_ROLLUP_1H,  /* "rollup_1h": (series, hour start, types) -> summed row */
+  EMBER__DB_ROLLUP_1M,  /* "rollup_1m": (series, minute start, types) -> summed row */
   EMBER__DB_COUNT
 } ember__db_t;
 
@@ -45,18 +46,34 @@ struct ember_store {
 /* The label fields of a series, in posting-key order. */
 #define EMBER__NLABELS 4
 
-/* Hourly rollups: the windows whose start falls in [h, h + 1 h) summed into
- * one row keyed by h, so a long range reads one row per hour. */
-#define EMBER__ROLLUP_NS (3600LL * 1000000000LL)
+/* Rollups: the windows whose start falls in [b, b + unit) summed into one
+ * row keyed by b, per minute and per hour, so a long range reads one row
+ * per hour and a ragged end one row per minute. */
+#define EMBER__ROLLUP_NS    (3600LL * 1000000000LL)
+#define EMBER__ROLLUP_1M_NS (60LL * 1000000000LL)
 
-/* floor(t / EMBER__ROLLUP_NS) * EMBER__ROLLUP_NS, for negative t too. The
- * first partial hour above INT64_MIN saturates to INT64_MIN: its bucket
- * still holds only starts below the next whole hour. */
+/* floor(t / unit) * unit, for negative t too. The first partial bucket
+ * above INT64_MIN saturates to INT64_MIN: it still holds only starts below
+ * the next whole boundary. */
+static inline int64_t ember__bucket_floor(int64_t t, int64_t unit) {
+  int64_t q = t / unit;
+  if (t % unit < 0) q--;
+  if (q < INT64_MIN / unit) return INT64_MIN;
+  return q * unit;
+}
+
+/* The smallest bucket boundary >= t, or INT64_MAX when there is none (the
+ * next boundary would overflow). The boundary after the saturated bucket
+ * at INT64_MIN is the first whole multiple of unit. */
+static inline int64_t ember__bucket_ceil(int64_t t, int64_t unit) {
+  int64_t f = ember__bucket_floor(t, unit);
+  if (f == t) return t;
+  if (f == INT64_MIN) return (INT64_MIN / unit) * unit;
+  return f > INT64_MAX - unit ? INT64_MAX : f + unit;
+}
+
 static inline int64_t ember__rollup_floor(int64_t t) {
-  int64_t q = t / EMBER__ROLLUP_NS;
-  if (t % EMBER__ROLLUP_NS < 0) q--;
-  if (q < INT64_MIN / EMBER__ROLLUP_NS) return INT64_MIN;
-  return q * EMBER__ROLLUP_NS;
+  return ember__bucket_floor(t, EMBER__ROLLUP_NS);
 }
 
 /* The meta key holding the retention cutoff (be64, sign-flipped time). */

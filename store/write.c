@@ -3,8 +3,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "htab.h"
 #include "row.h"
 #include "store_int.h"
+
+/* One rollup row being summed in memory for the length of a batch, so
+ * that each rollup row is read, merged and rewritten once per batch rather
+ * than once per window. Entries are kept sorted by stack id. */
+typedef struct agg {
+  ember__db_t db;
+  uint32_t sid;
+  int64_t bucket;
+  ember__row_hdr_t hdr; /* mask, ntypes, duration and period so far */
+  uint32_t *ids;
+  int64_t *vals; /* n * hdr.ntypes */
+  size_t n, ids_cap, vals_cap;
+} agg_t;
+
+/* An id counter of `meta`, read on first use and written back once at the
+ * end of the batch instead of once per new id. */
+typedef struct counter {
+  const char *name;
+  uint32_t next;
+  bool loaded, dirty;
+} counter_t;
+
+enum { CTR_SERIES, CTR_FRAME, CTR_STACK, CTR_COUNT };
 
 /* Scratch space reused across the profiles of one batch. */
 typedef struct wctx {
@@ -19,9 +43,20 @@ typedef struct wctx {
     uint32_t local; /* profile stack id */
   } * ents;
   size_t ents_cap;
+  uint32_t *wids; /* this window's entries, sorted: stack ids */
+  int64_t *wvals; /* and values, ntypes per entry */
+  size_t wids_cap, wvals_cap;
+  uint32_t *oids; /* a stored row, decoded */
+  int64_t *ovals;
+  size_t oids_cap, ovals_cap;
   uint32_t *ids; /* merged row: stack ids */
   int64_t *vals; /* merged row: values */
   size_t ids_cap, vals_cap;
+  agg_t *aggs;
+  size_t naggs, aggs_cap;
+  ember__htab_t agg_index;
+  const agg_t *agg_key; /* the key being looked up */
+  counter_t ctr[CTR_COUNT];
 } wctx_t;
 
 static int grow(void *arr, size_t *cap, size_t need, size_t elem) {
@@ -36,41 +71,55 @@ static int grow(void *arr, size_t *cap, size_t need, size_t elem) {
   return 0;
 }
 
-/* Take the next id from the meta counter `name`. Ids start at 1. */
-static int next_id(wctx_t *w, const char *name, uint32_t *id) {
-  MDB_val k = {.mv_size = strlen(name), .mv_data = (void *)(uintptr_t)name}, v;
-  uint32_t next = 1;
-  int mrc = mdb_get(w->txn, w->s->dbi[EMBER__DB_META], &k, &v);
-  if (mrc == MDB_SUCCESS) {
-    if (v.mv_size != 4) return EMBER_ECORRUPT;
-    next = ember__get_be32(v.mv_data);
-  } else if (mrc != MDB_NOTFOUND) {
-    return ember__store_err(mrc);
+/* Take the next id from the meta counter `c`. Ids start at 1. */
+static int next_id(wctx_t *w, counter_t *c, uint32_t *id) {
+  if (!c->loaded) {
+    MDB_val k = {.mv_size = strlen(c->name), .mv_data = (void *)(uintptr_t)c->name}, v;
+    c->next = 1;
+    int mrc = mdb_get(w->txn, w->s->dbi[EMBER__DB_META], &k, &v);
+    if (mrc == MDB_SUCCESS) {
+      if (v.mv_size != 4) return EMBER_ECORRUPT;
+      c->next = ember__get_be32(v.mv_data);
+    } else if (mrc != MDB_NOTFOUND) {
+      return ember__store_err(mrc);
+    }
+    c->loaded = true;
   }
-  if (next == UINT32_MAX) return EMBER_ETOOBIG;
-  uint8_t b[4];
-  ember__put_be32(b, next + 1);
-  v = (MDB_val){.mv_size = 4, .mv_data = b};
-  int rc = ember__store_err(mdb_put(w->txn, w->s->dbi[EMBER__DB_META], &k, &v, 0));
-  if (rc == 0) *id = next;
-  return rc;
+  if (c->next == UINT32_MAX) return EMBER_ETOOBIG;
+  *id = c->next++;
+  c->dirty = true;
+  return 0;
+}
+
+static int save_counters(wctx_t *w) {
+  for (size_t i = 0; i < CTR_COUNT; i++) {
+    counter_t *c = &w->ctr[i];
+    if (!c->dirty) continue;
+    uint8_t b[4];
+    ember__put_be32(b, c->next);
+    MDB_val k = {.mv_size = strlen(c->name), .mv_data = (void *)(uintptr_t)c->name};
+    MDB_val v = {.mv_size = 4, .mv_data = b};
+    int rc = ember__store_err(mdb_put(w->txn, w->s->dbi[EMBER__DB_META], &k, &v, 0));
+    if (rc < 0) return rc;
+  }
+  return 0;
 }
 
 /* Find the id of the content w->buf in the dictionary (index `idx` of
  * content hash -> ids, data `data` of id -> content), creating it from
- * counter `counter` if absent. */
-static int intern(wctx_t *w, ember__db_t idx, ember__db_t data, const char *counter, uint32_t *id,
+ * counter `ctr` if absent. The cache is keyed by a fast in-memory hash;
+ * the slower on-disk hash is computed only on a cache miss. */
+static int intern(wctx_t *w, ember__db_t idx, ember__db_t data, int ctr, uint32_t *id,
                   bool *created) {
   uint8_t hkey[8], ikey[4];
-  uint64_t hash =
-      ember__store_hash_final(ember__store_hash(EMBER_STORE_HASH_SEED, w->buf.data, w->buf.len));
-  ember__dcache_t *cache = &w->s->cache[data == EMBER__DB_SERIES   ? 0
-                                        : data == EMBER__DB_FRAMES ? 1
-                                                                   : 2];
-  if (ember__dcache_find(cache, hash, w->buf.data, w->buf.len, id)) {
+  ember__dcache_t *cache = &w->s->cache[ctr];
+  uint64_t fast = ember__hash_bytes(w->buf.data, w->buf.len, 0);
+  if (ember__dcache_find(cache, fast, w->buf.data, w->buf.len, id)) {
     *created = false;
     return 0;
   }
+  uint64_t hash =
+      ember__store_hash_final(ember__store_hash(EMBER_STORE_HASH_SEED, w->buf.data, w->buf.len));
   ember__put_be64(hkey, hash);
   MDB_cursor *cur = NULL;
   MDB_val k = {.mv_size = sizeof hkey, .mv_data = hkey}, v;
@@ -90,7 +139,7 @@ static int intern(wctx_t *w, ember__db_t idx, ember__db_t data, const char *coun
     if (dv.mv_size == w->buf.len && memcmp(dv.mv_data, w->buf.data, w->buf.len) == 0) {
       *id = cand;
       *created = false;
-      ember__dcache_add(cache, hash, w->buf.data, w->buf.len, cand);
+      ember__dcache_add(cache, fast, w->buf.data, w->buf.len, cand);
       goto cleanup;
     }
     mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT_DUP);
@@ -100,7 +149,7 @@ static int intern(wctx_t *w, ember__db_t idx, ember__db_t data, const char *coun
     goto cleanup;
   }
   uint32_t nid = 0;
-  rc = next_id(w, counter, &nid);
+  rc = next_id(w, &w->ctr[ctr], &nid);
   if (rc < 0) goto cleanup;
   ember__put_be32(ikey, nid);
   k = (MDB_val){.mv_size = sizeof hkey, .mv_data = hkey};
@@ -114,7 +163,7 @@ static int intern(wctx_t *w, ember__db_t idx, ember__db_t data, const char *coun
   if (rc < 0) goto cleanup;
   *id = nid;
   *created = true;
-  ember__dcache_add(cache, hash, w->buf.data, w->buf.len, nid);
+  ember__dcache_add(cache, fast, w->buf.data, w->buf.len, nid);
 cleanup:
   mdb_cursor_close(cur);
   return rc;
@@ -125,7 +174,7 @@ static int series_id(wctx_t *w, const ember_labels_t *l, uint32_t *sid) {
   bool created = false;
   w->buf.len = 0;
   int rc = ember__labels_encode(&w->buf, labels);
-  if (rc == 0) rc = intern(w, EMBER__DB_SERIES_IDX, EMBER__DB_SERIES, "next_series", sid, &created);
+  if (rc == 0) rc = intern(w, EMBER__DB_SERIES_IDX, EMBER__DB_SERIES, CTR_SERIES, sid, &created);
   for (int i = 0; rc == 0 && created && i < EMBER__NLABELS; i++) {
     uint8_t key[EMBER__POSTING_KEY_LEN], val[4];
     key[0] = (uint8_t)i;
@@ -150,8 +199,15 @@ static int frame_id(wctx_t *w, const ember_frame_t *f, uint32_t *fid) {
   if (rc == 0) rc = ember__out_str(&w->buf, f->file);
   if (rc == 0) rc = ember__out_str(&w->buf, f->module);
   if (rc == 0) rc = ember__out_str(&w->buf, f->build_id);
-  if (rc == 0) rc = intern(w, EMBER__DB_FRAMES_IDX, EMBER__DB_FRAMES, "next_frame", fid, &created);
+  if (rc == 0) rc = intern(w, EMBER__DB_FRAMES_IDX, EMBER__DB_FRAMES, CTR_FRAME, fid, &created);
   return rc;
+}
+
+static size_t put_varint(uint8_t *o, uint64_t v) {
+  size_t n = 0;
+  for (; v >= 0x80; v >>= 7) o[n++] = (uint8_t)(v | 0x80);
+  o[n++] = (uint8_t)v;
+  return n;
 }
 
 static int stack_id(wctx_t *w, const ember_profile_t *p, const uint32_t *frames, size_t depth,
@@ -167,12 +223,15 @@ static int stack_id(wctx_t *w, const ember_profile_t *p, const uint32_t *frames,
     }
     ids[i] = *m;
   }
+  /* Written straight into the buffer: a varint of a 32-bit id (and of the
+   * depth) takes at most 5 bytes. */
+  rc = grow(&w->buf.data, &w->buf.cap, 5 * (depth + 1), 1);
+  if (rc < 0) return rc;
+  size_t len = put_varint(w->buf.data, depth);
+  for (size_t i = 0; i < depth; i++) len += put_varint(w->buf.data + len, ids[i]);
+  w->buf.len = len;
   bool created;
-  w->buf.len = 0;
-  rc = ember__out_varint(&w->buf, depth);
-  for (size_t i = 0; rc == 0 && i < depth; i++) rc = ember__out_varint(&w->buf, ids[i]);
-  if (rc == 0) rc = intern(w, EMBER__DB_STACKS_IDX, EMBER__DB_STACKS, "next_stack", id, &created);
-  return rc;
+  return intern(w, EMBER__DB_STACKS_IDX, EMBER__DB_STACKS, CTR_STACK, id, &created);
 }
 
 static int ent_cmp(const void *a, const void *b) {
@@ -186,61 +245,153 @@ static int add_checked(int64_t *dst, int64_t v) {
   return 0;
 }
 
-/* Build the merged row in w->ids/w->vals from the profile's sorted entries
- * `ents` and, if `old` is not NULL, the row already stored under its key. */
-static int merge_row(wctx_t *w, const ember_profile_t *p, const int *cols, size_t nent,
-                     const MDB_val *old, ember__row_hdr_t *h, uint64_t *nout) {
-  unsigned nt = h->ntypes;
-  ember__row_iter_t it = {0};
-  uint64_t oldn = 0;
-  if (old) {
-    if (!ember__row_open(&it, old->mv_data, old->mv_size) || it.hdr.mask != h->mask)
-      return EMBER_ECORRUPT;
-    oldn = it.hdr.nstacks;
-    if (it.hdr.duration_ns > h->duration_ns) h->duration_ns = it.hdr.duration_ns;
-    if (it.hdr.period_ns != h->period_ns) h->period_ns = 0;
-  }
-  if (oldn > SIZE_MAX - nent) return EMBER_ECORRUPT;
-  size_t need = nent + (size_t)oldn;
-  if (need > SIZE_MAX / EMBER_MAX_VALUE_TYPES) return -ENOMEM;
+/* Merge two sorted entry lists (a, b; nt values each) into w->ids/w->vals,
+ * adding the values of equal ids. Either list may be the output of an
+ * earlier merge, never w->ids/w->vals themselves. */
+static int merge_sorted(wctx_t *w, unsigned nt, const uint32_t *aid, const int64_t *av, size_t an,
+                        const uint32_t *bid, const int64_t *bv, size_t bn, size_t *nout) {
+  if (an > SIZE_MAX / EMBER_MAX_VALUE_TYPES - bn) return -ENOMEM;
+  size_t need = an + bn;
   int rc = grow(&w->ids, &w->ids_cap, need, sizeof *w->ids);
   if (rc == 0) rc = grow(&w->vals, &w->vals_cap, need * nt, sizeof *w->vals);
   if (rc < 0) return rc;
-
-  size_t i = 0, n = 0;
-  uint32_t oid = 0;
-  int64_t ov[EMBER_MAX_VALUE_TYPES];
-  int have_old = old ? ember__row_next(&it, &oid, ov) : 0;
-  if (have_old < 0) return have_old;
-  while (i < nent || have_old) {
-    const int64_t *pv = NULL;
-    if (i < nent) {
-      const uint32_t *fr;
-      size_t depth;
-      ember_profile_stack(p, w->ents[i].local, &fr, &depth, &pv);
-    }
+  size_t i = 0, j = 0, n = 0;
+  while (i < an || j < bn) {
     int64_t *dst = &w->vals[n * nt];
-    if (have_old && (i >= nent || oid <= w->ents[i].id)) {
-      w->ids[n] = oid;
-      memcpy(dst, ov, nt * sizeof *ov);
-      if (i < nent && oid == w->ents[i].id) {
-        for (unsigned t = 0; t < nt; t++) {
-          rc = add_checked(&dst[t], pv[cols[t]]);
-          if (rc < 0) return rc;
-        }
-        i++;
-      }
-      have_old = ember__row_next(&it, &oid, ov);
-      if (have_old < 0) return have_old;
-    } else {
-      w->ids[n] = w->ents[i].id;
-      for (unsigned t = 0; t < nt; t++) dst[t] = pv[cols[t]];
+    if (j >= bn || (i < an && aid[i] < bid[j])) {
+      w->ids[n] = aid[i];
+      memcpy(dst, &av[i * nt], nt * sizeof *dst);
       i++;
+    } else if (i >= an || bid[j] < aid[i]) {
+      w->ids[n] = bid[j];
+      memcpy(dst, &bv[j * nt], nt * sizeof *dst);
+      j++;
+    } else {
+      w->ids[n] = aid[i];
+      memcpy(dst, &av[i * nt], nt * sizeof *dst);
+      for (unsigned t = 0; t < nt; t++) {
+        rc = add_checked(&dst[t], bv[j * nt + t]);
+        if (rc < 0) return rc;
+      }
+      i++;
+      j++;
     }
-    if (n > 0 && w->ids[n] <= w->ids[n - 1]) return EMBER_ECORRUPT;
     n++;
   }
   *nout = n;
+  return 0;
+}
+
+/* Decode a stored row into w->oids/w->ovals, folding its header into `h`
+ * (longest duration, period kept only if both agree). */
+static int load_row(wctx_t *w, const MDB_val *old, ember__row_hdr_t *h, size_t *nout) {
+  ember__row_iter_t it;
+  if (!ember__row_open(&it, old->mv_data, old->mv_size) || it.hdr.mask != h->mask)
+    return EMBER_ECORRUPT;
+  if (it.hdr.duration_ns > h->duration_ns) h->duration_ns = it.hdr.duration_ns;
+  if (it.hdr.period_ns != h->period_ns) h->period_ns = 0;
+  /* Every entry takes at least one byte per value and one for the id. */
+  if (it.hdr.nstacks > old->mv_size) return EMBER_ECORRUPT;
+  size_t n = (size_t)it.hdr.nstacks, nt = h->ntypes;
+  int rc = grow(&w->oids, &w->oids_cap, n, sizeof *w->oids);
+  if (rc == 0) rc = grow(&w->ovals, &w->ovals_cap, n * nt, sizeof *w->ovals);
+  if (rc < 0) return rc;
+  for (size_t i = 0; i < n; i++) {
+    int r = ember__row_next(&it, &w->oids[i], &w->ovals[i * nt]);
+    if (r < 0) return r;
+    if (r == 0) return EMBER_ECORRUPT;
+  }
+  if (ember__row_next(&it, &w->oids[0], w->ovals) != 0) return EMBER_ECORRUPT;
+  *nout = n;
+  return 0;
+}
+
+/* Add the sorted entries (ids, vals) with header `h` into the row stored
+ * under `k` in `db`, creating it if absent. */
+static int put_row(wctx_t *w, ember__db_t db, MDB_val *k, ember__row_hdr_t h, const uint32_t *ids,
+                   const int64_t *vals, size_t n) {
+  MDB_val old;
+  int mrc = mdb_get(w->txn, w->s->dbi[db], k, &old);
+  if (mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND) return ember__store_err(mrc);
+  int rc;
+  if (mrc == MDB_SUCCESS) {
+    size_t on = 0;
+    rc = load_row(w, &old, &h, &on);
+    if (rc == 0) rc = merge_sorted(w, h.ntypes, w->oids, w->ovals, on, ids, vals, n, &n);
+    if (rc < 0) return rc;
+    ids = w->ids;
+    vals = w->vals;
+  }
+  w->row.len = 0;
+  rc = ember__row_encode(&w->row, &h, ids, vals, n);
+  if (rc < 0) return rc;
+  MDB_val v = {.mv_size = w->row.len, .mv_data = w->row.data};
+  return ember__store_err(mdb_put(w->txn, w->s->dbi[db], k, &v, 0));
+}
+
+static bool agg_eq(const void *ctx, uint32_t idx) {
+  const wctx_t *w = ctx;
+  const agg_t *a = &w->aggs[idx], *b = w->agg_key;
+  return a->db == b->db && a->sid == b->sid && a->bucket == b->bucket && a->hdr.mask == b->hdr.mask;
+}
+
+static uint64_t agg_hash_key(const agg_t *a) {
+  uint64_t h = ember__hash_mix((uint64_t)a->db << 40 | (uint64_t)a->hdr.mask << 32, a->sid);
+  return ember__hash_mix(h, (uint64_t)a->bucket);
+}
+
+static uint64_t agg_hash(const void *ctx, uint32_t idx) {
+  const wctx_t *w = ctx;
+  return agg_hash_key(&w->aggs[idx]);
+}
+
+/* Add this window's sorted entries (w->wids/w->wvals) into the in-memory
+ * rollup row of (db, series, bucket of `unit`, mask). */
+static int agg_add(wctx_t *w, ember__db_t db, int64_t unit, uint32_t sid, int64_t start,
+                   int64_t end, const ember__row_hdr_t *h, size_t n) {
+  agg_t key = {.db = db, .sid = sid, .bucket = ember__bucket_floor(start, unit), .hdr = *h};
+  key.hdr.duration_ns = (uint64_t)end - (uint64_t)key.bucket;
+  uint64_t hash = agg_hash_key(&key);
+  w->agg_key = &key;
+  int64_t at = ember__htab_find(&w->agg_index, hash, agg_eq, w);
+  agg_t *a;
+  if (at < 0) {
+    if (w->naggs >= UINT32_MAX) return -ENOMEM;
+    int rc = grow(&w->aggs, &w->aggs_cap, w->naggs + 1, sizeof *w->aggs);
+    if (rc < 0) return rc;
+    rc = ember__htab_insert(&w->agg_index, hash, (uint32_t)w->naggs, agg_hash, w);
+    if (rc < 0) return rc;
+    a = &w->aggs[w->naggs++];
+    *a = key;
+  } else {
+    a = &w->aggs[at];
+    if (key.hdr.duration_ns > a->hdr.duration_ns) a->hdr.duration_ns = key.hdr.duration_ns;
+    if (key.hdr.period_ns != a->hdr.period_ns) a->hdr.period_ns = 0;
+  }
+  unsigned nt = h->ntypes;
+  size_t m = 0;
+  int rc = merge_sorted(w, nt, a->ids, a->vals, a->n, w->wids, w->wvals, n, &m);
+  if (rc == 0) rc = grow(&a->ids, &a->ids_cap, m, sizeof *a->ids);
+  if (rc == 0) rc = grow(&a->vals, &a->vals_cap, m * nt, sizeof *a->vals);
+  if (rc < 0) return rc;
+  memcpy(a->ids, w->ids, m * sizeof *a->ids);
+  memcpy(a->vals, w->vals, m * nt * sizeof *a->vals);
+  a->n = m;
+  return 0;
+}
+
+/* Write every rollup row summed in this batch into its stored row. */
+static int flush_aggs(wctx_t *w) {
+  for (size_t i = 0; i < w->naggs; i++) {
+    agg_t *a = &w->aggs[i];
+    uint8_t key[EMBER__PROFILE_KEY_LEN];
+    ember__put_be32(key, a->sid);
+    ember__put_time(key + 4, a->bucket);
+    key[12] = a->hdr.mask;
+    MDB_val k = {.mv_size = sizeof key, .mv_data = key};
+    int rc = put_row(w, a->db, &k, a->hdr, a->ids, a->vals, a->n);
+    if (rc < 0) return rc;
+  }
   return 0;
 }
 
@@ -267,7 +418,7 @@ static int check_profile(const ember_profile_t *p) {
   ember_profile_window(p, &start, &end);
   /* The row stores end - start as a non-negative int64. */
   if (start >= end || (uint64_t)end - (uint64_t)start > INT64_MAX) return -EINVAL;
-  /* So does the hourly rollup row, from the start of the hour. */
+  /* So do the rollup rows, from the start of the hour (the minute is later). */
   if ((uint64_t)end - (uint64_t)ember__rollup_floor(start) > INT64_MAX) return -EINVAL;
   return 0;
 }
@@ -315,8 +466,11 @@ static int write_one(wctx_t *w, const ember_profile_t *p, int64_t retained, bool
   h.period_ns = period > 0 ? (uint64_t)period : 0;
 
   size_t nframes = ember_profile_nframes(p), nstacks = ember_profile_nstacks(p);
+  unsigned nt = h.ntypes;
   rc = grow(&w->fmap, &w->fmap_cap, nframes, sizeof *w->fmap);
   if (rc == 0) rc = grow(&w->ents, &w->ents_cap, nstacks, sizeof *w->ents);
+  if (rc == 0) rc = grow(&w->wids, &w->wids_cap, nstacks, sizeof *w->wids);
+  if (rc == 0) rc = grow(&w->wvals, &w->wvals_cap, nstacks * nt, sizeof *w->wvals);
   if (rc < 0) return rc;
   if (nframes) memset(w->fmap, 0xff, nframes * sizeof *w->fmap);
   for (size_t i = 0; i < nstacks; i++) {
@@ -331,42 +485,27 @@ static int write_one(wctx_t *w, const ember_profile_t *p, int64_t retained, bool
   /* Distinct profile stacks have distinct contents, and equal contents get
    * one store id, so the sorted ids are strictly increasing. */
   if (nstacks) qsort(w->ents, nstacks, sizeof *w->ents, ent_cmp);
+  for (size_t i = 0; i < nstacks; i++) {
+    const uint32_t *fr;
+    const int64_t *pv;
+    size_t depth;
+    ember_profile_stack(p, w->ents[i].local, &fr, &depth, &pv);
+    w->wids[i] = w->ents[i].id;
+    for (unsigned t = 0; t < nt; t++) w->wvals[i * nt + t] = pv[cols[t]];
+  }
 
   uint8_t key[EMBER__PROFILE_KEY_LEN];
   ember__put_be32(key, sid);
   ember__put_time(key + 4, start);
   key[12] = h.mask;
-  MDB_val k = {.mv_size = sizeof key, .mv_data = key}, old;
-  int mrc = mdb_get(w->txn, w->s->dbi[EMBER__DB_PROFILES], &k, &old);
-  if (mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND) return ember__store_err(mrc);
-  uint64_t n;
-  rc = merge_row(w, p, cols, nstacks, mrc == MDB_SUCCESS ? &old : NULL, &h, &n);
-  if (rc < 0) return rc;
-  w->row.len = 0;
-  rc = ember__row_encode(&w->row, &h, w->ids, w->vals, n);
-  if (rc < 0) return rc;
-  MDB_val v = {.mv_size = w->row.len, .mv_data = w->row.data};
-  rc = ember__store_err(mdb_put(w->txn, w->s->dbi[EMBER__DB_PROFILES], &k, &v, 0));
+  MDB_val k = {.mv_size = sizeof key, .mv_data = key};
+  rc = put_row(w, EMBER__DB_PROFILES, &k, h, w->wids, w->wvals, nstacks);
   if (rc < 0) return rc;
 
-  /* The same entries, added into the row of the window's hour. */
-  int64_t hour = ember__rollup_floor(start);
-  ember__row_hdr_t rh = h;
-  rh.duration_ns = (uint64_t)end - (uint64_t)hour;
-  rh.period_ns = period > 0 ? (uint64_t)period : 0;
-  uint8_t rkey[EMBER__PROFILE_KEY_LEN];
-  memcpy(rkey, key, sizeof rkey);
-  ember__put_time(rkey + 4, hour);
-  MDB_val rk = {.mv_size = sizeof rkey, .mv_data = rkey};
-  mrc = mdb_get(w->txn, w->s->dbi[EMBER__DB_ROLLUP_1H], &rk, &old);
-  if (mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND) return ember__store_err(mrc);
-  rc = merge_row(w, p, cols, nstacks, mrc == MDB_SUCCESS ? &old : NULL, &rh, &n);
-  if (rc < 0) return rc;
-  w->row.len = 0;
-  rc = ember__row_encode(&w->row, &rh, w->ids, w->vals, n);
-  if (rc < 0) return rc;
-  v = (MDB_val){.mv_size = w->row.len, .mv_data = w->row.data};
-  rc = ember__store_err(mdb_put(w->txn, w->s->dbi[EMBER__DB_ROLLUP_1H], &rk, &v, 0));
+  /* The same entries, summed in memory into the window's minute and hour
+   * rows; flush_aggs() writes them once at the end of the batch. */
+  rc = agg_add(w, EMBER__DB_ROLLUP_1M, EMBER__ROLLUP_1M_NS, sid, start, end, &h, nstacks);
+  if (rc == 0) rc = agg_add(w, EMBER__DB_ROLLUP_1H, EMBER__ROLLUP_NS, sid, start, end, &h, nstacks);
   if (rc < 0) return rc;
 
   int ins = ember_profile_type_index(p, EMBER_VT_CPU_NS);
@@ -395,7 +534,10 @@ int ember_store_write(ember_store_t *s, ember_profile_t *const *profiles, size_t
   for (size_t i = 0; i < n; i++)
     if (!profiles[i] || check_profile(profiles[i]) < 0) return -EINVAL;
 
-  wctx_t w = {.s = s};
+  wctx_t w = {.s = s,
+              .ctr = {[CTR_SERIES] = {.name = "next_series"},
+                      [CTR_FRAME] = {.name = "next_frame"},
+                      [CTR_STACK] = {.name = "next_stack"}}};
   ember_store_write_result_t res = {0};
   int rc = ember__store_err(mdb_txn_begin(s->env, NULL, 0, &w.txn));
   if (rc < 0) goto cleanup;
@@ -423,6 +565,9 @@ int ember_store_write(ember_store_t *s, ember_profile_t *const *profiles, size_t
     else
       res.written++;
   }
+  rc = flush_aggs(&w);
+  if (rc == 0) rc = save_counters(&w);
+  if (rc < 0) goto cleanup;
   rc = ember__store_err(mdb_txn_commit(w.txn));
   w.txn = NULL;
   if (rc < 0) goto cleanup;
@@ -434,10 +579,20 @@ cleanup:
     for (size_t i = 0; i < sizeof s->cache / sizeof s->cache[0]; i++)
       ember__dcache_clear(&s->cache[i]);
   }
+  for (size_t i = 0; i < w.naggs; i++) {
+    ember_free(w.aggs[i].ids);
+    ember_free(w.aggs[i].vals);
+  }
+  ember_free(w.aggs);
+  ember__htab_free(&w.agg_index);
   ember__out_free(&w.buf);
   ember__out_free(&w.row);
   ember_free(w.fmap);
   ember_free(w.ents);
+  ember_free(w.wids);
+  ember_free(w.wvals);
+  ember_free(w.oids);
+  ember_free(w.ovals);
   ember_free(w.ids);
   ember_free(w.vals);
   return rc;

@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 /* The on-disk schema this build writes and the newest it reads. */
-#define EMBER_STORE_SCHEMA_VERSION 1u
+#define EMBER_STORE_SCHEMA_VERSION 2u
 
 typedef struct ember_store ember_store_t;
 
@@ -171,14 +171,15 @@ EMBER_API int ember_store_retain(ember_store_t *store, int64_t before_ns, size_t
 
 /* Entry counts, for tests, metrics and capacity planning. */
 typedef struct ember_store_stats {
-  uint64_t series;       /* distinct label sets */
-  uint64_t frames;       /* distinct frames in the dictionary */
-  uint64_t stacks;       /* distinct stacks in the dictionary */
-  uint64_t profile_rows; /* (series, window, value types) rows */
-  uint64_t cpu_rows;     /* (series, window) CPU points */
-  uint64_t idem_keys;    /* (agent id, seq) keys */
-  uint64_t rollup_rows;  /* (series, hour, value types) rollup rows */
-  uint64_t file_bytes;   /* pages in use times the page size */
+  uint64_t series;         /* distinct label sets */
+  uint64_t frames;         /* distinct frames in the dictionary */
+  uint64_t stacks;         /* distinct stacks in the dictionary */
+  uint64_t profile_rows;   /* (series, window, value types) rows */
+  uint64_t cpu_rows;       /* (series, window) CPU points */
+  uint64_t idem_keys;      /* (agent id, seq) keys */
+  uint64_t rollup_rows;    /* (series, hour, value types) rollup rows */
+  uint64_t rollup_1m_rows; /* (series, minute, value types) rollup rows */
+  uint64_t file_bytes;     /* pages in use times the page size */
 } ember_store_stats_t;
 
 /* Fill *stats from one read transaction. Returns 0 or an error. */

@@ -482,8 +482,13 @@ static void test_store_schema_newer_refused(void **state) {
   ember_store_t *s = NULL;
   assert_int_equal(ember_store_open(path, NULL, &s, err, sizeof err), EMBER_EVERSION);
   assert_null(s);
-  assert_non_null(strstr(err, "schema version 2"));
+  assert_non_null(strstr(err, "schema version 3"));
   assert_non_null(strstr(err, "upgrade"));
+  /* Version 1 (no minute rollups) is refused too: nothing migrates it. */
+  set_schema(path, 1);
+  assert_int_equal(ember_store_open(path, NULL, &s, err, sizeof err), EMBER_EVERSION);
+  assert_null(s);
+  assert_non_null(strstr(err, "schema version 1, older"));
   set_schema(path, 0);
   assert_int_equal(ember_store_open(path, NULL, &s, err, sizeof err), EMBER_ECORRUPT);
   set_schema(path, EMBER_STORE_SCHEMA_VERSION);
@@ -550,8 +555,10 @@ static void test_store_alloc_failures(void **state) {
   remove_store(path);
   ember_profile_t *ps[3];
   for (size_t i = 0; i < 3; i++)
-    ps[i] = make_window("api", "v1", "h", NULL, T0 + (int64_t)i * 10 * SEC, "a", i, 60, 30, i);
+    ps[i] = make_window("api", "v1", "h", NULL, T0 + (int64_t)i * 35 * SEC, "a", i, 60, 30, i);
   ember_profile_t *want = merged(ps, 3);
+  /* Windows in two minutes, and a duplicate inside the batch. */
+  ember_profile_t *batch[4] = {ps[0], ps[1], ps[2], ps[1]};
 
   /* Open: fail the Nth allocation for every N until it succeeds. */
   ember_store_t *s = NULL;
@@ -573,24 +580,27 @@ static void test_store_alloc_failures(void **state) {
   for (long n = 0; rc != 0; n++, writes++) {
     assert_true(n < 100000);
     ember_alloc_fail_after(n);
-    rc = ember_store_write(s, ps, 3, &r);
+    rc = ember_store_write(s, batch, 4, &r);
     ember_alloc_fail_reset();
     if (rc != 0) {
       assert_int_equal(rc, -ENOMEM);
       ember_store_stats_t st;
       assert_int_equal(ember_store_stats(s, &st), 0);
-      assert_int_equal(st.profile_rows + st.stacks + st.frames + st.series + st.idem_keys, 0);
+      assert_int_equal(st.profile_rows + st.stacks + st.frames + st.series + st.idem_keys +
+                           st.rollup_rows + st.rollup_1m_rows + st.cpu_rows,
+                       0);
     }
   }
   assert_true(writes > 1);
   assert_int_equal(r.written, 3);
+  assert_int_equal(r.duplicates, 1);
   /* Merge and listing: fail everywhere, then match. */
   ember_profile_t *got = NULL;
   rc = -1;
   for (long n = 0; rc != 0; n++) {
     assert_true(n < 100000);
     ember_alloc_fail_after(n);
-    rc = ember_store_merge(s, NULL, T0, T0 + 30 * SEC, EMBER_VT_CPU_SAMPLES, &got);
+    rc = ember_store_merge(s, NULL, T0, T0 + 80 * SEC, EMBER_VT_CPU_SAMPLES, &got);
     ember_alloc_fail_reset();
     if (rc != 0) {
       assert_int_equal(rc, -ENOMEM);
@@ -743,6 +753,91 @@ static void test_store_hourly_rollups_merge_exactly(void **state) {
   remove_store(path);
 }
 
+static void test_store_minute_rollups_merge_exactly(void **state) {
+  (void)state;
+  char path[512];
+  store_path(path, sizeof path, "minute");
+  remove_store(path);
+  ember_store_t *s = open_store(path);
+  /* 3 hosts x 1,000 windows from T0 - 25 min (2 h 41 min), plus a second
+   * agent on host h0 with the same labels every 7th window (same key:
+   * summed), written in batches of 450 that span several minutes and
+   * hours, each batch repeating some of its own windows (duplicates inside
+   * the batch) and one of the previous batch. */
+  enum { HOSTS = 3, STEPS = 1000 };
+  size_t cap = HOSTS * STEPS + STEPS / 7 + 1, n = 0;
+  ember_profile_t **ps = calloc(cap, sizeof *ps);
+  assert_non_null(ps);
+  for (size_t t = 0; t < STEPS; t++) {
+    int64_t start = T0 - 1500 * SEC + (int64_t)t * 10 * SEC;
+    for (size_t h = 0; h < HOSTS; h++) {
+      char host[16];
+      snprintf(host, sizeof host, "h%zu", h);
+      ps[n] = make_window("api", "v1", host, NULL, start, host, t, 6, 30, n);
+      n++;
+    }
+    if (t % 7 == 0) {
+      ps[n] = make_window("api", "v1", "h0", NULL, start, "other-agent", t, 6, 30, n);
+      n++;
+    }
+  }
+  size_t written = 0, dups = 0;
+  enum { B = 450 };
+  ember_profile_t *batch[B + 20];
+  for (size_t b = 0; b < n; b += B) {
+    size_t m = n - b < B ? n - b : B, k = 0;
+    for (size_t i = 0; i < m; i++) {
+      batch[k++] = ps[b + i];
+      if (i % 40 == 39) batch[k++] = ps[b + i - 13]; /* a duplicate in this batch */
+    }
+    if (b) batch[k++] = ps[b - 1]; /* one from the previous batch */
+    ember_store_write_result_t r;
+    assert_int_equal(ember_store_write(s, batch, k, &r), 0);
+    assert_int_equal(r.written + r.duplicates, k);
+    written += r.written;
+    dups += r.duplicates;
+  }
+  assert_int_equal(written, n);
+  assert_true(dups > 0);
+  ember_store_stats_t st;
+  assert_int_equal(ember_store_stats(s, &st), 0);
+  /* 1,000 windows of 10 s = 167 minutes (the first starts on a minute). */
+  assert_int_equal(st.rollup_1m_rows, HOSTS * 167);
+  assert_int_equal(st.rollup_rows, HOSTS * 4);
+
+  /* Whole hours with whole minutes and ragged ends on both sides; whole
+   * minutes only; inside one minute; exactly one minute; exactly one hour
+   * plus one minute; everything; then pseudo-random ranges. */
+  assert_range(s, ps, n, T0 - 1195 * SEC, T0 + 7200 * SEC + 125 * SEC);
+  assert_range(s, ps, n, T0 + 60 * SEC, T0 + 1800 * SEC);
+  assert_range(s, ps, n, T0 + 65 * SEC, T0 + 1795 * SEC);
+  assert_range(s, ps, n, T0 + 61 * SEC, T0 + 119 * SEC);
+  assert_range(s, ps, n, T0 + 60 * SEC, T0 + 120 * SEC);
+  assert_range(s, ps, n, T0 - 60 * SEC, T0 + 3600 * SEC);
+  assert_range(s, ps, n, INT64_MIN, INT64_MAX);
+  uint64_t x = 42;
+  for (int i = 0; i < 40; i++) {
+    int64_t a = T0 - 1600 * SEC + (int64_t)(rng_next(&x) % 10000) * SEC;
+    int64_t len = 1 + (int64_t)(rng_next(&x) % 9000) * SEC;
+    assert_range(s, ps, n, a, a + len);
+  }
+  /* A range that starts on a minute inside the data starts the result
+   * there. */
+  ember_profile_t *got = NULL;
+  assert_int_equal(
+      ember_store_merge(s, NULL, T0 + 60 * SEC, T0 + 1800 * SEC, EMBER_VT_CPU_NS, &got), 0);
+  int64_t a, b;
+  ember_profile_window(got, &a, &b);
+  assert_int_equal(a, T0 + 60 * SEC);
+  assert_int_equal(b, T0 + 1800 * SEC);
+  ember_profile_free(got);
+
+  free_all(ps, n);
+  free(ps);
+  ember_store_close(s);
+  remove_store(path);
+}
+
 static void test_store_retention_deletes_whole_hours(void **state) {
   (void)state;
   char path[512];
@@ -760,17 +855,22 @@ static void test_store_retention_deletes_whole_hours(void **state) {
   assert_int_equal(ember_store_stats(s, &st), 0);
   assert_int_equal(st.profile_rows, N);
   assert_int_equal(st.rollup_rows, 6);
+  assert_int_equal(st.rollup_1m_rows, N);
 
   /* The cutoff rounds down to T0 + 1 h; 7 deletions per transaction. */
   uint64_t deleted = 0;
   assert_int_equal(ember_store_retain(s, T0 + 5400 * SEC, 7, &deleted), 0);
-  /* 120 windows, 120 CPU points, 2 rollups, 120 idempotency keys. */
-  assert_int_equal(deleted, 120 + 120 + 2 + 120);
+  /* 120 windows, 120 CPU points, 2 hour and 120 minute rollups, 120
+   * idempotency keys. */
+  assert_int_equal(deleted, 120 + 120 + 2 + 120 + 120);
   assert_int_equal(ember_store_stats(s, &st), 0);
   assert_int_equal(st.profile_rows, N - 120);
   assert_int_equal(st.cpu_rows, N - 120);
   assert_int_equal(st.rollup_rows, 4);
+  assert_int_equal(st.rollup_1m_rows, N - 120);
   assert_int_equal(st.idem_keys, N - 120);
+  /* Minute rollups of the remaining hours still merge exactly. */
+  assert_range(s, ps, N, T0 + 3660 * SEC, T0 + 3 * 3600 * SEC - 60 * SEC);
   assert_int_equal(merge_total(s, NULL, T0, T0 + 3600 * SEC), 0);
   assert_range(s, ps, N, T0 + 3600 * SEC, T0 + 3 * 3600 * SEC);
   assert_range(s, ps + 120, N - 120, T0, T0 + 3 * 3600 * SEC + 1);
@@ -806,6 +906,7 @@ int main(void) {
       cmocka_unit_test(test_store_alloc_failures),
       cmocka_unit_test(test_store_profile_with_10000_stacks),
       cmocka_unit_test(test_store_hourly_rollups_merge_exactly),
+      cmocka_unit_test(test_store_minute_rollups_merge_exactly),
       cmocka_unit_test(test_store_retention_deletes_whole_hours),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
