@@ -193,10 +193,57 @@ static void test_collector_dlq_with_kcat(void **state) {
   stop_collector(c);
 }
 
+/* Two instances in one group share the partitions and one store file:
+ * each stores part of the stream, together exactly all of it. */
+static void test_collector_two_instances_share_the_work(void **state) {
+  (void)state;
+  setup_names("pair");
+  const char *brokers = tu_bootstrap();
+  unsigned p1 = tu_free_port(), p2 = tu_free_port();
+  pid_t c1 = start_collector(p1, NULL);
+  char log1[600];
+  snprintf(log1, sizeof log1, "%s", log_path);
+  snprintf(log_path, sizeof log_path, "%s/%s-b.log", EMBER_TEST_TMP, tag);
+  pid_t c2 = start_collector(p2, NULL);
+  /* Both in the group: each announces its share of the partitions. */
+  for (int t = 0; t < 300; t++) {
+    char cmd[1400], out[64];
+    snprintf(cmd, sizeof cmd, "grep -c 'assigned [1-9]' %s %s | grep -c ':[1-9]'", log1, log_path);
+    if (tu_sh(cmd, out, sizeof out) == 0 && out[0] == '2') break;
+    usleep(100000);
+  }
+  int64_t want = 0;
+  const size_t per_worker = 400;
+  char workers[8][128];
+  for (int w = 0; w < 8; w++) {
+    snprintf(workers[w], sizeof workers[w], "w%d-%s", w, tag);
+    want += tu_produce_profiles(brokers, workers[w], 1, per_worker, workers[w], "host-p", BASE_NS);
+  }
+  int64_t got = 0;
+  for (int t = 0; t < 600 && got != want; t++) {
+    usleep(100000);
+    got = 0;
+    for (int w = 0; w < 8; w++) {
+      int64_t one = stored_samples(workers[w], NULL);
+      if (one > 0) got += one;
+    }
+  }
+  double m1 = tu_metric(p1, "ember_collector_messages_total");
+  double m2 = tu_metric(p2, "ember_collector_messages_total");
+  print_message("instance 1 read %.0f messages, instance 2 %.0f; stored %lld of %lld samples\n", m1,
+                m2, (long long)got, (long long)want);
+  stop_collector(c2);
+  snprintf(log_path, sizeof log_path, "%s", log1);
+  stop_collector(c1);
+  assert_true(got == want);
+  assert_true(m1 > 0 && m2 > 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_collector_sigkill_loses_nothing),
       cmocka_unit_test(test_collector_dlq_with_kcat),
+      cmocka_unit_test(test_collector_two_instances_share_the_work),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
