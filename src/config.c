@@ -7,6 +7,7 @@
 
 #include "ember/buf.h"
 #include "ember/config.h"
+#include "ember/log.h"
 #include "ember/parse.h"
 
 typedef struct config_entry {
@@ -142,6 +143,41 @@ int ember_config_apply_args(ember_config_t *cfg, int argc, char *const *argv, ch
     }
   }
   return argc;
+}
+
+int ember_config_daemon_args(const char *prog, const char *usage, int argc, char *const *argv,
+                             const char *const *known, ember_config_t **out) {
+  *out = NULL;
+  ember_config_t *cfg = NULL;
+  char err[512] = "";
+  if (ember_config_new(&cfg) != 0) {
+    fprintf(stderr, "%s: out of memory\n", prog);
+    return 1;
+  }
+  int n = ember_config_apply_args(cfg, argc, argv, err, sizeof err);
+  int status = -1;
+  if (n >= 0 && n < argc && (strcmp(argv[n], "--help") == 0 || strcmp(argv[n], "-h") == 0)) {
+    fputs(usage, stdout);
+    status = 0;
+  } else if (n != argc || ember_config_check(cfg, known, err, sizeof err) != 0) {
+    fprintf(stderr, "%s: %s\n", prog, err);
+    status = 2;
+  } else {
+    ember_log_level_t level;
+    const char *lv = ember_config_get_str(cfg, "log_level", "info");
+    if (ember_log_parse_level(lv, &level) != 0) {
+      fprintf(stderr, "%s: log_level '%s': expected debug, info, warn or error\n", prog, lv);
+      status = 2;
+    } else {
+      ember_log_set_level(level);
+    }
+  }
+  if (status != -1) {
+    ember_config_free(cfg);
+    return status;
+  }
+  *out = cfg;
+  return -1;
 }
 
 static const char *trim(const char *s, const char *end, size_t *len) {

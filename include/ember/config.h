@@ -68,6 +68,17 @@ EMBER_API int ember_config_set_arg(ember_config_t *cfg, const char *arg, char *e
 EMBER_API int ember_config_apply_args(ember_config_t *cfg, int argc, char *const *argv,
                                       char *errbuf, size_t errbuf_size);
 
+/* A daemon's whole command line: `prog [--config FILE] [key=value ...]`.
+ * Applies the arguments, answers --help/-h with `usage` on stdout, checks
+ * every key against `known` (see ember_config_check), and sets the log
+ * level from `log_level`. Errors go to stderr as "prog: sentence".
+ * Returns -1 with *out set (the caller frees it) to go on, or the exit
+ * status to return at once (0 after --help, 2 for bad arguments or
+ * config, 1 out of memory) with *out NULL. */
+EMBER_API int ember_config_daemon_args(const char *prog, const char *usage, int argc,
+                                       char *const *argv, const char *const *known,
+                                       ember_config_t **out);
+
 /* Fail with EMBER_ECONFIG on the first key not in `known` (a NULL-terminated
  * list; an entry ending in '.' accepts every key with that prefix). */
 EMBER_API int ember_config_check(const ember_config_t *cfg, const char *const *known, char *errbuf,

@@ -131,6 +131,32 @@ static void test_config_survives_allocation_failures(void **state) {
   }
 }
 
+/* argv strings are never written through; ARG drops the literal's const. */
+#define ARG(lit) ((char *)(uintptr_t)(lit))
+
+static void test_config_daemon_args(void **state) {
+  (void)state;
+  static const char *const known[] = {ARG("brokers"), ARG("log_level"), ARG(NULL)};
+  char *ok[] = {ARG("brokers=b:9092"), ARG("log_level=warn")};
+  ember_config_t *cfg = NULL;
+  assert_int_equal(ember_config_daemon_args("d", "usage\n", 2, ok, known, &cfg), -1);
+  assert_non_null(cfg);
+  assert_string_equal(ember_config_get(cfg, "brokers"), "b:9092");
+  ember_config_free(cfg);
+  ember_log_set_level(EMBER_LOG_INFO);
+  char *help[] = {ARG("brokers=x"), ARG("--help")};
+  assert_int_equal(ember_config_daemon_args("d", "usage\n", 2, help, known, &cfg), 0);
+  assert_null(cfg);
+  char *unknown[] = {ARG("bokers=x")};
+  assert_int_equal(ember_config_daemon_args("d", "usage\n", 1, unknown, known, &cfg), 2);
+  assert_null(cfg);
+  char *flag[] = {ARG("--verbose")};
+  assert_int_equal(ember_config_daemon_args("d", "usage\n", 1, flag, known, &cfg), 2);
+  char *level[] = {ARG("log_level=loud")};
+  assert_int_equal(ember_config_daemon_args("d", "usage\n", 1, level, known, &cfg), 2);
+  assert_null(cfg);
+}
+
 static void test_parse_time(void **state) {
   (void)state;
   const int64_t now = 1764410400LL * 1000000000; /* 2025-11-29T10:00:00Z */
@@ -272,6 +298,7 @@ int main(void) {
       cmocka_unit_test(test_config_survives_allocation_failures),
       cmocka_unit_test(test_parse_numbers),
       cmocka_unit_test(test_parse_time),
+      cmocka_unit_test(test_config_daemon_args),
       cmocka_unit_test(test_parse_durations),
       cmocka_unit_test(test_buf_bounds),
       cmocka_unit_test(test_log_levels_and_errors),
