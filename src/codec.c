@@ -273,6 +273,55 @@ static void pb_free(void *data, void *p) {
 
 static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
 
+/* Decoding allocates one block per sub-message, repeated field and string
+ * (thousands per window), and frees them all together: a bump arena per
+ * decode call turns those into pointer increments and one free per chunk.
+ * It lives on the caller's stack, so decoding stays thread-safe. */
+typedef struct arena_chunk {
+  struct arena_chunk *next;
+  size_t used, size;
+  _Alignas(16) unsigned char data[];
+} arena_chunk_t;
+
+typedef struct arena {
+  arena_chunk_t *head;
+  size_t next_size;
+} arena_t;
+
+static void *arena_alloc(void *data, size_t size) {
+  arena_t *a = data;
+  size = (size + 15) & ~(size_t)15;
+  arena_chunk_t *c = a->head;
+  if (c == NULL || c->size - c->used < size) {
+    size_t want = a->next_size > size ? a->next_size : size;
+    if (want > SIZE_MAX - sizeof *c) return NULL;
+    c = ember_malloc(sizeof *c + want);
+    if (c == NULL) return NULL;
+    c->next = a->head;
+    c->used = 0;
+    c->size = want;
+    a->head = c;
+    if (a->next_size < ((size_t)1 << 24)) a->next_size *= 2;
+  }
+  void *p = c->data + c->used;
+  c->used += size;
+  return p;
+}
+
+static void arena_free(void *data, void *p) {
+  /* Everything goes at once in arena_release(). */
+  (void)data;
+  (void)p;
+}
+
+static void arena_release(arena_t *a) {
+  while (a->head != NULL) {
+    arena_chunk_t *next = a->head->next;
+    ember_free(a->head);
+    a->head = next;
+  }
+}
+
 __attribute__((format(printf, 4, 5))) static int fail(int rc, char *errbuf, size_t errbuf_size,
                                                       const char *fmt, ...) {
   if (errbuf != NULL && errbuf_size > 0) {
@@ -491,13 +540,21 @@ int ember_codec_decode(const void *data, size_t len, const ember_codec_limits_t 
     return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "message of %zu bytes (at most %zu)", len,
                 lim->max_message);
   if (len == 0) return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "empty message");
-  wire_profile_t *m = ember__wire__v1__profile__unpack(&pb_allocator, len, data);
-  if (m == NULL)
-    return fail(EMBER_ECORRUPT, errbuf, errbuf_size,
-                "not a valid ember.wire.v1.Profile message (%zu bytes)", len);
-  int rc = validate(m, lim, errbuf, errbuf_size);
-  if (rc == 0) rc = build(m, out, errbuf, errbuf_size);
-  ember__wire__v1__profile__free_unpacked(m, &pb_allocator);
+  /* The decoded message takes about as much memory as its encoding, plus
+   * the structs; start there so most windows need one or two chunks. */
+  arena_t arena = {.head = NULL, .next_size = len * 2 + 4096};
+  ProtobufCAllocator alloc = {arena_alloc, arena_free, &arena};
+  wire_profile_t *m = ember__wire__v1__profile__unpack(&alloc, len, data);
+  int rc;
+  if (m == NULL) {
+    rc = fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+              "not a valid ember.wire.v1.Profile message (%zu bytes)", len);
+  } else {
+    rc = validate(m, lim, errbuf, errbuf_size);
+    if (rc == 0) rc = build(m, out, errbuf, errbuf_size);
+  }
+  /* No free_unpacked: the arena holds the whole message. */
+  arena_release(&arena);
   return rc;
 }
 
