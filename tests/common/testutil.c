@@ -119,8 +119,13 @@ static bool on_profile_message(void *ctx, const rd_kafka_message_t *m) {
   profiles_acc_t *acc = ctx;
   ember_profile_t *p = NULL;
   char err[512];
-  if (ember_codec_decode(m->payload, m->len, NULL, &p, err, sizeof err) != 0)
-    fail_msg("a message on %s does not decode: %s", EMBER_TOPIC_PROFILES, err);
+  /* A message that does not decode cannot be attributed to a host: the
+   * collector's DLQ tests put such messages on the shared topic on
+   * purpose. A broken agent still fails its test, by the windows missing. */
+  if (ember_codec_decode(m->payload, m->len, NULL, &p, err, sizeof err) != 0) {
+    print_message("skipped a message on %s that does not decode: %s\n", EMBER_TOPIC_PROFILES, err);
+    return false;
+  }
   const char *h = ember_profile_labels(p)->host;
   if (h == NULL || strcmp(h, acc->host) != 0) {
     ember_profile_free(p);

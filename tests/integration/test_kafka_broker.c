@@ -102,9 +102,11 @@ static void tally_message(tally_t *t, const rd_kafka_message_t *m) {
   char err[256];
   int rc = ember_codec_decode(m->payload, m->len, NULL, &p, err, sizeof err);
   if (rc != 0) {
-    print_error("[%d] offset %lld: cannot decode: %s\n", (int)m->partition, (long long)m->offset,
-                err);
-    t->bad++;
+    /* Not ours: the collector's DLQ tests put malformed messages on the
+     * shared topic on purpose. Ours are checked by seq below. */
+    print_message("[%d] offset %lld: not a profile (%s), skipped\n", (int)m->partition,
+                  (long long)m->offset, err);
+    t->foreign++;
     return;
   }
   const char *agent = ember_profile_agent_id(p);
@@ -288,6 +290,16 @@ static void test_kafka_broker_round_trip(void **state) {
   }
   ember_buf_free(&buf);
   assert_int_equal(rd_kafka_flush(p, 30000), RD_KAFKA_RESP_ERR_NO_ERROR);
+  /* Where each partition ended once ours were in; other tests may add
+   * more while we consume. */
+  int64_t end_after_produce[4] = {0};
+  for (int32_t i = 0; i < 4; i++) {
+    int64_t lo = 0;
+    assert_int_equal(rd_kafka_query_watermark_offsets(p, EMBER_TOPIC_PROFILES, i, &lo,
+                                                      &end_after_produce[i], 10000),
+                     RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+
   rd_kafka_destroy(p);
   if (dr.failed != 0)
     fail_msg("%zu failed deliveries, first: %s", dr.failed, rd_kafka_err2str(dr.first_err));
@@ -320,21 +332,18 @@ static void test_kafka_broker_round_trip(void **state) {
   assert_int_equal(t.ns, want_ns);
   free(t.seen);
 
-  /* Commit synchronously; the group's offsets then reach the end of every
-   * partition. */
+  /* Commit synchronously; the group's offsets then reach at least where
+   * every partition ended after we produced. */
   assert_int_equal(rd_kafka_commit(c, NULL, 0), RD_KAFKA_RESP_ERR_NO_ERROR);
   rd_kafka_topic_partition_list_t *parts = NULL;
   assert_int_equal(rd_kafka_assignment(c, &parts), RD_KAFKA_RESP_ERR_NO_ERROR);
   assert_int_equal(parts->cnt, 4);
   assert_int_equal(rd_kafka_committed(c, parts, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
   for (int i = 0; i < parts->cnt; i++) {
-    int64_t lo = 0, hi = 0;
-    assert_int_equal(rd_kafka_query_watermark_offsets(c, parts->elems[i].topic,
-                                                      parts->elems[i].partition, &lo, &hi, 10000),
-                     RD_KAFKA_RESP_ERR_NO_ERROR);
-    if (hi > 0 && parts->elems[i].offset != hi)
-      fail_msg("partition %d: committed %lld, end %lld", (int)parts->elems[i].partition,
-               (long long)parts->elems[i].offset, (long long)hi);
+    int64_t hi = end_after_produce[parts->elems[i].partition];
+    if (hi > 0 && parts->elems[i].offset < hi)
+      fail_msg("partition %d: committed %lld, ended at %lld after producing",
+               (int)parts->elems[i].partition, (long long)parts->elems[i].offset, (long long)hi);
   }
   rd_kafka_topic_partition_list_destroy(parts);
   assert_int_equal(rd_kafka_consumer_close(c), RD_KAFKA_RESP_ERR_NO_ERROR);
