@@ -261,6 +261,7 @@ static double run_pprof(const char *go, const char *dir, size_t nfiles) {
   }
   argv[a] = NULL;
   double t0 = mono_s();
+  fflush(stdout); /* else the child would print it again */
   pid_t pid = fork();
   if (pid == 0) {
     if (chdir(dir) != 0) _exit(127);
@@ -415,11 +416,12 @@ int main(int argc, char **argv) {
   printf("  of which decode %.1f us/profile, write %.1f us/profile (CPU)\n",
          dec_cpu / (double)total * 1e6, (cpu - dec_cpu) / (double)total * 1e6);
   printf("size: store %.1f MiB = %.2f bytes/sample (%llu series, %llu frames, %llu stacks, "
-         "%llu rows, %llu rollup rows); wire %.1f bytes/sample\n",
+         "%llu rows, %llu hour and %llu minute rollup rows); wire %.1f bytes/sample\n",
          (double)st.file_bytes / 1048576.0, (double)st.file_bytes / (double)samples,
          (unsigned long long)st.series, (unsigned long long)st.frames,
          (unsigned long long)st.stacks, (unsigned long long)st.profile_rows,
-         (unsigned long long)st.rollup_rows, (double)wire_bytes / (double)samples);
+         (unsigned long long)st.rollup_rows, (unsigned long long)st.rollup_1m_rows,
+         (double)wire_bytes / (double)samples);
   printf("  peer pprof.gz per window: %.2f bytes/sample (%llu windows sampled, %.0f bytes "
          "each); store/pprof.gz = %.3f\n",
          (double)pp_bytes / (double)pp_samples, (unsigned long long)pp_windows,

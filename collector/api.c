@@ -80,6 +80,7 @@ typedef struct req {
   unsigned status;
   ember_buf_t body;
   const char *ctype;
+  const char *fixed_body; /* a static body instead of `body` */
   char disposition[96];
   char err[512];
 } req_t;
@@ -705,7 +706,8 @@ static int samples_to_ns(const ember_profile_t *src, int64_t period, ember_profi
   ember_value_type_t vt = EMBER_VT_CPU_NS;
   ember_profile_t *p = NULL;
   int rc = ember_profile_new(&vt, 1, &p);
-  if (rc == 0) rc = ember_profile_set_labels(p, ember_profile_labels(src));
+  if (rc != 0) return rc;
+  rc = ember_profile_set_labels(p, ember_profile_labels(src));
   int64_t ws, we;
   ember_profile_window(src, &ws, &we);
   if (rc == 0 && ws < we) rc = ember_profile_set_window(p, ws, we);
@@ -961,8 +963,11 @@ static enum MHD_Result send_answer(req_t *r) {
   char errbody[1024];
   if (r->status == 200) {
     size_t len = 0;
-    char *data = ember_buf_take(&r->body, &len);
-    if (data != NULL) {
+    char *data = r->fixed_body ? NULL : ember_buf_take(&r->body, &len);
+    if (r->fixed_body != NULL) {
+      resp = MHD_create_response_from_buffer(
+          strlen(r->fixed_body), (void *)(uintptr_t)r->fixed_body, MHD_RESPMEM_PERSISTENT);
+    } else if (data != NULL) {
       resp = MHD_create_response_from_buffer_with_free_callback(len, data, ember_free);
       if (resp == NULL) ember_free(data);
     } else {
@@ -1014,7 +1019,7 @@ static void route(req_t *r, const char *method) {
   if (strcmp(r->url, "/healthz") == 0) {
     r->status = 200;
     r->ctype = "text/plain";
-    if (ember_buf_puts(&r->body, "ok\n") != 0) fail(r, 500, "out of memory");
+    r->fixed_body = "ok\n";
     return;
   }
   if (api->token != NULL &&
@@ -1050,18 +1055,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   }
   int64_t t0 = ember_time_mono_ns();
   ember_metric_add(api->m_requests, 1);
-  req_t *r = ember_calloc(1, sizeof *r);
-  if (r == NULL) {
-    req_t small = {.api = api, .c = c, .url = url};
-    fail(&small, 500, "out of memory");
-    return send_answer(&small);
-  }
-  *r = (req_t){.api = api, .c = c, .url = url, .now_ns = ember_time_now_ns()};
-  ember_buf_init(&r->body, api->max_response);
-  route(r, method);
-  enum MHD_Result ret = send_answer(r);
-  ember_buf_free(&r->body);
-  ember_free(r);
+  /* On the stack (about 1.5 KiB), so that even a failing allocator gets
+   * an answer. */
+  req_t r = {.api = api, .c = c, .url = url, .now_ns = ember_time_now_ns()};
+  ember_buf_init(&r.body, api->max_response);
+  route(&r, method);
+  enum MHD_Result ret = send_answer(&r);
+  ember_buf_free(&r.body);
   ember_metric_add(api->m_seconds, (double)(ember_time_mono_ns() - t0) / 1e9);
   return ret;
 }

@@ -13,8 +13,9 @@
  *     each distinct stack (sequence of frames, leaf first) is stored once;
  *   - one profile row per (series, window start, set of value types): the
  *     list of (stack id, values) of that window;
- *   - hourly rollups: per (series, hour, set of value types) the sum of the
- *     windows that start in that hour, so a long range reads few rows;
+ *   - rollups per minute and per hour: per (series, minute or hour, set of
+ *     value types) the sum of the windows that start in it, so a long range
+ *     reads one row per hour and its ragged ends one per minute;
  *   - CPU nanoseconds per (series, window start), for timelines;
  *   - an idempotency key per (agent id, seq), so a replayed message is
  *     stored once.
@@ -113,10 +114,11 @@ typedef struct ember_store_selector {
  * `value_type`; rows that do not carry that type are skipped. The result
  * holds frames and stacks resolved from the dictionary, the selector as its
  * labels, the window covering the merged rows (or [from_ns, to_ns) when none
- * matched; its start is rounded down to the hour when the first rows come
- * from an hourly rollup) and the period if every row agreed. Whole hours
- * inside the range are read from the hourly rollups, the ragged ends from
- * the windows themselves; the sums are the same either way. `sel` may be NULL (all).
+ * matched; its start is rounded down to the minute or hour when the first
+ * rows come from a rollup) and the period if every row agreed. Whole hours
+ * inside the range are read from the hourly rollups, whole minutes of the
+ * ragged ends from the minute rollups, the rest from the windows
+ * themselves; the sums are the same either way. `sel` may be NULL (all).
  * Stacks that appear in a matched row appear in the result even with a zero
  * value, as in ember_profile_merge(). On success *out is a profile the
  * caller owns (ember_profile_free). Returns 0 (an empty profile when nothing
@@ -156,7 +158,7 @@ EMBER_API int ember_store_cpu_timeline(ember_store_t *store, const ember_store_s
                                        int64_t from_ns, int64_t to_ns, int64_t step_ns,
                                        int64_t **out, size_t *count);
 
-/* Retention: delete every window, hourly rollup, CPU point and idempotency
+/* Retention: delete every window, minute and hour rollup, CPU point and idempotency
  * key older than `before_ns` rounded down to the hour (rollups cover whole
  * hours, so the cutoff is too), in write transactions of at most
  * `max_per_txn` deletions (0 = 1000) so that writers are never held up long.

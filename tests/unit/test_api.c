@@ -1,0 +1,791 @@
+/* The HTTP API: a real server on 127.0.0.1:0 over a real store holding
+ * known windows, asked over real sockets. Contents of every endpoint, the
+ * pprof output read by `go tool pprof`, parameter errors, the bearer token,
+ * the response cap, allocation failures and stopping. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "api.h"
+#include "ember/store.h"
+
+#define SEC    1000000000LL
+#define MS     1000000LL
+#define T0_S   1764460800LL /* 2025-11-30T00:00:00Z */
+#define T0     (T0_S * SEC)
+#define RANGE  "from=1764460800&to=1764464400" /* [T0, T0 + 1 h) */
+#define NS_PER 9000000LL                       /* CPU ns per sample in the fixture */
+#define PERIOD 10000000LL                      /* the sampling period: not NS_PER */
+
+/* ------------------------------------------------------------ fixture -- */
+
+typedef struct stack_spec {
+  const char *stack; /* root first, ';'-separated */
+  int64_t samples;
+} stack_spec_t;
+
+static ember_profile_t *window(const char *worker, const char *version, const char *host,
+                               const char *actor, int64_t start, const stack_spec_t *stacks,
+                               size_t n, bool with_ns) {
+  static const ember_value_type_t both[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(both, with_ns ? 2 : 1, &p), 0);
+  ember_labels_t l = {.worker = worker, .version = version, .host = host, .actor = actor};
+  assert_int_equal(ember_profile_set_labels(p, &l), 0);
+  assert_int_equal(ember_profile_set_window(p, start, start + 10 * SEC), 0);
+  ember_profile_set_period(p, PERIOD);
+  for (size_t i = 0; i < n; i++) {
+    char buf[256], *names[16], *save = NULL;
+    size_t depth = 0;
+    snprintf(buf, sizeof buf, "%s", stacks[i].stack);
+    for (char *t = strtok_r(buf, ";", &save); t && depth < 16; t = strtok_r(NULL, ";", &save))
+      names[depth++] = t;
+    ember_frame_t frames[16];
+    for (size_t d = 0; d < depth; d++) /* leaf first */
+      frames[d] = (ember_frame_t){.function = names[depth - 1 - d], .module = "/usr/bin/app"};
+    int64_t v[2] = {stacks[i].samples, stacks[i].samples * NS_PER};
+    assert_int_equal(ember_profile_add(p, frames, depth, v), 0);
+  }
+  return p;
+}
+
+static ember_profile_t *alloc_window(int64_t start) {
+  static const ember_value_type_t types[] = {EMBER_VT_ALLOC_OBJECTS, EMBER_VT_ALLOC_BYTES};
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(types, 2, &p), 0);
+  ember_labels_t l = {.worker = "api", .version = "v1", .host = "h1"};
+  assert_int_equal(ember_profile_set_labels(p, &l), 0);
+  assert_int_equal(ember_profile_set_window(p, start, start + 10 * SEC), 0);
+  ember_frame_t frames[2] = {{.function = "malloc_heavy"}, {.function = "main"}};
+  int64_t v[2] = {5, 4096};
+  assert_int_equal(ember_profile_add(p, frames, 2, v), 0);
+  return p;
+}
+
+/* The fixture, CPU ns (samples x 9 ms):
+ *   api v1 h1      T0, T0+10s    main;serve;hot 30, main;serve;cold 10 (each window)
+ *   api v2 h2      T0+20s        main;serve;hot 5, main;serve;newfn 20
+ *   db 9.1 h1 compactor T0       main;compact 40
+ *   db 9.1 h1 (no actor) T0+10s  main;query 7
+ *   legacy (samples only, 10 ms period) T0  main;old 3
+ *   api v1 h1 alloc profile at T0: main;malloc_heavy 5 objects, 4096 bytes */
+#define V1_NS     (80 * NS_PER)
+#define V2_NS     (25 * NS_PER)
+#define LEGACY_NS (3 * PERIOD)
+
+typedef struct fixture {
+  char path[512];
+  ember_store_t *store;
+  ember_metrics_t *metrics;
+  ember__api_t *api;
+  unsigned port;
+} fixture_t;
+
+static fixture_t fx;
+
+static void write_fixture(ember_store_t *s) {
+  static const stack_spec_t v1[] = {{"main;serve;hot", 30}, {"main;serve;cold", 10}};
+  static const stack_spec_t v2[] = {{"main;serve;hot", 5}, {"main;serve;newfn", 20}};
+  static const stack_spec_t compact[] = {{"main;compact", 40}};
+  static const stack_spec_t query[] = {{"main;query", 7}};
+  static const stack_spec_t old[] = {{"main;old", 3}};
+  ember_profile_t *p[7] = {
+      window("api", "v1", "h1", NULL, T0, v1, 2, true),
+      window("api", "v1", "h1", NULL, T0 + 10 * SEC, v1, 2, true),
+      window("api", "v2", "h2", NULL, T0 + 20 * SEC, v2, 2, true),
+      window("db", "9.1", "h1", "compactor", T0, compact, 1, true),
+      window("db", "9.1", "h1", NULL, T0 + 10 * SEC, query, 1, true),
+      window("legacy", NULL, NULL, NULL, T0, old, 1, false),
+      alloc_window(T0),
+  };
+  ember_store_write_result_t res;
+  assert_int_equal(ember_store_write(s, p, 7, &res), 0);
+  assert_int_equal(res.written, 7);
+  for (size_t i = 0; i < 7; i++) ember_profile_free(p[i]);
+}
+
+static void remove_store(const char *path) {
+  char lock[600];
+  snprintf(lock, sizeof lock, "%s-lock", path);
+  unlink(path);
+  unlink(lock);
+}
+
+static ember__api_t *start_api(const char *token, size_t max_response, ember_metrics_t *m) {
+  ember__api_opts_t o = {.listen = "127.0.0.1:0",
+                         .token = token,
+                         .store = fx.store,
+                         .metrics = m,
+                         .threads = 2,
+                         .max_response = max_response};
+  ember__api_t *api = NULL;
+  char err[256] = "";
+  int rc = ember__api_start(&o, &api, err, sizeof err);
+  if (rc != 0) fail_msg("api start: %d %s", rc, err);
+  assert_true(ember__api_port(api) != 0);
+  return api;
+}
+
+static int setup(void **state) {
+  (void)state;
+  mkdir(EMBER_TEST_TMP, 0755);
+  snprintf(fx.path, sizeof fx.path, "%s/api_%ld.lmdb", EMBER_TEST_TMP, (long)getpid());
+  remove_store(fx.path);
+  ember_store_opts_t so = {.map_size = (size_t)64 << 20, .no_sync = true};
+  char err[256];
+  if (ember_store_open(fx.path, &so, &fx.store, err, sizeof err) != 0) return -1;
+  write_fixture(fx.store);
+  if (ember_metrics_new(&fx.metrics) != 0) return -1;
+  fx.api = start_api(NULL, 0, fx.metrics);
+  fx.port = ember__api_port(fx.api);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  ember__api_stop(fx.api);
+  ember_metrics_free(fx.metrics);
+  ember_store_close(fx.store);
+  remove_store(fx.path);
+  return 0;
+}
+
+/* --------------------------------------------------------------- HTTP -- */
+
+typedef struct resp {
+  int status;
+  char *head; /* status line and headers */
+  char *body;
+  size_t len;
+} resp_t;
+
+static void resp_free(resp_t *r) {
+  free(r->head);
+  free(r->body);
+  *r = (resp_t){0};
+}
+
+/* One HTTP/1.0 request with extra header lines (each ending in \r\n).
+ * Uses plain malloc, not Ember's allocator, so that the allocation
+ * failures a test injects hit only the server. */
+static resp_t http(unsigned port, const char *method, const char *path, const char *headers) {
+  resp_t out = {.status = -1};
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  char req[2048];
+  int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: test\r\n%s\r\n", method, path,
+                   headers ? headers : "");
+  assert_true(n > 0 && (size_t)n < sizeof req);
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || write(fd, req, (size_t)n) != n) {
+    close(fd);
+    return out;
+  }
+  size_t len = 0, cap = 65536;
+  char *data = malloc(cap + 1);
+  assert_non_null(data);
+  ssize_t got;
+  while ((got = read(fd, data + len, cap - len)) > 0) {
+    len += (size_t)got;
+    if (len == cap) {
+      cap *= 2;
+      data = realloc(data, cap + 1);
+      assert_non_null(data);
+    }
+  }
+  close(fd);
+  data[len] = '\0';
+  char *sep = strstr(data, "\r\n\r\n");
+  if (sscanf(data, "HTTP/1.%*d %d", &out.status) != 1 || sep == NULL) {
+    free(data);
+    out.status = -1;
+    return out;
+  }
+  size_t hlen = (size_t)(sep - data);
+  out.head = strndup(data, hlen);
+  out.len = len - hlen - 4;
+  out.body = malloc(out.len + 1);
+  assert_true(out.head != NULL && out.body != NULL);
+  memcpy(out.body, sep + 4, out.len);
+  out.body[out.len] = '\0';
+  free(data);
+  return out;
+}
+
+static resp_t get(const char *path) { return http(fx.port, "GET", path, NULL); }
+
+/* GET expecting 200 and JSON; returns the parsed document. */
+static json_t *get_json(const char *path) {
+  resp_t r = get(path);
+  if (r.status != 200) fail_msg("GET %s: %d %s", path, r.status, r.body ? r.body : "");
+  assert_non_null(strstr(r.head, "Content-Type: application/json"));
+  assert_non_null(strstr(r.head, "Cache-Control: no-store"));
+  json_error_t err;
+  json_t *j = json_loadb(r.body, r.len, 0, &err);
+  if (j == NULL) fail_msg("GET %s: bad JSON (%s): %s", path, err.text, r.body);
+  resp_free(&r);
+  return j;
+}
+
+static json_int_t ival(const json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_integer(v)) fail_msg("no integer \"%s\"", k);
+  return json_integer_value(v);
+}
+
+static const char *sval(const json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  if (!json_is_string(v)) fail_msg("no string \"%s\"", k);
+  return json_string_value(v);
+}
+
+/* The child of a tree node named `name`. */
+static json_t *child(const json_t *node, const char *name) {
+  json_t *c;
+  size_t i;
+  json_array_foreach(json_object_get(node, "children"), i, c) {
+    if (strcmp(sval(c, "name"), name) == 0) return c;
+  }
+  fail_msg("no child %s", name);
+  return NULL;
+}
+
+static void assert_strings(const json_t *arr, const char *const *want, size_t n) {
+  assert_int_equal(json_array_size(arr), n);
+  for (size_t i = 0; i < n; i++)
+    assert_string_equal(json_string_value(json_array_get(arr, i)), want[i]);
+}
+
+/* -------------------------------------------------------------- tests -- */
+
+static void test_api_healthz_and_metrics(void **state) {
+  (void)state;
+  resp_t r = get("/healthz");
+  assert_int_equal(r.status, 200);
+  assert_string_equal(r.body, "ok\n");
+  resp_free(&r);
+  r = get("/metrics");
+  assert_int_equal(r.status, 200);
+  assert_non_null(strstr(r.body, "# TYPE ember_api_requests_total counter"));
+  assert_non_null(strstr(r.body, "ember_api_responses_2xx_total"));
+  assert_non_null(strstr(r.body, "ember_api_request_seconds_total"));
+  resp_free(&r);
+  r = http(fx.port, "HEAD", "/healthz", NULL);
+  assert_int_equal(r.status, 200);
+  assert_int_equal(r.len, 0);
+  resp_free(&r);
+}
+
+static void test_api_workers(void **state) {
+  (void)state;
+  json_t *j = get_json("/api/v1/workers?" RANGE);
+  assert_int_equal(ival(j, "from_ms"), T0_S * 1000);
+  assert_int_equal(ival(j, "to_ms"), (T0_S + 3600) * 1000);
+  json_t *w = json_object_get(j, "workers");
+  assert_int_equal(json_array_size(w), 3);
+  json_t *api = json_array_get(w, 0), *db = json_array_get(w, 1), *legacy = json_array_get(w, 2);
+  assert_string_equal(sval(api, "worker"), "api");
+  assert_string_equal(sval(db, "worker"), "db");
+  assert_string_equal(sval(legacy, "worker"), "legacy");
+  static const char *const v12[] = {"v1", "v2"}, *const h12[] = {"h1", "h2"};
+  static const char *const v91[] = {"9.1"}, *const h1[] = {"h1"}, *const comp[] = {"compactor"};
+  assert_strings(json_object_get(api, "versions"), v12, 2);
+  assert_strings(json_object_get(api, "hosts"), h12, 2);
+  assert_strings(json_object_get(api, "actors"), NULL, 0);
+  assert_int_equal(ival(api, "series"), 2);
+  assert_int_equal(ival(api, "last_ms"), (T0_S + 20) * 1000);
+  assert_strings(json_object_get(db, "versions"), v91, 1);
+  assert_strings(json_object_get(db, "hosts"), h1, 1);
+  assert_strings(json_object_get(db, "actors"), comp, 1);
+  assert_int_equal(ival(db, "series"), 2);
+  assert_strings(json_object_get(legacy, "versions"), NULL, 0);
+  json_decref(j);
+
+  /* A range with nothing in it. */
+  j = get_json("/api/v1/workers?from=1000&to=2000");
+  assert_int_equal(json_array_size(json_object_get(j, "workers")), 0);
+  json_decref(j);
+}
+
+static void test_api_label_values(void **state) {
+  (void)state;
+  json_t *j = get_json("/api/v1/versions?worker=api&" RANGE);
+  json_t *v = json_object_get(j, "values");
+  assert_int_equal(json_array_size(v), 2);
+  assert_string_equal(sval(json_array_get(v, 0), "name"), "v1");
+  assert_int_equal(ival(json_array_get(v, 0), "series"), 1);
+  assert_int_equal(ival(json_array_get(v, 0), "last_ms"), (T0_S + 10) * 1000);
+  assert_string_equal(sval(json_array_get(v, 1), "name"), "v2");
+  json_decref(j);
+
+  j = get_json("/api/v1/hosts?" RANGE);
+  v = json_object_get(j, "values");
+  assert_int_equal(json_array_size(v), 2);
+  assert_string_equal(sval(json_array_get(v, 0), "name"), "h1");
+  assert_int_equal(ival(json_array_get(v, 0), "series"), 3); /* api v1, db x2 */
+  json_decref(j);
+
+  j = get_json("/api/v1/actors?" RANGE);
+  v = json_object_get(j, "values");
+  assert_int_equal(json_array_size(v), 1);
+  assert_string_equal(sval(json_array_get(v, 0), "name"), "compactor");
+  json_decref(j);
+}
+
+static void test_api_series(void **state) {
+  (void)state;
+  json_t *j = get_json("/api/v1/series?worker=db&" RANGE);
+  json_t *s = json_object_get(j, "series");
+  assert_int_equal(json_array_size(s), 2);
+  json_t *a = json_array_get(s, 0), *b = json_array_get(s, 1);
+  assert_string_equal(sval(a, "actor"), "compactor");
+  assert_true(json_is_null(json_object_get(b, "actor")));
+  assert_string_equal(sval(b, "host"), "h1");
+  assert_int_equal(ival(b, "first_ms"), (T0_S + 10) * 1000);
+  assert_true(ival(a, "id") != ival(b, "id"));
+  json_decref(j);
+}
+
+static void test_api_timeline(void **state) {
+  (void)state;
+  json_t *j = get_json("/api/v1/timeline?from=1764460800&to=1764460860&step=10s");
+  assert_int_equal(ival(j, "step_ms"), 10000);
+  json_t *t = json_object_get(j, "total_cpu_ns");
+  assert_int_equal(json_array_size(t), 6);
+  /* CPU_NS where written, samples x period for the samples-only worker. */
+  assert_int_equal(json_integer_value(json_array_get(t, 0)), 40 * NS_PER + 40 * NS_PER + LEGACY_NS);
+  assert_int_equal(json_integer_value(json_array_get(t, 1)), 40 * NS_PER + 7 * NS_PER);
+  assert_int_equal(json_integer_value(json_array_get(t, 2)), V2_NS);
+  assert_int_equal(json_integer_value(json_array_get(t, 3)), 0);
+  json_t *s = json_object_get(j, "series");
+  assert_int_equal(json_array_size(s), 5);
+  assert_true(json_is_false(json_object_get(j, "truncated")));
+  /* Most CPU first: api v1 (720 ms), db compactor (360), api v2 (225). */
+  assert_string_equal(sval(json_array_get(s, 0), "version"), "v1");
+  assert_string_equal(sval(json_array_get(s, 1), "actor"), "compactor");
+  /* The sum over series is the total, bucket by bucket: the actor-less db
+   * series holds only its own CPU, not the compactor's. */
+  for (size_t b = 0; b < 6; b++) {
+    json_int_t sum = 0;
+    json_t *e;
+    size_t i;
+    json_array_foreach(s, i, e) sum +=
+        json_integer_value(json_array_get(json_object_get(e, "cpu_ns"), b));
+    assert_int_equal(sum, json_integer_value(json_array_get(t, b)));
+  }
+  json_decref(j);
+
+  j = get_json("/api/v1/timeline?worker=db&actor=compactor&from=1764460800&to=1764460860"
+               "&step=30s&limit=1");
+  assert_int_equal(json_integer_value(json_array_get(json_object_get(j, "total_cpu_ns"), 0)),
+                   40 * NS_PER);
+  json_decref(j);
+
+  j = get_json("/api/v1/timeline?" RANGE "&limit=2");
+  assert_int_equal(ival(j, "step_ms"), 10000); /* 1 h / 500 rounded up to 10 s */
+  assert_int_equal(json_array_size(json_object_get(j, "total_cpu_ns")), 360);
+  assert_int_equal(json_array_size(json_object_get(j, "series")), 2);
+  assert_true(json_is_true(json_object_get(j, "truncated")));
+  json_decref(j);
+}
+
+static void test_api_profile_tree(void **state) {
+  (void)state;
+  json_t *j = get_json("/api/v1/profile?worker=api&version=v1&" RANGE);
+  assert_string_equal(sval(j, "type"), "cpu");
+  assert_string_equal(sval(j, "unit"), "nanoseconds");
+  assert_int_equal(ival(j, "total"), V1_NS);
+  assert_true(json_is_false(json_object_get(j, "truncated")));
+  json_t *serve = child(child(json_object_get(j, "root"), "main"), "serve");
+  assert_int_equal(ival(child(serve, "hot"), "total"), 60 * NS_PER);
+  assert_int_equal(ival(child(serve, "cold"), "total"), 20 * NS_PER);
+  json_decref(j);
+
+  j = get_json("/api/v1/profile?worker=api&type=samples&" RANGE);
+  assert_string_equal(sval(j, "type"), "samples");
+  assert_int_equal(ival(j, "total"), 80 + 25);
+  json_decref(j);
+
+  /* Only samples stored: cpu is samples x period. */
+  j = get_json("/api/v1/profile?worker=legacy&" RANGE);
+  assert_string_equal(sval(j, "type"), "cpu");
+  assert_int_equal(ival(j, "total"), LEGACY_NS);
+  json_decref(j);
+
+  j = get_json("/api/v1/profile?type=alloc_bytes&" RANGE);
+  assert_string_equal(sval(j, "unit"), "bytes");
+  assert_int_equal(ival(j, "total"), 4096);
+  json_decref(j);
+
+  /* The cap folds the smallest subtrees and says so. */
+  j = get_json("/api/v1/profile?worker=api&max_nodes=3&" RANGE);
+  assert_true(json_is_true(json_object_get(j, "truncated")));
+  assert_int_equal(ival(j, "nodes"), 3);
+  assert_int_equal(ival(j, "total"), V1_NS + V2_NS);
+  json_decref(j);
+}
+
+static void test_api_profile_top_folded_speedscope(void **state) {
+  (void)state;
+  json_t *j = get_json("/api/v1/profile?worker=api&format=top&" RANGE);
+  assert_string_equal(sval(j, "type"), "cpu");
+  assert_int_equal(ival(j, "total"), V1_NS + V2_NS);
+  json_t *f = json_object_get(j, "functions");
+  /* By self: hot 65, then cold and newfn tied at 20 (by name), then 0s. */
+  assert_string_equal(sval(json_array_get(f, 0), "name"), "hot");
+  assert_int_equal(ival(json_array_get(f, 0), "self"), 65 * NS_PER);
+  assert_string_equal(sval(json_array_get(f, 1), "name"), "cold");
+  assert_string_equal(sval(json_array_get(f, 2), "name"), "newfn");
+  json_decref(j);
+  j = get_json("/api/v1/profile?worker=api&format=top&limit=1&" RANGE);
+  assert_int_equal(json_array_size(json_object_get(j, "functions")), 1);
+  json_decref(j);
+
+  resp_t r = get("/api/v1/profile?worker=api&version=v1&format=folded&" RANGE);
+  assert_int_equal(r.status, 200);
+  assert_non_null(strstr(r.head, "Content-Disposition: inline; filename=\"ember-cpu.folded\""));
+  assert_string_equal(r.body, "main;serve;cold 180000000\nmain;serve;hot 540000000\n");
+  resp_free(&r);
+
+  j = get_json("/api/v1/profile?worker=db&format=speedscope&" RANGE);
+  json_t *prof = json_array_get(json_object_get(j, "profiles"), 0);
+  assert_int_equal(ival(prof, "endValue"), 47 * NS_PER);
+  json_decref(j);
+}
+
+static char *go_pprof_top(const char *path) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "'%s' tool pprof -top -symbolize=none '%s' 2>&1", EMBER_GO_BIN, path);
+  FILE *f = popen(cmd, "r");
+  assert_non_null(f);
+  ember_buf_t out;
+  ember_buf_init(&out, 1 << 20);
+  char chunk[4096];
+  size_t got;
+  while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
+    assert_int_equal(ember_buf_append(&out, chunk, got), 0);
+  int status = pclose(f);
+  char *text = ember_buf_take(&out, NULL);
+  if (text == NULL) text = ember_strdup("");
+  print_message("$ %s\n%s", cmd, text);
+  if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("go tool pprof failed (status %d)", status);
+  return text;
+}
+
+/* The "flat" column of `fn` in pprof -top output. */
+static const char *top_flat(const char *out, const char *fn, char *buf, size_t size) {
+  for (const char *line = out; line && *line;
+       line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+    char flat[64], name[256];
+    if (sscanf(line, " %63s %*s %*s %*s %*s %255s", flat, name) == 2 && strcmp(name, fn) == 0) {
+      snprintf(buf, size, "%s", flat);
+      return buf;
+    }
+  }
+  fail_msg("%s not in pprof output", fn);
+  return NULL;
+}
+
+static void test_api_profile_pprof_go_tool_reads_it(void **state) {
+  (void)state;
+  resp_t r = get("/api/v1/profile?worker=api&format=pprof&" RANGE);
+  assert_int_equal(r.status, 200);
+  assert_non_null(strstr(r.head, "Content-Type: application/octet-stream"));
+  assert_non_null(strstr(r.head, "attachment; filename=\"ember-cpu.pb.gz\""));
+  assert_true(r.len > 2 && (unsigned char)r.body[0] == 0x1f && (unsigned char)r.body[1] == 0x8b);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/api_%ld.pb.gz", EMBER_TEST_TMP, (long)getpid());
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(r.body, 1, r.len, f), r.len);
+  assert_int_equal(fclose(f), 0);
+  resp_free(&r);
+
+  /* As test_export: a build cache of our own only without a HOME. */
+  if (getenv("GOCACHE") == NULL && getenv("HOME") == NULL) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/gocache", EMBER_TEST_TMP);
+    mkdir(dir, 0755);
+    setenv("GOCACHE", dir, 1);
+  }
+  setenv("GOTOOLCHAIN", "local", 1);
+  setenv("GOFLAGS", "", 1);
+  char *out = go_pprof_top(path);
+  char flat[64];
+  assert_non_null(strstr(out, "Type: cpu"));
+  assert_non_null(strstr(out, "of 945ms total")); /* (80 + 25) x 9 ms */
+  assert_string_equal(top_flat(out, "hot", flat, sizeof flat), "585ms");
+  assert_string_equal(top_flat(out, "newfn", flat, sizeof flat), "180ms");
+  assert_string_equal(top_flat(out, "cold", flat, sizeof flat), "180ms");
+  ember_free(out);
+  unlink(path);
+}
+
+static void test_api_diff(void **state) {
+  (void)state;
+  json_t *j = get_json("/api/v1/diff?worker=api&version=v1&vs.version=v2&" RANGE);
+  assert_string_equal(sval(j, "type"), "cpu");
+  assert_int_equal(ival(json_object_get(j, "base"), "total"), V1_NS);
+  assert_int_equal(ival(json_object_get(j, "vs"), "total"), V2_NS);
+  assert_true(json_is_false(json_object_get(j, "truncated")));
+  json_t *root = json_object_get(j, "root");
+  assert_int_equal(ival(root, "base"), V1_NS);
+  assert_int_equal(ival(root, "vs"), V2_NS);
+  json_t *serve = child(child(root, "main"), "serve");
+  assert_int_equal(ival(child(serve, "hot"), "base"), 60 * NS_PER);
+  assert_int_equal(ival(child(serve, "hot"), "vs"), 5 * NS_PER);
+  assert_int_equal(ival(child(serve, "newfn"), "base"), 0);
+  assert_int_equal(ival(child(serve, "newfn"), "vs"), 20 * NS_PER);
+  assert_int_equal(ival(child(serve, "cold"), "vs"), 0);
+  json_decref(j);
+
+  /* Two time ranges of one selection: the first 10 s against the next. */
+  j = get_json("/api/v1/diff?worker=api&from=1764460800&to=1764460810&vs.from=1764460810"
+               "&vs.to=1764460820");
+  assert_int_equal(ival(json_object_get(j, "base"), "total"), 40 * NS_PER);
+  assert_int_equal(ival(json_object_get(j, "vs"), "total"), 40 * NS_PER);
+  json_decref(j);
+
+  j = get_json("/api/v1/diff?worker=api&version=v1&vs.version=v2&max_nodes=2&" RANGE);
+  assert_true(json_is_true(json_object_get(j, "truncated")));
+  assert_int_equal(ival(j, "nodes"), 2);
+  json_decref(j);
+}
+
+static const struct {
+  const char *path;
+  int status;
+  const char *needle; /* in the error sentence */
+} bad[] = {
+    {"/api/v1/profile?wokrer=api", 400, "unknown parameter \"wokrer\""},
+    {"/api/v1/profile?worker=a&worker=b", 400, "\"worker\" is given more than once"},
+    {"/api/v1/profile?worker=", 400, "\"worker\" needs a value"},
+    {"/api/v1/series?host", 400, "\"host\" needs a value"},
+    {"/api/v1/profile?from=yesterday", 400, "parameter \"from\": \"yesterday\" is not a time"},
+    {"/api/v1/profile?to=noon", 400, "RFC 3339"},
+    {"/api/v1/profile?from=99999999999999999999", 400, "\"from\": \"99999999999999999999\" is out"},
+    {"/api/v1/profile?from=now&to=-1h", 400, "\"from\" must be before \"to\""},
+    {"/api/v1/profile?from=1764460800&to=1764460800", 400, "\"from\" must be before \"to\""},
+    {"/api/v1/profile?type=wall", 400, "parameter \"type\": \"wall\" is not a profile type"},
+    {"/api/v1/profile?format=svg", 400, "parameter \"format\": \"svg\""},
+    {"/api/v1/profile?max_nodes=-1", 400, "parameter \"max_nodes\": \"-1\" is not a whole number"},
+    {"/api/v1/profile?max_nodes=1000001", 400, "from 0 to 1000000"},
+    {"/api/v1/profile?limit=0", 400, "parameter \"limit\""},
+    {"/api/v1/timeline?step=1s", 400, "parameter \"step\": \"1s\""},
+    {"/api/v1/timeline?step=soon", 400, "parameter \"step\""},
+    {"/api/v1/timeline?from=0&to=now&step=10s", 400, "raise step or narrow from/to"},
+    {"/api/v1/timeline?limit=1001", 400, "parameter \"limit\""},
+    {"/api/v1/workers?worker=api", 400,
+     "unknown parameter \"worker\": this endpoint takes from, to"},
+    {"/api/v1/diff?vs.from=later", 400, "parameter \"vs.from\""},
+    {"/api/v1/diff?vs.from=now&vs.to=-1h", 400, "\"vs.from\" must be before \"vs.to\""},
+    {"/api/v1/diff?vs.wrker=x", 400, "unknown parameter \"vs.wrker\""},
+    {"/api/v1/diff?format=pprof", 400, "unknown parameter \"format\""},
+    {"/metrics?x=1", 400, "unknown parameter \"x\""},
+    {"/api/v1/profile?a=1&b=2&c=3&d=4&e=5&f=6&g=7&h=8&i=9&j=10&k=11&l=12&m=13&n=14&o=15&p=16&q=17"
+     "&r=18&s=19&t=20&u=21&v=22&w=23&x=24&y=25&z=26&aa=27&ab=28&ac=29&ad=30&ae=31&af=32&ag=33",
+     400, "too many parameters"},
+    {"/api/v1/nope", 404, "no such path: /api/v1/nope"},
+    {"/api/v2/workers", 404, "no such path"},
+    {"/", 404, "no such path"},
+};
+
+static void test_api_bad_requests(void **state) {
+  (void)state;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    resp_t r = get(bad[i].path);
+    json_error_t err;
+    json_t *j = r.body ? json_loadb(r.body, r.len, 0, &err) : NULL;
+    const char *msg = j ? json_string_value(json_object_get(j, "error")) : NULL;
+    if (r.status != bad[i].status || msg == NULL || strstr(msg, bad[i].needle) == NULL)
+      fail_msg("GET %s: want %d with \"%s\", got %d %s", bad[i].path, bad[i].status, bad[i].needle,
+               r.status, r.body ? r.body : "(no body)");
+    assert_non_null(strstr(r.head, "Content-Type: application/json"));
+    json_decref(j);
+    resp_free(&r);
+  }
+  resp_t r = http(fx.port, "POST", "/api/v1/workers", "Content-Length: 0\r\n");
+  assert_int_equal(r.status, 405);
+  assert_non_null(strstr(r.head, "Allow: GET, HEAD"));
+  assert_non_null(strstr(r.body, "\"error\""));
+  resp_free(&r);
+  r = http(fx.port, "DELETE", "/healthz", NULL);
+  assert_int_equal(r.status, 405);
+  resp_free(&r);
+  /* Still alive, and the 4xx answers were counted. */
+  r = get("/healthz");
+  assert_int_equal(r.status, 200);
+  resp_free(&r);
+  r = get("/metrics");
+  const char *line = strstr(r.body, "\nember_api_responses_4xx_total ");
+  assert_non_null(line);
+  double n4xx = 0;
+  assert_int_equal(sscanf(line, "\nember_api_responses_4xx_total %lf", &n4xx), 1);
+  assert_true(n4xx >= 28);
+  resp_free(&r);
+}
+
+static void test_api_token(void **state) {
+  (void)state;
+  ember__api_t *api = start_api("s3cret", 0, NULL);
+  unsigned port = ember__api_port(api);
+  resp_t r = http(port, "GET", "/api/v1/workers", NULL);
+  assert_int_equal(r.status, 401);
+  assert_non_null(strstr(r.head, "WWW-Authenticate: Bearer"));
+  assert_non_null(strstr(r.body, "bearer token"));
+  resp_free(&r);
+  static const char *const wrong[] = {
+      "Authorization: Bearer s3cre\r\n", "Authorization: Bearer s3cret2\r\n",
+      "Authorization: Bearer S3cret\r\n", "Authorization: Basic czNjcmV0\r\n",
+      "Authorization: s3cret\r\n"};
+  for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
+    r = http(port, "GET", "/api/v1/workers", wrong[i]);
+    assert_int_equal(r.status, 401);
+    resp_free(&r);
+  }
+  r = http(port, "GET", "/metrics", NULL);
+  assert_int_equal(r.status, 401);
+  resp_free(&r);
+  r = http(port, "GET", "/api/v1/workers?" RANGE, "Authorization: Bearer s3cret\r\n");
+  assert_int_equal(r.status, 200);
+  assert_non_null(strstr(r.body, "\"worker\":\"api\""));
+  resp_free(&r);
+  r = http(port, "GET", "/healthz", NULL);
+  assert_int_equal(r.status, 200);
+  resp_free(&r);
+  ember__api_stop(api);
+}
+
+static void test_api_response_cap(void **state) {
+  (void)state;
+  ember__api_t *api = start_api(NULL, 200, NULL);
+  resp_t r = http(ember__api_port(api), "GET", "/api/v1/profile?" RANGE, NULL);
+  assert_int_equal(r.status, 413);
+  assert_non_null(strstr(r.body, "larger than 200 bytes"));
+  resp_free(&r);
+  r = http(ember__api_port(api), "GET", "/api/v1/workers?from=1000&to=2000", NULL);
+  assert_int_equal(r.status, 200); /* small answers still fit */
+  resp_free(&r);
+  ember__api_stop(api);
+}
+
+/* Fail the Nth allocation of a request for every N: a 500 with a JSON
+ * error, never a crash or a leak, and the server answers afterwards. Only
+ * the server thread allocates through Ember while a request runs, so the
+ * single-threaded failure hook is safe here. */
+static void test_api_alloc_failures(void **state) {
+  (void)state;
+  static const char *const paths[] = {
+      "/api/v1/profile?worker=api&max_nodes=3&" RANGE,
+      "/api/v1/diff?worker=api&version=v1&vs.version=v2&" RANGE,
+      "/api/v1/timeline?from=1764460800&to=1764460860",
+      "/api/v1/workers?" RANGE,
+      "/api/v1/profile?worker=legacy&format=top&" RANGE,
+  };
+  for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
+    size_t n500 = 0;
+    for (long n = 0; n < 100000; n++) {
+      ember_alloc_fail_after(n);
+      resp_t r = get(paths[p]);
+      long used = ember_alloc_fail_reset();
+      if (r.status == 500) {
+        n500++;
+        if (strstr(r.body, "{\"error\":\"internal error") == NULL) fail_msg("500: %s", r.body);
+      } else if (r.status != 200) {
+        fail_msg("%s with allocation %ld failing: %d %s", paths[p], n, r.status, r.body);
+      }
+      resp_free(&r);
+      if (r.status == 200 && used <= n) break;
+    }
+    assert_true(n500 > 0);
+  }
+  resp_t r = get("/healthz");
+  assert_int_equal(r.status, 200);
+  resp_free(&r);
+}
+
+/* An idle open connection does not hold up stop, and a stopped server
+ * refuses connections. */
+static void test_api_stop_with_idle_connection(void **state) {
+  (void)state;
+  ember__api_t *api = start_api(NULL, 0, NULL);
+  unsigned port = ember__api_port(api);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  int64_t t0 = ember_time_mono_ns();
+  ember__api_stop(api);
+  assert_true(ember_time_mono_ns() - t0 < 5 * SEC);
+  close(fd);
+  resp_t r = http(port, "GET", "/healthz", NULL);
+  assert_int_equal(r.status, -1);
+  resp_free(&r);
+}
+
+static void test_api_start_errors(void **state) {
+  (void)state;
+  char err[256];
+  ember__api_t *api = NULL;
+  ember__api_opts_t o = {.listen = "nonsense", .store = fx.store};
+  assert_int_equal(ember__api_start(&o, &api, err, sizeof err), EMBER_ECONFIG);
+  assert_non_null(strstr(err, "HOST:PORT"));
+  o.listen = "example.com:80";
+  assert_int_equal(ember__api_start(&o, &api, err, sizeof err), EMBER_ECONFIG);
+  char busy[64];
+  snprintf(busy, sizeof busy, "127.0.0.1:%u", fx.port);
+  o.listen = busy;
+  assert_true(ember__api_start(&o, &api, err, sizeof err) < 0);
+  assert_non_null(strstr(err, busy));
+  o.store = NULL;
+  assert_int_equal(ember__api_start(&o, &api, err, sizeof err), -EINVAL);
+  assert_null(api);
+  assert_string_equal(ember__api_config_keys[0], "api.listen");
+  assert_null(ember__api_config_keys[3]);
+}
+
+/* Last: everything above left the shared server healthy. */
+static void test_api_survives(void **state) {
+  (void)state;
+  resp_t r = get("/healthz");
+  assert_int_equal(r.status, 200);
+  resp_free(&r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_api_healthz_and_metrics),
+      cmocka_unit_test(test_api_workers),
+      cmocka_unit_test(test_api_label_values),
+      cmocka_unit_test(test_api_series),
+      cmocka_unit_test(test_api_timeline),
+      cmocka_unit_test(test_api_profile_tree),
+      cmocka_unit_test(test_api_profile_top_folded_speedscope),
+      cmocka_unit_test(test_api_profile_pprof_go_tool_reads_it),
+      cmocka_unit_test(test_api_diff),
+      cmocka_unit_test(test_api_bad_requests),
+      cmocka_unit_test(test_api_token),
+      cmocka_unit_test(test_api_response_cap),
+      cmocka_unit_test(test_api_alloc_failures),
+      cmocka_unit_test(test_api_stop_with_idle_connection),
+      cmocka_unit_test(test_api_start_errors),
+      cmocka_unit_test(test_api_survives),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
