@@ -12,3 +12,14 @@ add_dependencies(test_e2e ember-collector ember_agent ember_cli)
 set_tests_properties(test_e2e PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 400)
 set_property(TEST test_e2e APPEND PROPERTY
   ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
+
+# The collector through a 15 s broker outage. Halts the shared broker, so
+# no other test may run meanwhile.
+ember_test(integration test_collector_outage integration)
+add_dependencies(test_collector_outage ember-collector)
+set_tests_properties(test_collector_outage PROPERTIES
+  FIXTURES_REQUIRED kafka_broker RUN_SERIAL TRUE TIMEOUT 400)
+set_property(TEST test_collector_outage APPEND PROPERTY ENVIRONMENT
+  EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap
+  EMBER_TEST_BROKER_DIR=${CMAKE_CURRENT_BINARY_DIR}/broker
+  EMBER_TEST_BROKER_SH=${PROJECT_SOURCE_DIR}/tests/kafka/broker.sh)
