@@ -710,8 +710,9 @@ static void test_api_alloc_failures(void **state) {
       } else if (r.status != 200) {
         fail_msg("%s with allocation %ld failing: %d %s", paths[p], n, r.status, r.body);
       }
+      int status = r.status;
       resp_free(&r);
-      if (r.status == 200 && used <= n) break;
+      if (status == 200 && used <= n) break; /* no allocation failed */
     }
     assert_true(n500 > 0);
   }
