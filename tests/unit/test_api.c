@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -740,6 +742,59 @@ static void test_api_stop_with_idle_connection(void **state) {
   resp_free(&r);
 }
 
+/* Requests racing with stop: each one gets a whole answer (200 JSON that
+ * parses, or 503 while stopping) or no connection at all, never a cut-off
+ * answer or a crash. */
+typedef struct racer {
+  unsigned port;
+  size_t ok, refused, unavailable, bad;
+} racer_t;
+
+static void *race_requests(void *arg) {
+  racer_t *rc = arg;
+  for (int i = 0; i < 100000; i++) {
+    resp_t r = http(rc->port, "GET", "/api/v1/profile?" RANGE, NULL);
+    if (r.status == -1) {
+      rc->refused++;
+      resp_free(&r);
+      if (rc->refused > 3) break;
+      continue;
+    }
+    json_t *j = json_loadb(r.body, r.len, 0, NULL);
+    if (r.status == 200 && j != NULL && json_object_get(j, "root") != NULL) {
+      rc->ok++;
+    } else if (r.status == 503 && j != NULL) {
+      rc->unavailable++;
+    } else {
+      rc->bad++;
+    }
+    json_decref(j);
+    resp_free(&r);
+  }
+  return NULL;
+}
+
+static void test_api_stop_while_busy(void **state) {
+  (void)state;
+  ember__api_t *api = start_api(NULL, 0, NULL);
+  racer_t rc[3];
+  pthread_t t[3];
+  for (int i = 0; i < 3; i++) {
+    rc[i] = (racer_t){.port = ember__api_port(api)};
+    assert_int_equal(pthread_create(&t[i], NULL, race_requests, &rc[i]), 0);
+  }
+  struct timespec ts = {0, 100 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  ember__api_stop(api);
+  size_t ok = 0;
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(pthread_join(t[i], NULL), 0);
+    assert_int_equal(rc[i].bad, 0);
+    ok += rc[i].ok;
+  }
+  assert_true(ok > 0);
+}
+
 static void test_api_start_errors(void **state) {
   (void)state;
   char err[256];
@@ -785,6 +840,7 @@ int main(void) {
       cmocka_unit_test(test_api_response_cap),
       cmocka_unit_test(test_api_alloc_failures),
       cmocka_unit_test(test_api_stop_with_idle_connection),
+      cmocka_unit_test(test_api_stop_while_busy),
       cmocka_unit_test(test_api_start_errors),
       cmocka_unit_test(test_api_survives),
   };
