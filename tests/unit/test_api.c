@@ -454,6 +454,13 @@ static void test_api_profile_top_folded_speedscope(void **state) {
   assert_string_equal(sval(json_array_get(f, 1), "name"), "cold");
   assert_string_equal(sval(json_array_get(f, 2), "name"), "newfn");
   json_decref(j);
+  j = get_json("/api/v1/profile?type=alloc_bytes&format=top&" RANGE);
+  assert_string_equal(sval(j, "type"), "alloc_space");
+  assert_string_equal(sval(j, "unit"), "bytes");
+  assert_int_equal(ival(j, "total"), 4096);
+  assert_string_equal(sval(json_array_get(json_object_get(j, "functions"), 0), "name"),
+                      "malloc_heavy");
+  json_decref(j);
   j = get_json("/api/v1/profile?worker=api&format=top&limit=1&" RANGE);
   assert_int_equal(json_array_size(json_object_get(j, "functions")), 1);
   json_decref(j);
