@@ -785,7 +785,8 @@ static unsigned answer_top(req_t *r, const ember_profile_t *p, size_t limit) {
   ember_value_type_t vt = ember_profile_type(p, 0);
   json_t *doc = json_object(), *fns = NULL;
   rc = doc ? 0 : -ENOMEM;
-  if (rc == 0) rc = jset(doc, "type", json_string(vt_api_name(vt)));
+  /* The same type names as the tree and pprof ("alloc_space" for bytes). */
+  if (rc == 0) rc = jset(doc, "type", json_string(ember_value_type_name(vt)));
   if (rc == 0) rc = jset(doc, "unit", json_string(ember_value_type_unit(vt)));
   if (rc == 0) rc = jset(doc, "total", json_integer(ember_profile_total(p, 0)));
   if (rc == 0 && (fns = jarray_in(doc, "functions")) == NULL) rc = -ENOMEM;
