@@ -53,7 +53,8 @@ struct ember__api {
   struct MHD_Daemon *d;
   ember_store_t *store;
   ember_metrics_t *metrics;
-  char *token; /* NULL = no authentication */
+  ember__registry_t *registry; /* NULL: /api/v1/targets answers an empty list */
+  char *token;                 /* NULL = no authentication */
   size_t token_len;
   size_t max_response;
   uint16_t port;
@@ -526,6 +527,43 @@ static unsigned h_series(req_t *r) {
   return st;
 }
 
+/* --- targets: the registry from ember.targets --- */
+
+static const char *const target_params[] = {"worker", "version", "host", "actor", "from", NULL};
+
+static unsigned h_targets(req_t *r) {
+  int64_t from;
+  ember_store_selector_t sel;
+  unsigned st = check_params(r, target_params);
+  if (st == 0) st = parse_time_param(r, "from", "-1h", &from);
+  if (st != 0) return st;
+  parse_selector(r, "", NULL, &sel);
+  ember_target_record_t *t = NULL;
+  size_t n = 0;
+  int rc = r->api->registry ? ember__registry_list(r->api->registry, &sel, from, &t, &n) : 0;
+  if (rc != 0) return fail_internal(r, "listing targets", rc);
+  json_t *doc = json_object();
+  json_t *arr = doc ? jarray_in(doc, "targets") : NULL;
+  rc = arr != NULL ? 0 : -ENOMEM;
+  if (rc == 0) rc = jset(doc, "from_ms", json_integer(to_ms(from)));
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    json_t *o = json_object();
+    rc = jpush(arr, o);
+    const char *keys[] = {"host", "worker", "version",  "actor",
+                          "comm", "exe",    "build_id", "agent_id"};
+    const char *vals[] = {t[i].host, t[i].worker, t[i].version,  t[i].actor,
+                          t[i].comm, t[i].exe,    t[i].build_id, t[i].agent_id};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0] && rc == 0; k++)
+      if (vals[k] != NULL && vals[k][0] != '\0') rc = jset(o, keys[k], jstr(vals[k]));
+    if (rc == 0) rc = jset(o, "pid", json_integer(t[i].pid));
+    if (rc == 0) rc = jset(o, "seen_ms", json_integer(to_ms(t[i].seen_ns)));
+  }
+  st = rc == 0 ? answer_json(r, doc) : fail_internal(r, "building the answer", rc);
+  json_decref(doc);
+  ember__registry_list_free(t, n);
+  return st;
+}
+
 /* --- timeline --- */
 
 static int nlabels(const ember_labels_t *l) {
@@ -932,7 +970,7 @@ static const route_t routes[] = {
     {"/api/v1/versions", h_versions}, {"/api/v1/hosts", h_hosts},
     {"/api/v1/actors", h_actors},     {"/api/v1/series", h_series},
     {"/api/v1/timeline", h_timeline}, {"/api/v1/profile", h_profile},
-    {"/api/v1/diff", h_diff},
+    {"/api/v1/diff", h_diff},         {"/api/v1/targets", h_targets},
 };
 
 /* ------------------------------------------------------------- server -- */
@@ -1140,6 +1178,7 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
   if (api == NULL) return -ENOMEM;
   api->store = opts->store;
   api->metrics = opts->metrics;
+  api->registry = opts->registry;
   api->max_response = opts->max_response ? opts->max_response : DEFAULT_RESPONSE;
   atomic_init(&api->stopping, false);
   atomic_init(&api->inflight, 0);

@@ -585,6 +585,7 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
                             .token = ember_config_get(cfg, "api.token"),
                             .store = c->store,
                             .metrics = c->metrics,
+                            .registry = c->registry,
                             .threads = (unsigned)threads};
     if (rc == 0) rc = ember__api_start(&ao, &c->api, errbuf, errbuf_size);
     if (rc == 0)

@@ -145,6 +145,17 @@ static void test_collector_ingest_dlq_and_duplicates(void **state) {
   assert_true(tu_metric(port, "ember_collector_duplicates_total") == 10);
   assert_true(tu_metric(port, "ember_collector_profiles_stored_total") == 70);
 
+  /* The registry behind /api/v1/targets. */
+  static char body[1 << 16];
+  assert_int_equal(tu_http_get(port, "/api/v1/targets?worker=w-unit&from=0", body, sizeof body),
+                   200);
+  assert_non_null(strstr(body, "\"host\":\"host-u\""));
+  assert_non_null(strstr(body, "\"pid\":4242"));
+  assert_int_equal(tu_http_get(port, "/api/v1/targets?worker=nobody&from=0", body, sizeof body),
+                   200);
+  assert_null(strstr(body, "host-u"));
+  assert_int_equal(tu_http_get(port, "/api/v1/targets?wroker=x", body, sizeof body), 400);
+
   dlq_seen_t seen = {0};
   consume_dlq(brokers, &seen, 3);
   assert_int_equal(seen.n, 3);
