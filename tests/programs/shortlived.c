@@ -1,5 +1,7 @@
-/* Burns CPU in short_lived_work for MILLISECONDS (default 1500), then
- * exits: the agent must still attribute and symbolize its samples. */
+/* Burns MILLISECONDS (default 1500) of its own CPU time in
+ * short_lived_work, then exits: the agent must still attribute and
+ * symbolize its samples. CPU time, not wall time, so the number of samples
+ * it earns does not depend on how busy the machine is. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,15 +9,15 @@
 
 static volatile uint64_t sink;
 
-static int64_t now_ns(void) {
+static int64_t cpu_ns(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 __attribute__((noinline)) void short_lived_work(int64_t ms) {
-  int64_t end = now_ns() + ms * 1000000;
-  while (now_ns() < end) {
+  int64_t end = cpu_ns() + ms * 1000000;
+  while (cpu_ns() < end) {
     for (int i = 0; i < 1000; i++) sink += (uint64_t)i;
   }
 }
