@@ -54,6 +54,7 @@ typedef struct item {
   rd_kafka_message_t *msg;
   ember_profile_t *profile; /* NULL: malformed, goes to the DLQ */
   char *reason;             /* why it is malformed (owned) */
+  bool stored;              /* written on its own while isolating a bad profile */
   atomic_int dlq_status;    /* 1 pending, 0 delivered, else -rd_kafka_resp_err */
 } item_t;
 
@@ -108,6 +109,7 @@ static int batch_push(batch_t *b, rd_kafka_message_t *msg) {
   it->msg = msg;
   it->profile = NULL;
   it->reason = NULL;
+  it->stored = false;
   atomic_init(&it->dlq_status, 1);
   if (b->n == 1) b->first_mono_ns = ember_time_mono_ns();
   b->bytes += msg->len;
@@ -180,7 +182,7 @@ static int store_batch(ember__collector_t *c) {
   for (;;) {
     size_t n = 0;
     for (size_t i = 0; i < b->n; i++)
-      if (b->items[i].profile != NULL) ps[n++] = b->items[i].profile;
+      if (b->items[i].profile != NULL && !b->items[i].stored) ps[n++] = b->items[i].profile;
     if (n == 0) {
       rc = 0;
       break;
@@ -192,22 +194,26 @@ static int store_batch(ember__collector_t *c) {
       break;
     }
     if (is_input_error(rc)) {
-      /* Some profile the store refuses: find it by writing one at a time.
-       * The others are then written again in the retry, as duplicates
-       * (idempotency makes that free of double counting). */
+      /* Some profile the store refuses: find it by writing one at a time
+       * (each its own transaction). A store failure on the way ends the
+       * search; the retry then writes only what is still unwritten. */
       for (size_t i = 0; i < b->n; i++) {
         item_t *it = &b->items[i];
-        if (it->profile == NULL) continue;
-        int one = ember_store_write(c->store, &it->profile, 1, &res);
-        if (is_input_error(one)) {
+        if (it->profile == NULL || it->stored) continue;
+        rc = ember_store_write(c->store, &it->profile, 1, &res);
+        if (rc == 0) {
+          count_result(c, &it->profile, 1, &res);
+          it->stored = true;
+        } else if (is_input_error(rc)) {
           set_malformed(c, it,
-                        one == -ERANGE ? "the store refused it: a value sum would overflow"
-                                       : "the store refused it: invalid window or labels");
-        } else if (one != 0) {
-          break; /* a store failure: handled by the retry below */
+                        rc == -ERANGE ? "the store refused it: a value sum would overflow"
+                                      : "the store refused it: invalid window or labels");
+          rc = 0;
+        } else {
+          break;
         }
       }
-      continue;
+      if (rc == 0) continue; /* nothing left, or only good ones: loop writes/ends */
     }
     ember_metric_add(c->m.store_errors, 1);
     EMBER_ERROR("collector", "cannot write %zu profiles to the store: %s; retrying in %d ms", n,

@@ -186,6 +186,81 @@ static void test_collector_ingest_dlq_and_duplicates(void **state) {
   ember_config_free(cfg);
 }
 
+/* A window the store refuses (its sum with another of the same series and
+ * start would overflow) is isolated from its batch: the rest is stored,
+ * it goes to the DLQ with the reason. */
+static void test_collector_isolates_what_the_store_refuses(void **state) {
+  (void)state;
+  char dir[512], err[512] = "";
+  snprintf(dir, sizeof dir, "%s/collector-iso-%d", EMBER_TEST_TMP, (int)getpid());
+  ember_config_t *cfg = NULL;
+  assert_int_equal(ember_config_new(&cfg), 0);
+  const char *kv[][2] = {{"brokers", "embedded"},       {"data_dir", dir},
+                         {"api.listen", "127.0.0.1:0"}, {"store.sync", "false"},
+                         {"batch.linger", "2s"},        {"retention", "0"}};
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+    assert_int_equal(ember_config_set(cfg, kv[i][0], kv[i][1]), 0);
+  ember_kafka_t *k = NULL;
+  assert_int_equal(ember_kafka_new(cfg, &k, err, sizeof err), 0);
+  const char *brokers = ember_kafka_brokers(k);
+  /* Three windows of one series and start, from three agents: the first
+   * two sum past INT64_MAX. All three are produced before the collector
+   * starts, so they arrive in one batch. */
+  ember_buf_t enc[3];
+  const void *vals[3];
+  size_t lens[3];
+  const int64_t big = INT64_MAX / 2 + 1;
+  for (int i = 0; i < 3; i++) {
+    static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES};
+    ember_profile_t *p = NULL;
+    assert_int_equal(ember_profile_new(types, 1, &p), 0);
+    char agent[16];
+    snprintf(agent, sizeof agent, "iso-%d", i);
+    ember_labels_t l = {.worker = "w-iso", .host = "h"};
+    assert_int_equal(ember_profile_set_labels(p, &l), 0);
+    assert_int_equal(ember_profile_set_origin(p, agent, 1, NULL), 0);
+    assert_int_equal(ember_profile_set_window(p, BASE_NS, BASE_NS + 10000000000LL), 0);
+    ember_frame_t f = {.function = "f", .kind = EMBER_FRAME_NATIVE};
+    int64_t v = i < 2 ? big : 5;
+    assert_int_equal(ember_profile_add(p, &f, 1, &v), 0);
+    ember_buf_init(&enc[i], 1 << 16);
+    assert_int_equal(ember_codec_encode(p, &enc[i]), 0);
+    ember_profile_free(p);
+    vals[i] = enc[i].data;
+    lens[i] = enc[i].len;
+  }
+  assert_int_equal(tu_produce(brokers, EMBER_TOPIC_PROFILES, "w-iso", vals, lens, 3).ok, 3);
+  for (int i = 0; i < 3; i++) ember_buf_free(&enc[i]);
+
+  ember__collector_t *c = NULL;
+  if (ember__collector_start(cfg, k, &c, err, sizeof err) != 0) fail_msg("start: %s", err);
+  unsigned port = ember__collector_api_port(c);
+  assert_true(wait_metric(port, "ember_collector_malformed_total", 1, 30000));
+  assert_true(wait_metric(port, "ember_collector_profiles_stored_total", 2, 10000));
+  assert_true(tu_metric(port, "ember_collector_store_errors_total") == 0);
+  assert_true(tu_metric(port, "ember_collector_duplicates_total") == 0);
+  dlq_seen_t seen = {0};
+  consume_dlq(brokers, &seen, 1);
+  assert_int_equal(seen.n, 1);
+  assert_non_null(strstr(seen.errors[0], "overflow"));
+  ember__collector_stop(c);
+
+  ember_store_t *s = NULL;
+  char path[600];
+  snprintf(path, sizeof path, "%s/store.lmdb", dir);
+  ember_store_opts_t so = {.read_only = true};
+  assert_int_equal(ember_store_open(path, &so, &s, err, sizeof err), 0);
+  ember_store_selector_t sel = {.worker = "w-iso"};
+  ember_profile_t *m = NULL;
+  assert_int_equal(
+      ember_store_merge(s, &sel, BASE_NS, BASE_NS + 60000000000LL, EMBER_VT_CPU_SAMPLES, &m), 0);
+  assert_true(ember_profile_total(m, 0) == big + 5);
+  ember_profile_free(m);
+  ember_store_close(s);
+  ember_kafka_free(k);
+  ember_config_free(cfg);
+}
+
 static void test_collector_bad_config(void **state) {
   (void)state;
   ember_config_t *cfg = NULL;
@@ -203,6 +278,7 @@ static void test_collector_bad_config(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_collector_ingest_dlq_and_duplicates),
+      cmocka_unit_test(test_collector_isolates_what_the_store_refuses),
       cmocka_unit_test(test_collector_bad_config),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
