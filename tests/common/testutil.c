@@ -22,6 +22,7 @@
 #include "ember/codec.h"
 #include "ember/config.h"
 #include "ember/kafka.h"
+#include "ember/store.h"
 #include "testutil.h"
 
 const char *tu_bootstrap(void) {
@@ -392,6 +393,17 @@ const char *tu_pprof_flat(const char *out, const char *name, char *flat, size_t 
 
 /* Run `go tool pprof -top` on `path`; returns malloc'd output. */
 char *tu_go_pprof_top(const char *path, const char *sample_index) {
+  /* go needs a build cache: its default under $HOME is shared by every
+   * build tree and run (the first build of the pprof tool takes ~45 s), so
+   * only a HOME-less environment gets one of its own. Never a download. */
+  if (getenv("GOCACHE") == NULL && getenv("HOME") == NULL) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/gocache", EMBER_TEST_TMP);
+    mkdir(dir, 0755);
+    setenv("GOCACHE", dir, 1);
+  }
+  setenv("GOTOOLCHAIN", "local", 1);
+  setenv("GOFLAGS", "", 1);
   char cmd[2048];
   int n =
       snprintf(cmd, sizeof cmd, "'%s' tool pprof -top -symbolize=none -sample_index=%s '%s' 2>&1",
@@ -440,4 +452,78 @@ int tu_sh(const char *cmd, char *out, size_t size) {
   if (size > 0) out[got] = '\0';
   int status = pclose(f);
   return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+pid_t tu_start_collector(const char *brokers, const char *data_dir, const char *group,
+                         unsigned port, const char *const *extra, const char *log_path) {
+  char a_brokers[512], a_dir[700], a_group[200], a_listen[64];
+  snprintf(a_brokers, sizeof a_brokers, "brokers=%s", brokers);
+  snprintf(a_dir, sizeof a_dir, "data_dir=%s", data_dir);
+  snprintf(a_group, sizeof a_group, "group_id=%s", group);
+  snprintf(a_listen, sizeof a_listen, "api.listen=127.0.0.1:%u", port);
+  const char *argv[32] = {EMBER_BINARY_DIR "/collector/ember-collector",
+                          a_brokers,
+                          a_dir,
+                          a_group,
+                          a_listen,
+                          "retention=0"};
+  size_t n = 6;
+  for (size_t i = 0; extra != NULL && extra[i] != NULL && n < 31; i++) argv[n++] = extra[i];
+  argv[n] = NULL;
+  pid_t pid = tu_spawn(argv, NULL, log_path);
+  for (int t = 0; t < 300; t++) {
+    if (tu_metric(port, "ember_collector_messages_total") >= 0) return pid;
+    usleep(100000);
+  }
+  tu_kill(pid);
+  fail_msg("the collector did not serve /metrics within 30 s (log: %s)", log_path);
+  return -1;
+}
+
+void tu_stop_daemon(pid_t pid, const char *what, const char *log_path) {
+  kill(pid, SIGTERM);
+  int status = tu_wait(pid, 30000);
+  if (status == -1) {
+    tu_kill(pid);
+    fail_msg("%s did not stop within 30 s of SIGTERM (log: %s)", what, log_path);
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("%s exited with status %d (log: %s)", what, status, log_path);
+}
+
+int64_t tu_stored_samples(const char *data_dir, const char *worker, int64_t from_ns, int64_t to_ns,
+                          int64_t *work_b) {
+  char path[800], err[256];
+  snprintf(path, sizeof path, "%s/store.lmdb", data_dir);
+  ember_store_t *s = NULL;
+  ember_store_opts_t so = {.read_only = true};
+  if (ember_store_open(path, &so, &s, err, sizeof err) != 0) return -1;
+  ember_store_selector_t sel = {.worker = worker};
+  ember_profile_t *m = NULL;
+  int64_t total = -1;
+  if (ember_store_merge(s, &sel, from_ns, to_ns, EMBER_VT_CPU_SAMPLES, &m) == 0) {
+    total = ember_profile_total(m, 0);
+    if (work_b != NULL) *work_b = tu_self(m, 0, "work_b");
+    ember_profile_free(m);
+  }
+  ember_store_close(s);
+  return total;
+}
+
+static bool broker_halted;
+
+void tu_broker(const char *verb) {
+  const char *sh = getenv("EMBER_TEST_BROKER_SH"), *dir = getenv("EMBER_TEST_BROKER_DIR");
+  if (sh == NULL || dir == NULL) fail_msg("run through ctest (EMBER_TEST_BROKER_SH/_DIR unset)");
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "'%s' %s '%s' >/dev/null", sh, verb, dir);
+  if (system(cmd) != 0) fail_msg("broker.sh %s failed", verb);
+  broker_halted = strcmp(verb, "halt") == 0;
+}
+
+int tu_broker_teardown(void **state) {
+  (void)state;
+  /* Leave a running broker for the tests after this one, whatever happened. */
+  if (broker_halted) tu_broker("resume");
+  return 0;
 }

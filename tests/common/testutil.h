@@ -90,7 +90,8 @@ double tu_metric(unsigned port, const char *name);
 
 /* Run `go tool pprof -top -symbolize=none -sample_index=IDX path`
  * (EMBER_GO_BIN), failing the test unless it succeeds; returns its output
- * (free with ember_free). The caller sets GOCACHE/GOTOOLCHAIN as needed. */
+ * (free with ember_free). Sets GOTOOLCHAIN=local, and GOCACHE under
+ * EMBER_TEST_TMP when there is no HOME: never a download. */
 char *tu_go_pprof_top(const char *path, const char *sample_index);
 /* The `flat` column of that output's row for function `name`, as printed
  * ("1.20s", "350ms", "42"), into flat; NULL when there is no such row. */
@@ -102,6 +103,27 @@ int64_t tu_pprof_ns(const char *flat);
 /* Run a shell command; its stdout (up to size-1 bytes) into out. Returns
  * the exit status (0..255) or -1 when it did not exit normally. */
 int tu_sh(const char *cmd, char *out, size_t size);
+
+/* ember-collector as a process: brokers, data_dir, group_id and
+ * api.listen=127.0.0.1:port, retention=0 (tests use old timestamps), then
+ * the NULL-terminated `extra` key=value arguments (may be NULL). Waits
+ * until it serves /metrics (fails the test after 30 s). */
+pid_t tu_start_collector(const char *brokers, const char *data_dir, const char *group,
+                         unsigned port, const char *const *extra, const char *log_path);
+/* SIGTERM `pid` and require a clean exit 0 within 30 s. */
+void tu_stop_daemon(pid_t pid, const char *what, const char *log_path);
+
+/* CPU samples of `worker` in the store at <data_dir>/store.lmdb over
+ * [from_ns, to_ns) (read-only, so while the collector runs); *work_b (may
+ * be NULL) gets the self samples of function work_b. -1 when the store
+ * cannot be read yet. */
+int64_t tu_stored_samples(const char *data_dir, const char *worker, int64_t from_ns, int64_t to_ns,
+                          int64_t *work_b);
+
+/* broker.sh VERB on the test broker (EMBER_TEST_BROKER_SH/_DIR): "halt" or
+ * "resume". tu_broker_teardown resumes a halted broker (cmocka teardown). */
+void tu_broker(const char *verb);
+int tu_broker_teardown(void **state);
 
 /* Is an executable on PATH? Writes its path to buf. */
 bool tu_which(const char *name, char *buf, size_t size);

@@ -18,23 +18,6 @@
 #include "common/testutil.h"
 #include "ember/profile.h"
 
-static const char *broker_sh, *broker_dir;
-static bool halted;
-
-static void broker(const char *verb) {
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd, "'%s' %s '%s' >/dev/null", broker_sh, verb, broker_dir);
-  if (system(cmd) != 0) fail_msg("broker.sh %s failed", verb);
-  halted = strcmp(verb, "halt") == 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  /* Leave a running broker for the tests after this one, whatever happened. */
-  if (halted) broker("resume");
-  return 0;
-}
-
 static int by_seq(const void *a, const void *b) {
   uint64_t x = ember_profile_seq(*(ember_profile_t *const *)a);
   uint64_t y = ember_profile_seq(*(ember_profile_t *const *)b);
@@ -43,9 +26,6 @@ static int by_seq(const void *a, const void *b) {
 
 static void test_agent_outage_loses_no_window(void **state) {
   (void)state;
-  broker_sh = getenv("EMBER_TEST_BROKER_SH");
-  broker_dir = getenv("EMBER_TEST_BROKER_DIR");
-  if (broker_sh == NULL || broker_dir == NULL) fail_msg("run through ctest (broker env unset)");
   const char *brokers = tu_bootstrap();
   char host[128], log_path[512], a_brokers[512], a_host[256], a_spool[700];
   snprintf(host, sizeof host, "outage-%d-%lld", (int)getpid(),
@@ -70,10 +50,10 @@ static void test_agent_outage_loses_no_window(void **state) {
   pid_t burn = tu_spawn(burn_argv, burn_env, NULL);
 
   sleep(6);
-  broker("halt");
+  tu_broker("halt");
   print_message("broker halted for 30 s\n");
   sleep(30);
-  broker("resume");
+  tu_broker("resume");
   print_message("broker resumed\n");
   if (tu_wait(burn, 60000) == -1) fail_msg("burn did not finish");
   sleep(3);
@@ -111,7 +91,7 @@ static void test_agent_outage_loses_no_window(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_teardown(test_agent_outage_loses_no_window, teardown),
+      cmocka_unit_test_teardown(test_agent_outage_loses_no_window, tu_broker_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,60 +28,18 @@ static char tag[96];
 static char dir[512];
 static char log_path[600];
 
-static pid_t start_collector(unsigned port, const char *extra) {
-  static char a_brokers[512], a_dir[600], a_group[160], a_listen[64];
-  snprintf(a_brokers, sizeof a_brokers, "brokers=%s", tu_bootstrap());
-  snprintf(a_dir, sizeof a_dir, "data_dir=%s", dir);
-  snprintf(a_group, sizeof a_group, "group_id=g-%s", tag);
-  snprintf(a_listen, sizeof a_listen, "api.listen=127.0.0.1:%u", port);
-  const char *argv[] = {EMBER_BINARY_DIR "/collector/ember-collector",
-                        a_brokers,
-                        a_dir,
-                        a_group,
-                        a_listen,
-                        "batch.max_messages=100",
-                        "retention=0",
-                        extra,
-                        NULL};
-  pid_t pid = tu_spawn(argv, NULL, log_path);
-  for (int t = 0; t < 300; t++) {
-    if (tu_metric(port, "ember_collector_messages_total") >= 0) return pid;
-    usleep(100000);
-  }
-  tu_kill(pid);
-  fail_msg("the collector did not serve /metrics within 30 s (log: %s)", log_path);
-  return -1;
+static pid_t start_collector(unsigned port) {
+  char group[160];
+  snprintf(group, sizeof group, "g-%s", tag);
+  static const char *const args[] = {"batch.max_messages=100", NULL};
+  return tu_start_collector(tu_bootstrap(), dir, group, port, args, log_path);
 }
 
-static void stop_collector(pid_t pid) {
-  kill(pid, SIGTERM);
-  int status = tu_wait(pid, 30000);
-  if (status == -1) {
-    tu_kill(pid);
-    fail_msg("the collector did not stop within 30 s of SIGTERM (log: %s)", log_path);
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    fail_msg("the collector exited with status %d (log: %s)", status, log_path);
-}
+static void stop_collector(pid_t pid) { tu_stop_daemon(pid, "the collector", log_path); }
 
 /* CPU samples of `worker` in the store (read-only; the collector may run). */
 static int64_t stored_samples(const char *worker, int64_t *work_b) {
-  char path[700], err[256];
-  snprintf(path, sizeof path, "%s/store.lmdb", dir);
-  ember_store_t *s = NULL;
-  ember_store_opts_t so = {.read_only = true};
-  if (ember_store_open(path, &so, &s, err, sizeof err) != 0) return -1;
-  ember_store_selector_t sel = {.worker = worker};
-  ember_profile_t *m = NULL;
-  int64_t total = -1;
-  if (ember_store_merge(s, &sel, BASE_NS, BASE_NS + 100000 * WINDOW, EMBER_VT_CPU_SAMPLES, &m) ==
-      0) {
-    total = ember_profile_total(m, 0);
-    if (work_b) *work_b = tu_self(m, 0, "work_b");
-    ember_profile_free(m);
-  }
-  ember_store_close(s);
-  return total;
+  return tu_stored_samples(dir, worker, BASE_NS, BASE_NS + 100000 * WINDOW, work_b);
 }
 
 static void setup_names(const char *what) {
@@ -101,7 +59,7 @@ static void test_collector_sigkill_loses_nothing(void **state) {
   int64_t want = tu_produce_profiles(brokers, tag, 1, n, worker, "host-k", BASE_NS);
 
   unsigned port = tu_free_port();
-  pid_t c = start_collector(port, NULL);
+  pid_t c = start_collector(port);
   /* Kill it once some, but not all, of the windows are stored. */
   double stored = 0;
   for (int t = 0; t < 1200; t++) {
@@ -118,7 +76,7 @@ static void test_collector_sigkill_loses_nothing(void **state) {
   if (before >= want) fail_msg("ingest finished before the kill: make n larger");
 
   port = tu_free_port();
-  c = start_collector(port, NULL);
+  c = start_collector(port);
   int64_t got = -1, work_b = 0;
   for (int t = 0; t < 1200 && got != want; t++) {
     usleep(100000);
@@ -143,7 +101,7 @@ static void test_collector_dlq_with_kcat(void **state) {
   char worker[128];
   snprintf(worker, sizeof worker, "w-%s", tag);
   unsigned port = tu_free_port();
-  pid_t c = start_collector(port, NULL);
+  pid_t c = start_collector(port);
 
   int64_t want = tu_produce_profiles(brokers, tag, 1, 20, worker, "host-d", BASE_NS);
   /* Three malformed values, each line one message, keyed by the tag. */
@@ -203,11 +161,11 @@ static void test_collector_two_instances_share_the_work(void **state) {
   setup_names("pair");
   const char *brokers = tu_bootstrap();
   unsigned p1 = tu_free_port(), p2 = tu_free_port();
-  pid_t c1 = start_collector(p1, NULL);
+  pid_t c1 = start_collector(p1);
   char log1[600];
   snprintf(log1, sizeof log1, "%s", log_path);
   snprintf(log_path, sizeof log_path, "%s/%s-b.log", EMBER_TEST_TMP, tag);
-  pid_t c2 = start_collector(p2, NULL);
+  pid_t c2 = start_collector(p2);
   /* Both in the group: each announces its share of the partitions. */
   for (int t = 0; t < 300; t++) {
     char cmd[1400], out[64];

@@ -23,17 +23,6 @@
 static char tag[96];
 static char log_path[600];
 
-static void stop(pid_t pid, const char *what) {
-  kill(pid, SIGTERM);
-  int status = tu_wait(pid, 30000);
-  if (status == -1) {
-    tu_kill(pid);
-    fail_msg("%s did not stop within 30 s of SIGTERM (log: %s)", what, log_path);
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    fail_msg("%s exited with status %d (log: %s)", what, status, log_path);
-}
-
 /* `ember query` for `worker` into `out` until it has samples (exit 0). */
 static void query_pprof(const char *server, const char *worker, const char *out) {
   char cmd[2048], text[4096];
@@ -52,15 +41,6 @@ static void query_pprof(const char *server, const char *worker, const char *out)
   print_message("%s", text);
 }
 
-static void go_env(void) {
-  if (getenv("GOCACHE") == NULL && getenv("HOME") == NULL) {
-    static char dir[1024];
-    snprintf(dir, sizeof dir, "%s/gocache", EMBER_TEST_TMP);
-    setenv("GOCACHE", dir, 1);
-  }
-  setenv("GOTOOLCHAIN", "local", 1);
-}
-
 static void test_e2e_agent_collector_query(void **state) {
   (void)state;
   snprintf(tag, sizeof tag, "e2e-%d-%lld", (int)getpid(),
@@ -68,23 +48,15 @@ static void test_e2e_agent_collector_query(void **state) {
   snprintf(log_path, sizeof log_path, "%s/%s.log", EMBER_TEST_TMP, tag);
   const char *brokers = tu_bootstrap();
   unsigned port = tu_free_port();
-  char a_brokers[512], a_dir[600], a_group[160], a_listen[64], a_host[160], a_spool[700],
-      a_sel[160];
+  char a_brokers[512], a_host[160], a_spool[700], a_sel[160];
   snprintf(a_brokers, sizeof a_brokers, "brokers=%s", brokers);
-  snprintf(a_dir, sizeof a_dir, "data_dir=%s/%s", EMBER_TEST_TMP, tag);
-  snprintf(a_group, sizeof a_group, "group_id=g-%s", tag);
-  snprintf(a_listen, sizeof a_listen, "api.listen=127.0.0.1:%u", port);
   snprintf(a_host, sizeof a_host, "host_id=%s", tag);
   snprintf(a_spool, sizeof a_spool, "spool_dir=%s/%s/spool", EMBER_TEST_TMP, tag);
   snprintf(a_sel, sizeof a_sel, "selector=worker=%s-*", tag);
-  const char *col_argv[] = {EMBER_BINARY_DIR "/collector/ember-collector",
-                            a_brokers,
-                            a_dir,
-                            a_group,
-                            a_listen,
-                            "retention=7d",
-                            NULL};
-  pid_t col = tu_spawn(col_argv, NULL, log_path);
+  char dir[600], group[160];
+  snprintf(dir, sizeof dir, "%s/%s", EMBER_TEST_TMP, tag);
+  snprintf(group, sizeof group, "g-%s", tag);
+  pid_t col = tu_start_collector(brokers, dir, group, port, NULL, log_path);
   const char *agent_argv[] = {EMBER_BINARY_DIR "/agent/ember-agent",
                               a_brokers,
                               a_host,
@@ -122,7 +94,6 @@ static void test_e2e_agent_collector_query(void **state) {
 
   char server[64];
   snprintf(server, sizeof server, "http://127.0.0.1:%u", port);
-  go_env();
 
   /* The C program: both functions, 3:1 within 20 %, whole stacks. */
   char out[800];
@@ -157,8 +128,8 @@ static void test_e2e_agent_collector_query(void **state) {
   assert_non_null(strstr(text, w_node));
   assert_non_null(strstr(text, "2.0.0"));
 
-  stop(agent, "ember-agent");
-  stop(col, "ember-collector");
+  tu_stop_daemon(agent, "ember-agent", log_path);
+  tu_stop_daemon(col, "ember-collector", log_path);
 }
 
 int main(void) {

@@ -53,12 +53,6 @@ static void test_up_profiles_this_machine(void **state) {
            EMBER_BINARY_DIR, server, pprof);
   rc = tu_sh(cmd, out, sizeof out);
   if (rc != 0) fail_msg("%s: exit %d: %s", cmd, rc, out);
-  if (getenv("GOCACHE") == NULL && getenv("HOME") == NULL) {
-    static char gocache[700];
-    snprintf(gocache, sizeof gocache, "%s/gocache", EMBER_TEST_TMP);
-    setenv("GOCACHE", gocache, 1);
-  }
-  setenv("GOTOOLCHAIN", "local", 1);
   char *top = tu_go_pprof_top(pprof, "cpu");
   char flat[32];
   assert_non_null(tu_pprof_flat(top, "burn_hot", flat, sizeof flat));

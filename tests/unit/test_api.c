@@ -23,6 +23,7 @@
 #include <jansson.h>
 
 #include "api.h"
+#include "common/testutil.h"
 #include "ember/store.h"
 
 #define SEC    1000000000LL
@@ -477,40 +478,6 @@ static void test_api_profile_top_folded_speedscope(void **state) {
   json_decref(j);
 }
 
-static char *go_pprof_top(const char *path) {
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd, "'%s' tool pprof -top -symbolize=none '%s' 2>&1", EMBER_GO_BIN, path);
-  FILE *f = popen(cmd, "r");
-  assert_non_null(f);
-  ember_buf_t out;
-  ember_buf_init(&out, 1 << 20);
-  char chunk[4096];
-  size_t got;
-  while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
-    assert_int_equal(ember_buf_append(&out, chunk, got), 0);
-  int status = pclose(f);
-  char *text = ember_buf_take(&out, NULL);
-  if (text == NULL) text = ember_strdup("");
-  print_message("$ %s\n%s", cmd, text);
-  if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    fail_msg("go tool pprof failed (status %d)", status);
-  return text;
-}
-
-/* The "flat" column of `fn` in pprof -top output. */
-static const char *top_flat(const char *out, const char *fn, char *buf, size_t size) {
-  for (const char *line = out; line && *line;
-       line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-    char flat[64], name[256];
-    if (sscanf(line, " %63s %*s %*s %*s %*s %255s", flat, name) == 2 && strcmp(name, fn) == 0) {
-      snprintf(buf, size, "%s", flat);
-      return buf;
-    }
-  }
-  fail_msg("%s not in pprof output", fn);
-  return NULL;
-}
-
 static void test_api_profile_pprof_go_tool_reads_it(void **state) {
   (void)state;
   resp_t r = get("/api/v1/profile?worker=api&format=pprof&" RANGE);
@@ -526,22 +493,13 @@ static void test_api_profile_pprof_go_tool_reads_it(void **state) {
   assert_int_equal(fclose(f), 0);
   resp_free(&r);
 
-  /* As test_export: a build cache of our own only without a HOME. */
-  if (getenv("GOCACHE") == NULL && getenv("HOME") == NULL) {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/gocache", EMBER_TEST_TMP);
-    mkdir(dir, 0755);
-    setenv("GOCACHE", dir, 1);
-  }
-  setenv("GOTOOLCHAIN", "local", 1);
-  setenv("GOFLAGS", "", 1);
-  char *out = go_pprof_top(path);
+  char *out = tu_go_pprof_top(path, "cpu");
   char flat[64];
   assert_non_null(strstr(out, "Type: cpu"));
   assert_non_null(strstr(out, "of 945ms total")); /* (80 + 25) x 9 ms */
-  assert_string_equal(top_flat(out, "hot", flat, sizeof flat), "585ms");
-  assert_string_equal(top_flat(out, "newfn", flat, sizeof flat), "180ms");
-  assert_string_equal(top_flat(out, "cold", flat, sizeof flat), "180ms");
+  assert_string_equal(tu_pprof_flat(out, "hot", flat, sizeof flat), "585ms");
+  assert_string_equal(tu_pprof_flat(out, "newfn", flat, sizeof flat), "180ms");
+  assert_string_equal(tu_pprof_flat(out, "cold", flat, sizeof flat), "180ms");
   ember_free(out);
   unlink(path);
 }

@@ -845,17 +845,6 @@ static void test_export_pprof_go_tool_reads_it(void **state) {
   char path[1024];
   snprintf(path, sizeof path, "%s/export_fixture.pb.gz", EMBER_TEST_TMP);
   mkdir(EMBER_TEST_TMP, 0755);
-  /* go needs a build cache: its default under $HOME is shared by every
-   * build tree and run (the first build of the pprof tool takes ~45 s), so
-   * only a HOME-less environment gets one of its own. Never a download. */
-  if (getenv("GOCACHE") == NULL && getenv("HOME") == NULL) {
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/gocache", EMBER_TEST_TMP);
-    mkdir(dir, 0755);
-    setenv("GOCACHE", dir, 1);
-  }
-  setenv("GOTOOLCHAIN", "local", 1);
-  setenv("GOFLAGS", "", 1);
 
   ember_profile_t *p = fixture();
   ember_buf_t b;
