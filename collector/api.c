@@ -26,6 +26,7 @@
 #include "ember/export.h"
 #include "ember/log.h"
 #include "ember/parse.h"
+#include "json.h"
 #include "utf8.h"
 
 #define LOG "api"
@@ -241,67 +242,16 @@ static int64_t to_ms(int64_t ns) { return ns / MS_NS - (ns % MS_NS < 0); }
 
 /* --------------------------------------------------------------- JSON -- */
 
-/* A JSON string for bytes that may not be UTF-8 (a label or a parameter a
- * client sent): each byte outside a well-formed sequence becomes U+FFFD.
- * NULL only when out of memory; NULL input gives JSON null. */
-static json_t *jstr(const char *s) {
-  if (s == NULL) return json_null();
-  size_t len = strlen(s);
-  if (ember__utf8_valid(s, len)) return json_stringn_nocheck(s, len);
-  char *clean = malloc(len * 3 + 1); /* jansson's allocator, not Ember's */
-  if (clean == NULL) return NULL;
-  size_t o = 0;
-  for (size_t i = 0; i < len;) {
-    size_t step = 0;
-    for (size_t l = 1; l <= 4 && i + l <= len && step == 0; l++)
-      if (ember__utf8_valid(s + i, l)) step = l;
-    if (step) {
-      memcpy(clean + o, s + i, step);
-      o += step;
-      i += step;
-    } else {
-      memcpy(clean + o, "\xef\xbf\xbd", 3);
-      o += 3;
-      i++;
-    }
-  }
-  json_t *j = json_stringn_nocheck(clean, o);
-  free(clean);
-  return j;
-}
-
-/* obj[key] = val, taking val's reference even on failure. Keys are our own
- * ASCII literals. */
-static int jset(json_t *obj, const char *key, json_t *val) {
-  return json_object_set_new_nocheck(obj, key, val) == 0 ? 0 : -ENOMEM;
-}
-
-static int jpush(json_t *arr, json_t *val) {
-  return json_array_append_new(arr, val) == 0 ? 0 : -ENOMEM;
-}
-
 /* A new array set as obj[key]; NULL when out of memory. Borrowed. */
 static json_t *jarray_in(json_t *obj, const char *key) {
   json_t *a = json_array();
-  return jset(obj, key, a) == 0 ? a : NULL;
-}
-
-typedef struct dump_ctx {
-  ember_buf_t *out;
-  int rc;
-} dump_ctx_t;
-
-static int dump_cb(const char *buffer, size_t size, void *data) {
-  dump_ctx_t *c = data;
-  c->rc = ember_buf_append(c->out, buffer, size);
-  return c->rc == 0 ? 0 : -1;
+  return ember__json_set(obj, key, a) == 0 ? a : NULL;
 }
 
 /* Dump `j` into the response body as the answer. */
 static unsigned answer_json(req_t *r, const json_t *j) {
-  dump_ctx_t c = {&r->body, 0};
-  if (json_dump_callback(j, dump_cb, &c, JSON_COMPACT) != 0)
-    return fail_internal(r, "writing JSON", c.rc != 0 ? c.rc : -ENOMEM);
+  int rc = ember__json_dump(j, &r->body);
+  if (rc != 0) return fail_internal(r, "writing JSON", rc);
   r->status = 200;
   r->ctype = "application/json";
   return 200;
@@ -311,8 +261,8 @@ static unsigned answer_json(req_t *r, const json_t *j) {
 static json_t *range_doc(int64_t from, int64_t to) {
   json_t *doc = json_object();
   if (doc == NULL) return NULL;
-  if (jset(doc, "from_ms", json_integer(to_ms(from))) != 0 ||
-      jset(doc, "to_ms", json_integer(to_ms(to))) != 0) {
+  if (ember__json_set(doc, "from_ms", json_integer(to_ms(from))) != 0 ||
+      ember__json_set(doc, "to_ms", json_integer(to_ms(to))) != 0) {
     json_decref(doc);
     return NULL;
   }
@@ -381,7 +331,7 @@ static json_t *distinct_values(const ember_store_series_t *s, const size_t *idx,
   json_t *a = json_array();
   for (size_t i = 0; i < k && a != NULL; i++) {
     if (i > 0 && strcmp(v[i], v[i - 1]) == 0) continue;
-    if (jpush(a, jstr(v[i])) != 0) {
+    if (ember__json_push(a, ember__json_str(v[i])) != 0) {
       json_decref(a);
       a = NULL;
     }
@@ -427,13 +377,13 @@ static unsigned h_workers(req_t *r) {
       j++;
     }
     json_t *w = json_object();
-    rc = jpush(workers, w);
-    if (rc == 0) rc = jset(w, "worker", jstr(name));
-    if (rc == 0) rc = jset(w, "versions", distinct_values(s, idx + i, j - i, L_VERSION));
-    if (rc == 0) rc = jset(w, "hosts", distinct_values(s, idx + i, j - i, L_HOST));
-    if (rc == 0) rc = jset(w, "actors", distinct_values(s, idx + i, j - i, L_ACTOR));
-    if (rc == 0) rc = jset(w, "series", json_integer((json_int_t)(j - i)));
-    if (rc == 0) rc = jset(w, "last_ms", json_integer(to_ms(last)));
+    rc = ember__json_push(workers, w);
+    if (rc == 0) rc = ember__json_set(w, "worker", ember__json_str(name));
+    if (rc == 0) rc = ember__json_set(w, "versions", distinct_values(s, idx + i, j - i, L_VERSION));
+    if (rc == 0) rc = ember__json_set(w, "hosts", distinct_values(s, idx + i, j - i, L_HOST));
+    if (rc == 0) rc = ember__json_set(w, "actors", distinct_values(s, idx + i, j - i, L_ACTOR));
+    if (rc == 0) rc = ember__json_set(w, "series", json_integer((json_int_t)(j - i)));
+    if (rc == 0) rc = ember__json_set(w, "last_ms", json_integer(to_ms(last)));
     i = j;
   }
 cleanup:
@@ -471,10 +421,10 @@ static unsigned h_values(req_t *r, int field) {
       j++;
     }
     json_t *v = json_object();
-    rc = jpush(values, v);
-    if (rc == 0) rc = jset(v, "name", jstr(name));
-    if (rc == 0) rc = jset(v, "series", json_integer((json_int_t)(j - i)));
-    if (rc == 0) rc = jset(v, "last_ms", json_integer(to_ms(last)));
+    rc = ember__json_push(values, v);
+    if (rc == 0) rc = ember__json_set(v, "name", ember__json_str(name));
+    if (rc == 0) rc = ember__json_set(v, "series", json_integer((json_int_t)(j - i)));
+    if (rc == 0) rc = ember__json_set(v, "last_ms", json_integer(to_ms(last)));
     i = j;
   }
 cleanup:
@@ -491,10 +441,10 @@ static unsigned h_actors(req_t *r) { return h_values(r, L_ACTOR); }
 
 /* Series labels as JSON fields (null for an absent label). */
 static int set_labels(json_t *o, const ember_labels_t *l) {
-  int rc = jset(o, "worker", jstr(l->worker));
-  if (rc == 0) rc = jset(o, "version", jstr(l->version));
-  if (rc == 0) rc = jset(o, "host", jstr(l->host));
-  if (rc == 0) rc = jset(o, "actor", jstr(l->actor));
+  int rc = ember__json_set(o, "worker", ember__json_str(l->worker));
+  if (rc == 0) rc = ember__json_set(o, "version", ember__json_str(l->version));
+  if (rc == 0) rc = ember__json_set(o, "host", ember__json_str(l->host));
+  if (rc == 0) rc = ember__json_set(o, "actor", ember__json_str(l->actor));
   return rc;
 }
 
@@ -515,11 +465,11 @@ static unsigned h_series(req_t *r) {
   if (arr != NULL) rc = 0;
   for (size_t i = 0; i < n && rc == 0; i++) {
     json_t *o = json_object();
-    rc = jpush(arr, o);
-    if (rc == 0) rc = jset(o, "id", json_integer(s[i].id));
+    rc = ember__json_push(arr, o);
+    if (rc == 0) rc = ember__json_set(o, "id", json_integer(s[i].id));
     if (rc == 0) rc = set_labels(o, &s[i].labels);
-    if (rc == 0) rc = jset(o, "first_ms", json_integer(to_ms(s[i].first_ns)));
-    if (rc == 0) rc = jset(o, "last_ms", json_integer(to_ms(s[i].last_ns)));
+    if (rc == 0) rc = ember__json_set(o, "first_ms", json_integer(to_ms(s[i].first_ns)));
+    if (rc == 0) rc = ember__json_set(o, "last_ms", json_integer(to_ms(s[i].last_ns)));
   }
   st = rc == 0 ? answer_json(r, doc) : fail_internal(r, "building the answer", rc);
   json_decref(doc);
@@ -545,18 +495,19 @@ static unsigned h_targets(req_t *r) {
   json_t *doc = json_object();
   json_t *arr = doc ? jarray_in(doc, "targets") : NULL;
   rc = arr != NULL ? 0 : -ENOMEM;
-  if (rc == 0) rc = jset(doc, "from_ms", json_integer(to_ms(from)));
+  if (rc == 0) rc = ember__json_set(doc, "from_ms", json_integer(to_ms(from)));
   for (size_t i = 0; i < n && rc == 0; i++) {
     json_t *o = json_object();
-    rc = jpush(arr, o);
+    rc = ember__json_push(arr, o);
     const char *keys[] = {"host", "worker", "version",  "actor",
                           "comm", "exe",    "build_id", "agent_id"};
     const char *vals[] = {t[i].host, t[i].worker, t[i].version,  t[i].actor,
                           t[i].comm, t[i].exe,    t[i].build_id, t[i].agent_id};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0] && rc == 0; k++)
-      if (vals[k] != NULL && vals[k][0] != '\0') rc = jset(o, keys[k], jstr(vals[k]));
-    if (rc == 0) rc = jset(o, "pid", json_integer(t[i].pid));
-    if (rc == 0) rc = jset(o, "seen_ms", json_integer(to_ms(t[i].seen_ns)));
+      if (vals[k] != NULL && vals[k][0] != '\0')
+        rc = ember__json_set(o, keys[k], ember__json_str(vals[k]));
+    if (rc == 0) rc = ember__json_set(o, "pid", json_integer(t[i].pid));
+    if (rc == 0) rc = ember__json_set(o, "seen_ms", json_integer(to_ms(t[i].seen_ns)));
   }
   st = rc == 0 ? answer_json(r, doc) : fail_internal(r, "building the answer", rc);
   json_decref(doc);
@@ -604,7 +555,7 @@ static int by_cpu_desc(const void *a, const void *b, void *ctx) {
 static json_t *int_array(const int64_t *v, size_t n) {
   json_t *a = json_array();
   for (size_t i = 0; i < n && a != NULL; i++) {
-    if (jpush(a, json_integer(v[i])) != 0) {
+    if (ember__json_push(a, json_integer(v[i])) != 0) {
       json_decref(a);
       a = NULL;
     }
@@ -709,8 +660,8 @@ static unsigned h_timeline(req_t *r) {
   rc = -ENOMEM;
   doc = range_doc(from, to);
   if (doc == NULL) goto cleanup;
-  rc = jset(doc, "step_ms", json_integer(to_ms(step)));
-  if (rc == 0) rc = jset(doc, "total_cpu_ns", int_array(total, nbk));
+  rc = ember__json_set(doc, "step_ms", json_integer(to_ms(step)));
+  if (rc == 0) rc = ember__json_set(doc, "total_cpu_ns", int_array(total, nbk));
   json_t *arr = NULL;
   if (rc == 0) {
     arr = jarray_in(doc, "series");
@@ -718,11 +669,11 @@ static unsigned h_timeline(req_t *r) {
   }
   for (size_t i = 0; i < n && i < limit && rc == 0; i++) {
     json_t *o = json_object();
-    rc = jpush(arr, o);
+    rc = ember__json_push(arr, o);
     if (rc == 0) rc = set_labels(o, &s[ts[i].idx].labels);
-    if (rc == 0) rc = jset(o, "cpu_ns", int_array(ts[i].cpu, nbk));
+    if (rc == 0) rc = ember__json_set(o, "cpu_ns", int_array(ts[i].cpu, nbk));
   }
-  if (rc == 0) rc = jset(doc, "truncated", json_boolean(n > limit));
+  if (rc == 0) rc = ember__json_set(doc, "truncated", json_boolean(n > limit));
 
 cleanup:
   if (st == 0) st = rc == 0 ? answer_json(r, doc) : fail_internal(r, what, rc);
@@ -824,17 +775,18 @@ static unsigned answer_top(req_t *r, const ember_profile_t *p, size_t limit) {
   json_t *doc = json_object(), *fns = NULL;
   rc = doc ? 0 : -ENOMEM;
   /* The same type names as the tree and pprof ("alloc_space" for bytes). */
-  if (rc == 0) rc = jset(doc, "type", json_string(ember_value_type_name(vt)));
-  if (rc == 0) rc = jset(doc, "unit", json_string(ember_value_type_unit(vt)));
-  if (rc == 0) rc = jset(doc, "total", json_integer(ember_profile_total(p, 0)));
+  if (rc == 0) rc = ember__json_set(doc, "type", json_string(ember_value_type_name(vt)));
+  if (rc == 0) rc = ember__json_set(doc, "unit", json_string(ember_value_type_unit(vt)));
+  if (rc == 0) rc = ember__json_set(doc, "total", json_integer(ember_profile_total(p, 0)));
   if (rc == 0 && (fns = jarray_in(doc, "functions")) == NULL) rc = -ENOMEM;
   for (size_t i = 0; i < n && rc == 0; i++) {
     json_t *o = json_object();
-    rc = jpush(fns, o);
-    if (rc == 0) rc = jset(o, "name", jstr(e[i].name));
-    if (rc == 0 && e[i].module != NULL) rc = jset(o, "module", jstr(e[i].module));
-    if (rc == 0) rc = jset(o, "self", json_integer(e[i].self));
-    if (rc == 0) rc = jset(o, "total", json_integer(e[i].total));
+    rc = ember__json_push(fns, o);
+    if (rc == 0) rc = ember__json_set(o, "name", ember__json_str(e[i].name));
+    if (rc == 0 && e[i].module != NULL)
+      rc = ember__json_set(o, "module", ember__json_str(e[i].module));
+    if (rc == 0) rc = ember__json_set(o, "self", json_integer(e[i].self));
+    if (rc == 0) rc = ember__json_set(o, "total", json_integer(e[i].total));
   }
   unsigned st = rc == 0 ? answer_json(r, doc) : fail_internal(r, "building the answer", rc);
   json_decref(doc);
@@ -1022,7 +974,7 @@ static enum MHD_Result send_answer(req_t *r) {
      * it fails: jansson allocates with malloc. */
     json_t *j = json_object();
     size_t len = 0;
-    if (j != NULL && jset(j, "error", jstr(r->err)) == 0)
+    if (j != NULL && ember__json_set(j, "error", ember__json_str(r->err)) == 0)
       len = json_dumpb(j, errbody, sizeof errbody - 2, JSON_COMPACT);
     json_decref(j);
     if (len == 0 || len > sizeof errbody - 2) {

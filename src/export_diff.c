@@ -11,6 +11,7 @@
 #include "ember/export.h"
 #include "export.h"
 #include "htab.h"
+#include "json.h"
 #include "utf8.h"
 
 #define NO_PARENT UINT32_MAX
@@ -197,63 +198,24 @@ static const char *kind_name(ember_frame_kind_t k) {
   return "native";
 }
 
-/* A JSON string for bytes that may not be UTF-8 (symbol names are whatever
- * a binary holds): each byte outside a well-formed sequence becomes U+FFFD.
- * NULL only when out of memory. */
-static json_t *json_str(const char *s) {
-  size_t len = strlen(s);
-  if (ember__utf8_valid(s, len)) return json_stringn_nocheck(s, len);
-  json_t *j = NULL;
-  ember_buf_t clean;
-  ember_buf_init(&clean, SIZE_MAX - 1);
-  for (size_t i = 0; i < len;) {
-    size_t step = 0;
-    for (size_t l = 1; l <= 4 && i + l <= len && step == 0; l++)
-      if (ember__utf8_valid(s + i, l)) step = l;
-    int rc = step ? ember_buf_append(&clean, s + i, step) : ember_buf_puts(&clean, "\xef\xbf\xbd");
-    if (rc != 0) goto cleanup;
-    i += step ? step : 1;
-  }
-  j = json_stringn_nocheck(clean.data ? clean.data : "", clean.len);
-cleanup:
-  ember_buf_free(&clean);
-  return j;
-}
-
-/* obj[key] = val, taking val's reference even on failure. */
-static int jset(json_t *obj, const char *key, json_t *val) {
-  return json_object_set_new_nocheck(obj, key, val) == 0 ? 0 : -ENOMEM;
-}
-
-typedef struct dump_ctx {
-  ember_buf_t *out;
-  int rc;
-} dump_ctx_t;
-
-static int dump_cb(const char *buffer, size_t size, void *data) {
-  dump_ctx_t *c = data;
-  c->rc = ember_buf_append(c->out, buffer, size);
-  return c->rc == 0 ? 0 : -1;
-}
-
 static json_t *node_json(const diff_t *d, size_t i) {
   const dnode_t *nd = &d->nodes[i];
   json_t *o = json_object();
   if (o == NULL) return NULL;
   int rc;
   if (i == 0) {
-    rc = jset(o, "name", json_string("all"));
+    rc = ember__json_set(o, "name", json_string("all"));
   } else {
     const dfn_t *f = &d->fns[nd->fn];
-    rc = jset(o, "name", json_str(f->name));
-    if (rc == 0 && f->module != NULL) rc = jset(o, "module", json_str(f->module));
-    if (rc == 0) rc = jset(o, "kind", json_string(kind_name(f->kind)));
+    rc = ember__json_set(o, "name", ember__json_str(f->name));
+    if (rc == 0 && f->module != NULL) rc = ember__json_set(o, "module", ember__json_str(f->module));
+    if (rc == 0) rc = ember__json_set(o, "kind", json_string(kind_name(f->kind)));
   }
-  if (rc == 0) rc = jset(o, "base", json_integer(nd->total[0]));
-  if (rc == 0) rc = jset(o, "vs", json_integer(nd->total[1]));
-  if (rc == 0) rc = jset(o, "base_self", json_integer(nd->self[0]));
-  if (rc == 0) rc = jset(o, "vs_self", json_integer(nd->self[1]));
-  if (rc == 0) rc = jset(o, "children", json_array());
+  if (rc == 0) rc = ember__json_set(o, "base", json_integer(nd->total[0]));
+  if (rc == 0) rc = ember__json_set(o, "vs", json_integer(nd->total[1]));
+  if (rc == 0) rc = ember__json_set(o, "base_self", json_integer(nd->self[0]));
+  if (rc == 0) rc = ember__json_set(o, "vs_self", json_integer(nd->self[1]));
+  if (rc == 0) rc = ember__json_set(o, "children", json_array());
   if (rc != 0) {
     json_decref(o);
     return NULL;
@@ -368,25 +330,23 @@ int ember_export_tree_diff(const ember_profile_t *base, const ember_profile_t *v
     goto cleanup;
   }
   json_t *bt = json_object(), *vt_obj = json_object();
-  rc = jset(doc, "version", json_integer(1));
-  if (rc == 0) rc = jset(doc, "type", json_string(ember_value_type_name(vt)));
-  if (rc == 0) rc = jset(doc, "unit", json_string(ember_value_type_unit(vt)));
-  if (rc == 0 && bt != NULL) rc = jset(bt, "total", json_integer(d.nodes[0].total[0]));
-  if (rc == 0 && vt_obj != NULL) rc = jset(vt_obj, "total", json_integer(d.nodes[0].total[1]));
-  /* jset takes both references whatever happens. */
-  int rc2 = jset(doc, "base", bt);
-  int rc3 = jset(doc, "vs", vt_obj);
+  rc = ember__json_set(doc, "version", json_integer(1));
+  if (rc == 0) rc = ember__json_set(doc, "type", json_string(ember_value_type_name(vt)));
+  if (rc == 0) rc = ember__json_set(doc, "unit", json_string(ember_value_type_unit(vt)));
+  if (rc == 0 && bt != NULL) rc = ember__json_set(bt, "total", json_integer(d.nodes[0].total[0]));
+  if (rc == 0 && vt_obj != NULL)
+    rc = ember__json_set(vt_obj, "total", json_integer(d.nodes[0].total[1]));
+  /* ember__json_set takes both references whatever happens. */
+  int rc2 = ember__json_set(doc, "base", bt);
+  int rc3 = ember__json_set(doc, "vs", vt_obj);
   if (rc == 0) rc = rc2 != 0 ? rc2 : rc3;
-  if (rc == 0) rc = jset(doc, "nodes", json_integer((json_int_t)(nsibs + 1)));
-  if (rc == 0) rc = jset(doc, "truncated", json_boolean(truncated));
+  if (rc == 0) rc = ember__json_set(doc, "nodes", json_integer((json_int_t)(nsibs + 1)));
+  if (rc == 0) rc = ember__json_set(doc, "truncated", json_boolean(truncated));
   if (rc == 0) {
-    rc = jset(doc, "root", objs[0]);
+    rc = ember__json_set(doc, "root", objs[0]);
     objs[0] = NULL;
   }
-  if (rc == 0) {
-    dump_ctx_t c = {out, 0};
-    if (json_dump_callback(doc, dump_cb, &c, JSON_COMPACT) != 0) rc = c.rc != 0 ? c.rc : -ENOMEM;
-  }
+  if (rc == 0) rc = ember__json_dump(doc, out);
 
 cleanup:
   if (rc != 0) ember__buf_truncate(out, start);

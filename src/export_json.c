@@ -11,96 +11,9 @@
 #include "ember/export.h"
 #include "export.h"
 #include "htab.h"
+#include "json.h"
 
 /* --- JSON helpers --- */
-
-/* The length of the well-formed UTF-8 sequence at s[0..n), or 0 if there
- * is none (stray continuation byte, overlong form, surrogate, beyond
- * U+10FFFF, or cut short). */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-  unsigned c = s[0];
-  size_t len;
-  uint32_t cp;
-  if (c < 0x80) return 1;
-  if (c >= 0xc2 && c <= 0xdf) {
-    len = 2;
-    cp = c & 0x1fu;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    len = 3;
-    cp = c & 0x0fu;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    len = 4;
-    cp = c & 0x07u;
-  } else {
-    return 0;
-  }
-  if (n < len) return 0;
-  for (size_t i = 1; i < len; i++) {
-    if ((s[i] & 0xc0u) != 0x80u) return 0;
-    cp = (cp << 6) | (s[i] & 0x3fu);
-  }
-  if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) || cp > 0x10ffff ||
-      (cp >= 0xd800 && cp <= 0xdfff))
-    return 0;
-  return len;
-}
-
-/* A JSON string for `s`. JSON text must be UTF-8, and symbol names or paths
- * are whatever bytes a binary holds, so each byte that is not part of a
- * well-formed sequence becomes U+FFFD instead of failing the export.
- * Returns NULL only when out of memory. */
-static json_t *json_str(const char *s) {
-  const unsigned char *u = (const unsigned char *)s;
-  size_t len = strlen(s), i = 0, step;
-  while (i < len && (step = utf8_seq(u + i, len - i)) != 0) i += step;
-  if (i == len) return json_stringn_nocheck(s, len);
-
-  json_t *j = NULL;
-  ember_buf_t clean;
-  ember_buf_init(&clean, SIZE_MAX - 1);
-  if (ember_buf_append(&clean, s, i) != 0) goto cleanup;
-  while (i < len) {
-    step = utf8_seq(u + i, len - i);
-    int rc = step ? ember_buf_append(&clean, s + i, step) : ember_buf_puts(&clean, "\xef\xbf\xbd");
-    if (rc != 0) goto cleanup;
-    i += step ? step : 1;
-  }
-  j = json_stringn_nocheck(clean.data, clean.len);
-cleanup:
-  ember_buf_free(&clean);
-  return j;
-}
-
-/* Set obj[key] = val, taking the reference to val even on failure (as
- * json_object_set_new does, and val may be NULL from a failed
- * constructor). Keys are our own ASCII literals, so UTF-8 checks are
- * skipped. */
-static int jset(json_t *obj, const char *key, json_t *val) {
-  return json_object_set_new_nocheck(obj, key, val) == 0 ? 0 : -ENOMEM;
-}
-
-static int jpush(json_t *arr, json_t *val) {
-  return json_array_append_new(arr, val) == 0 ? 0 : -ENOMEM;
-}
-
-typedef struct dump_ctx {
-  ember_buf_t *out;
-  int rc;
-} dump_ctx_t;
-
-static int dump_cb(const char *buffer, size_t size, void *data) {
-  dump_ctx_t *c = data;
-  c->rc = ember_buf_append(c->out, buffer, size);
-  return c->rc == 0 ? 0 : -1;
-}
-
-/* Dump `j` compactly at the end of `out`. */
-static int dump(const json_t *j, ember_buf_t *out) {
-  dump_ctx_t c = {out, 0};
-  if (json_dump_callback(j, dump_cb, &c, JSON_COMPACT) == 0) return 0;
-  /* jansson failed on its own: it allocates while dumping. */
-  return c.rc != 0 ? c.rc : -ENOMEM;
-}
 
 /* --- speedscope --- */
 
@@ -129,10 +42,10 @@ static int speedscope_frames(const ember_profile_t *p, const ember__names_t *nam
   for (size_t g = 0; g < ngroups && rc == 0; g++) {
     const ember_frame_t *f = ember_profile_frame(p, first_of[g]);
     json_t *fr = json_object();
-    rc = jpush(frames, fr);
-    if (rc == 0) rc = jset(fr, "name", json_str(names->name[first_of[g]]));
-    if (rc == 0 && f->file != NULL) rc = jset(fr, "file", json_str(f->file));
-    if (rc == 0 && line[g] != 0) rc = jset(fr, "line", json_integer(line[g]));
+    rc = ember__json_push(frames, fr);
+    if (rc == 0) rc = ember__json_set(fr, "name", ember__json_str(names->name[first_of[g]]));
+    if (rc == 0 && f->file != NULL) rc = ember__json_set(fr, "file", ember__json_str(f->file));
+    if (rc == 0 && line[g] != 0) rc = ember__json_set(fr, "line", json_integer(line[g]));
   }
   ember_free(line);
   return rc;
@@ -168,24 +81,26 @@ int ember_export_speedscope(const ember_profile_t *p, ember_buf_t *out) {
     rc = -ENOMEM;
     goto cleanup;
   }
-  rc = jset(root, "$schema", json_string("https://www.speedscope.app/file-format-schema.json"));
-  if (rc == 0) rc = jset(root, "exporter", json_string("ember " EMBER_VERSION_STRING));
-  if (rc == 0) rc = jset(root, "name", json_str(labels->worker ? labels->worker : "ember"));
-  if (rc == 0) rc = jset(root, "activeProfileIndex", json_integer(0));
+  rc = ember__json_set(root, "$schema",
+                       json_string("https://www.speedscope.app/file-format-schema.json"));
+  if (rc == 0) rc = ember__json_set(root, "exporter", json_string("ember " EMBER_VERSION_STRING));
+  if (rc == 0)
+    rc = ember__json_set(root, "name", ember__json_str(labels->worker ? labels->worker : "ember"));
+  if (rc == 0) rc = ember__json_set(root, "activeProfileIndex", json_integer(0));
   /* Each container is made only once its parent can take it, so a failure
    * never strands one; the locals are borrowed views into `root`. */
   json_t *shared = NULL;
   if (rc == 0) {
     shared = json_object();
-    rc = jset(root, "shared", shared);
+    rc = ember__json_set(root, "shared", shared);
   }
   if (rc == 0) {
     frames = json_array();
-    rc = jset(shared, "frames", frames);
+    rc = ember__json_set(shared, "frames", frames);
   }
   if (rc == 0) {
     profiles = json_array();
-    rc = jset(root, "profiles", profiles);
+    rc = ember__json_set(root, "profiles", profiles);
   }
   if (rc != 0) goto cleanup;
   rc = speedscope_frames(p, &names, group_of, first_of, ngroups, frames);
@@ -194,19 +109,19 @@ int ember_export_speedscope(const ember_profile_t *p, ember_buf_t *out) {
   for (size_t t = 0; t < ember_profile_ntypes(p); t++) {
     ember_value_type_t vt = ember_profile_type(p, t);
     json_t *prof = json_object(), *samples = NULL, *weights = NULL;
-    rc = jpush(profiles, prof);
-    if (rc == 0) rc = jset(prof, "type", json_string("sampled"));
-    if (rc == 0) rc = jset(prof, "name", json_string(ember_value_type_name(vt)));
-    if (rc == 0) rc = jset(prof, "unit", json_string(speedscope_unit(vt)));
-    if (rc == 0) rc = jset(prof, "startValue", json_integer(0));
-    if (rc == 0) rc = jset(prof, "endValue", json_integer(ember_profile_total(p, t)));
+    rc = ember__json_push(profiles, prof);
+    if (rc == 0) rc = ember__json_set(prof, "type", json_string("sampled"));
+    if (rc == 0) rc = ember__json_set(prof, "name", json_string(ember_value_type_name(vt)));
+    if (rc == 0) rc = ember__json_set(prof, "unit", json_string(speedscope_unit(vt)));
+    if (rc == 0) rc = ember__json_set(prof, "startValue", json_integer(0));
+    if (rc == 0) rc = ember__json_set(prof, "endValue", json_integer(ember_profile_total(p, t)));
     if (rc == 0) {
       samples = json_array();
-      rc = jset(prof, "samples", samples);
+      rc = ember__json_set(prof, "samples", samples);
     }
     if (rc == 0) {
       weights = json_array();
-      rc = jset(prof, "weights", weights);
+      rc = ember__json_set(prof, "weights", weights);
     }
     if (rc != 0) goto cleanup;
     for (size_t s = 0; s < nstacks; s++) {
@@ -224,17 +139,17 @@ int ember_export_speedscope(const ember_profile_t *p, ember_buf_t *out) {
         }
         /* Root first, as speedscope wants; Ember stores leaf first. */
         for (size_t d = depth; d-- > 0 && rc == 0;)
-          rc = jpush(stack_json[s], json_integer(group_of[ids[d]]));
+          rc = ember__json_push(stack_json[s], json_integer(group_of[ids[d]]));
         if (rc != 0) goto cleanup;
       }
       /* json_array_append adds a reference: every profile shares the one
        * array per stack. */
       if (json_array_append(samples, stack_json[s]) != 0) rc = -ENOMEM;
-      if (rc == 0) rc = jpush(weights, json_integer(v[t]));
+      if (rc == 0) rc = ember__json_push(weights, json_integer(v[t]));
       if (rc != 0) goto cleanup;
     }
   }
-  rc = dump(root, out);
+  rc = ember__json_dump(root, out);
 
 cleanup:
   if (rc != 0) ember__buf_truncate(out, start);
@@ -479,24 +394,25 @@ int ember_export_tree(const ember_profile_t *p, const ember_tree_opts_t *opts, e
       goto cleanup;
     }
     if (i == 0) {
-      rc = jset(o, "name", json_string("all"));
+      rc = ember__json_set(o, "name", json_string("all"));
     } else {
       const ember_frame_t *f = ember_profile_frame(p, first_of[nd->fn]);
-      rc = jset(o, "name", json_str(names.name[first_of[nd->fn]]));
-      if (rc == 0 && f->module != NULL) rc = jset(o, "module", json_str(f->module));
-      if (rc == 0) rc = jset(o, "kind", json_string(kind_name(f->kind)));
+      rc = ember__json_set(o, "name", ember__json_str(names.name[first_of[nd->fn]]));
+      if (rc == 0 && f->module != NULL)
+        rc = ember__json_set(o, "module", ember__json_str(f->module));
+      if (rc == 0) rc = ember__json_set(o, "kind", json_string(kind_name(f->kind)));
     }
-    if (rc == 0) rc = jset(o, "self", json_integer(nd->self));
-    if (rc == 0) rc = jset(o, "total", json_integer(nd->total));
+    if (rc == 0) rc = ember__json_set(o, "self", json_integer(nd->self));
+    if (rc == 0) rc = ember__json_set(o, "total", json_integer(nd->total));
     if (rc == 0) {
       children = json_array();
-      rc = jset(o, "children", children);
+      rc = ember__json_set(o, "children", children);
     }
     for (size_t c = 0; c < nchildren[i] && rc == 0; c++) {
       uint32_t ci = sibs[child_start[i] + c].idx;
       json_t *co = objs[ci];
       objs[ci] = NULL; /* the array owns it now, even if appending fails */
-      rc = jpush(children, co);
+      rc = ember__json_push(children, co);
     }
     if (rc != 0) goto cleanup;
   }
@@ -507,17 +423,17 @@ int ember_export_tree(const ember_profile_t *p, const ember_tree_opts_t *opts, e
     rc = -ENOMEM;
     goto cleanup;
   }
-  rc = jset(doc, "version", json_integer(1));
-  if (rc == 0) rc = jset(doc, "type", json_string(ember_value_type_name(vt)));
-  if (rc == 0) rc = jset(doc, "unit", json_string(ember_value_type_unit(vt)));
-  if (rc == 0) rc = jset(doc, "total", json_integer(t.nodes[0].total));
-  if (rc == 0) rc = jset(doc, "nodes", json_integer((json_int_t)nkept));
-  if (rc == 0) rc = jset(doc, "truncated", json_boolean(truncated));
+  rc = ember__json_set(doc, "version", json_integer(1));
+  if (rc == 0) rc = ember__json_set(doc, "type", json_string(ember_value_type_name(vt)));
+  if (rc == 0) rc = ember__json_set(doc, "unit", json_string(ember_value_type_unit(vt)));
+  if (rc == 0) rc = ember__json_set(doc, "total", json_integer(t.nodes[0].total));
+  if (rc == 0) rc = ember__json_set(doc, "nodes", json_integer((json_int_t)nkept));
+  if (rc == 0) rc = ember__json_set(doc, "truncated", json_boolean(truncated));
   if (rc == 0) {
-    rc = jset(doc, "root", objs[0]);
+    rc = ember__json_set(doc, "root", objs[0]);
     objs[0] = NULL;
   }
-  if (rc == 0) rc = dump(doc, out);
+  if (rc == 0) rc = ember__json_dump(doc, out);
 
 cleanup:
   if (rc != 0) ember__buf_truncate(out, start);
