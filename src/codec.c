@@ -333,15 +333,22 @@ __attribute__((format(printf, 4, 5))) static int fail(int rc, char *errbuf, size
   return rc;
 }
 
-static int check_text(const char *s, const char *what, size_t idx, char *errbuf,
-                      size_t errbuf_size) {
+static int check_text_len(const char *s, const char *what, size_t idx, size_t *len, char *errbuf,
+                          size_t errbuf_size) {
   size_t n = strlen(s);
   if (n > EMBER_MAX_STRING)
     return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "%s %zu: %zu bytes (at most %u)", what, idx, n,
                 EMBER_MAX_STRING);
   if (!ember__utf8_valid(s, n))
     return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "%s %zu: not valid UTF-8", what, idx);
+  *len = n;
   return 0;
+}
+
+static int check_text(const char *s, const char *what, size_t idx, char *errbuf,
+                      size_t errbuf_size) {
+  size_t n;
+  return check_text_len(s, what, idx, &n, errbuf, errbuf_size);
 }
 
 static int check_str_index(uint32_t idx, size_t nstrings, const char *what, size_t i, char *errbuf,
@@ -351,9 +358,11 @@ static int check_str_index(uint32_t idx, size_t nstrings, const char *what, size
               "%s %zu: string index %u out of range (have %zu strings)", what, i, idx, nstrings);
 }
 
-/* Validate everything in `m` that building a profile relies on. */
-static int validate(const wire_profile_t *m, const ember_codec_limits_t *lim, char *errbuf,
-                    size_t errbuf_size) {
+/* Validate everything in `m` that building a profile relies on. The
+ * strings' lengths go to lens[] (n_strings entries), so building does not
+ * measure them again. */
+static int validate(const wire_profile_t *m, const ember_codec_limits_t *lim, uint32_t *lens,
+                    char *errbuf, size_t errbuf_size) {
   int rc;
   if (m->version == 0 || m->version > EMBER_WIRE_VERSION)
     return fail(EMBER_EVERSION, errbuf, errbuf_size,
@@ -400,7 +409,9 @@ static int validate(const wire_profile_t *m, const ember_codec_limits_t *lim, ch
   if (m->n_strings > 0 && m->strings[0][0] != '\0')
     return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "string 0 must be empty");
   for (size_t i = 0; i < m->n_strings; i++) {
-    if ((rc = check_text(m->strings[i], "string", i, errbuf, errbuf_size)) != 0) return rc;
+    size_t n;
+    if ((rc = check_text_len(m->strings[i], "string", i, &n, errbuf, errbuf_size)) != 0) return rc;
+    lens[i] = (uint32_t)n; /* at most EMBER_MAX_STRING */
   }
   for (size_t i = 0; i < m->n_modules; i++) {
     if ((rc = check_str_index(m->modules[i]->name, m->n_strings, "module", i, errbuf,
@@ -461,20 +472,44 @@ static int validate(const wire_profile_t *m, const ember_codec_limits_t *lim, ch
   return 0;
 }
 
-static const char *str_or_null(const wire_profile_t *m, uint32_t idx) {
-  return idx == 0 || idx >= m->n_strings ? NULL : m->strings[idx];
-}
-
 static const char *text_or_null(const char *s) { return s == NULL || s[0] == '\0' ? NULL : s; }
 
-/* Build a profile from a validated message. */
-static int build(const wire_profile_t *m, ember_profile_t **out, char *errbuf, size_t errbuf_size) {
+/* Building interns each string of the table once, on its first use, and
+ * then builds frames from the interned pointers: a window's ~600 locations
+ * name ~1,000 strings ~2,400 times. */
+typedef struct builder {
+  const wire_profile_t *m;
+  ember_profile_t *p;
+  const uint32_t *lens;
+  const char **str_of; /* interned string of each table index, NULL until used */
+} builder_t;
+
+/* The interned string of table index `idx`; 0 and "" are NULL. An empty
+ * string at another index is "none" too: the encoder writes NULL and "" as
+ * index 0, so anything else would not survive a round trip (two frames
+ * differing only in "" against none would become one). */
+static int str_at(builder_t *b, uint32_t idx, const char **out) {
+  *out = NULL;
+  if (idx == 0 || idx >= b->m->n_strings || b->lens[idx] == 0) return 0;
+  if (b->str_of[idx] == NULL) {
+    int rc = ember_profile_intern_string(b->p, b->m->strings[idx], b->lens[idx], &b->str_of[idx]);
+    if (rc != 0) return rc;
+  }
+  *out = b->str_of[idx];
+  return 0;
+}
+
+/* Build a profile from a validated message. `scratch` is the decode arena. */
+static int build(const wire_profile_t *m, const uint32_t *lens, arena_t *scratch,
+                 ember_profile_t **out, char *errbuf, size_t errbuf_size) {
   ember_value_type_t types[EMBER_MAX_VALUE_TYPES];
   for (size_t i = 0; i < m->n_value_types; i++) types[i] = (ember_value_type_t)m->value_types[i];
   ember_profile_t *p = NULL;
   uint32_t *frame_of = NULL;
+  builder_t b = {m, NULL, lens, NULL};
   int rc = ember_profile_new(types, m->n_value_types, &p);
   if (rc != 0) goto cleanup;
+  b.p = p;
   if (m->labels != NULL) {
     ember_labels_t l = {text_or_null(m->labels->worker), text_or_null(m->labels->version),
                         text_or_null(m->labels->host), text_or_null(m->labels->actor),
@@ -485,28 +520,41 @@ static int build(const wire_profile_t *m, ember_profile_t **out, char *errbuf, s
   ember_profile_set_period(p, m->period_ns);
   rc = ember_profile_set_origin(p, text_or_null(m->agent_id), m->seq, text_or_null(m->session_id));
   if (rc != 0) goto cleanup;
-  if (m->n_locations > 0) {
-    frame_of = ember_malloc(m->n_locations * sizeof *frame_of);
-    if (frame_of == NULL) {
-      rc = -ENOMEM;
-      goto cleanup;
-    }
+  size_t nids = 0;
+  for (size_t i = 0; i < m->n_samples; i++) nids += m->samples[i]->n_locations;
+  /* The message's own counts size the tables (the limits bound them). */
+  rc = ember_profile_reserve(p, m->n_strings, m->n_locations, m->n_samples, nids);
+  if (rc != 0) goto cleanup;
+  rc = -ENOMEM;
+  if (m->n_strings > 0) {
+    b.str_of = arena_alloc(scratch, m->n_strings * sizeof *b.str_of);
+    if (b.str_of == NULL) goto cleanup;
+    memset(b.str_of, 0, m->n_strings * sizeof *b.str_of);
   }
+  if (m->n_locations > 0) {
+    frame_of = arena_alloc(scratch, m->n_locations * sizeof *frame_of);
+    if (frame_of == NULL) goto cleanup;
+  }
+  rc = 0;
   for (size_t i = 0; i < m->n_locations; i++) {
     const wire_location_t *l = m->locations[i];
     ember_frame_t f = {0};
     if (l->function > 0) {
-      f.function = str_or_null(m, m->functions[l->function - 1]->name);
-      f.file = str_or_null(m, m->functions[l->function - 1]->file);
+      const Ember__Wire__V1__Function *fn = m->functions[l->function - 1];
+      if ((rc = str_at(&b, fn->name, &f.function)) != 0 ||
+          (rc = str_at(&b, fn->file, &f.file)) != 0)
+        goto cleanup;
     }
     if (l->module > 0) {
-      f.module = str_or_null(m, m->modules[l->module - 1]->name);
-      f.build_id = str_or_null(m, m->modules[l->module - 1]->build_id);
+      const Ember__Wire__V1__Module *mod = m->modules[l->module - 1];
+      if ((rc = str_at(&b, mod->name, &f.module)) != 0 ||
+          (rc = str_at(&b, mod->build_id, &f.build_id)) != 0)
+        goto cleanup;
     }
     f.address = l->address;
     f.line = l->line;
     f.kind = (ember_frame_kind_t)l->kind;
-    if ((rc = ember_profile_intern_frame(p, &f, &frame_of[i])) != 0) goto cleanup;
+    if ((rc = ember_profile_intern_frame_interned(p, &f, &frame_of[i])) != 0) goto cleanup;
   }
   uint32_t ids[EMBER_MAX_STACK_DEPTH];
   for (size_t i = 0; i < m->n_samples; i++) {
@@ -523,7 +571,6 @@ static int build(const wire_profile_t *m, ember_profile_t **out, char *errbuf, s
   p = NULL;
 cleanup:
   if (rc == -ENOMEM) fail(rc, errbuf, errbuf_size, "out of memory while decoding");
-  ember_free(frame_of);
   ember_profile_free(p);
   return rc;
 }
@@ -550,8 +597,15 @@ int ember_codec_decode(const void *data, size_t len, const ember_codec_limits_t 
     rc = fail(EMBER_ECORRUPT, errbuf, errbuf_size,
               "not a valid ember.wire.v1.Profile message (%zu bytes)", len);
   } else {
-    rc = validate(m, lim, errbuf, errbuf_size);
-    if (rc == 0) rc = build(m, out, errbuf, errbuf_size);
+    /* A table over the limit is refused by validate() before lens is used. */
+    bool want = m->n_strings > 0 && m->n_strings <= lim->max_strings;
+    uint32_t *lens = want ? arena_alloc(&arena, m->n_strings * sizeof *lens) : NULL;
+    if (want && lens == NULL) {
+      rc = fail(-ENOMEM, errbuf, errbuf_size, "out of memory while decoding");
+    } else {
+      rc = validate(m, lim, lens, errbuf, errbuf_size);
+      if (rc == 0) rc = build(m, lens, &arena, out, errbuf, errbuf_size);
+    }
   }
   /* No free_unpacked: the arena holds the whole message. */
   arena_release(&arena);

@@ -33,6 +33,10 @@ int64_t ember__htab_find(const ember__htab_t *t, uint64_t h, ember__htab_eq_fn e
 int ember__htab_insert(ember__htab_t *t, uint64_t h, uint32_t idx, ember__htab_hash_fn hash,
                        const void *ctx);
 
+/* Make room for `n` items without growing again (rehashing what is there
+ * through `hash`). Returns 0 or -ENOMEM; the table is unchanged on failure. */
+int ember__htab_reserve(ember__htab_t *t, size_t n, ember__htab_hash_fn hash, const void *ctx);
+
 /* Fast 64-bit hashing (not cryptographic: keys come from our own
  * profiles; the store's on-disk ids never depend on these values). */
 uint64_t ember__hash_bytes(const void *p, size_t n, uint64_t seed);

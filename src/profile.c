@@ -15,8 +15,20 @@ typedef struct arena_block {
   struct arena_block *next;
   size_t used;
   size_t size;
-  char data[];
+  _Alignas(8) char data[];
 } arena_block_t;
+
+/* Every interned string is stored behind this header, so that a frame's
+ * string pointer leads to its length and content hash in O(1) (the frame
+ * hash and ember_profile_string_len need both). */
+typedef struct str_hdr {
+  uint64_t hash;
+  size_t len;
+} str_hdr_t;
+
+static const str_hdr_t *str_hdr_of(const char *s) {
+  return (const str_hdr_t *)(const void *)(s - sizeof(str_hdr_t));
+}
 
 typedef struct str_entry {
   const char *s;
@@ -278,25 +290,26 @@ static char *arena_alloc(ember_profile_t *p, size_t n) {
   return s;
 }
 
-/* Intern `s` (NULL stays NULL). Strings over EMBER_MAX_STRING are cut, at a
- * byte boundary: names that long are garbage anyway and must not let one
- * frame hold megabytes. */
-static int intern_str(ember_profile_t *p, const char *s, const char **out) {
-  if (s == NULL) {
-    *out = NULL;
-    return 0;
-  }
-  size_t len = strnlen(s, EMBER_MAX_STRING);
+static uint64_t str_content_hash(const char *s, size_t len) {
+  return ember__hash_bytes(s, len, 0x5eed);
+}
+
+/* Intern the `len` bytes at `s` (no NUL among them, len <= EMBER_MAX_STRING). */
+static int intern_len(ember_profile_t *p, const char *s, size_t len, const char **out) {
   str_key_t key = {p, s, len};
-  uint64_t h = ember__hash_bytes(s, len, 0x5eed);
+  uint64_t h = str_content_hash(s, len);
   int64_t found = ember__htab_find(&p->str_index, h, str_eq, &key);
   if (found >= 0) {
     *out = p->strs[found].s;
     return 0;
   }
   if (grow(&p->strs, &p->capstrs, p->nstrs + 1, sizeof *p->strs) != 0) return -ENOMEM;
-  char *c = arena_alloc(p, len + 1);
+  /* Header, bytes and NUL, rounded up so the next header is aligned. */
+  size_t need = (sizeof(str_hdr_t) + len + 1 + 7) & ~(size_t)7;
+  char *c = arena_alloc(p, need);
   if (c == NULL) return -ENOMEM;
+  memcpy(c, &(str_hdr_t){h, len}, sizeof(str_hdr_t));
+  c += sizeof(str_hdr_t);
   memcpy(c, s, len);
   c[len] = '\0';
   p->strs[p->nstrs] = (str_entry_t){c, len, h};
@@ -308,6 +321,24 @@ static int intern_str(ember_profile_t *p, const char *s, const char **out) {
   return 0;
 }
 
+/* Intern `s` (NULL stays NULL). Strings over EMBER_MAX_STRING are cut, at a
+ * byte boundary: names that long are garbage anyway and must not let one
+ * frame hold megabytes. */
+static int intern_str(ember_profile_t *p, const char *s, const char **out) {
+  if (s == NULL) {
+    *out = NULL;
+    return 0;
+  }
+  return intern_len(p, s, strnlen(s, EMBER_MAX_STRING), out);
+}
+
+int ember_profile_intern_string(ember_profile_t *p, const char *s, size_t len, const char **out) {
+  if (p == NULL || s == NULL || out == NULL) return -EINVAL;
+  return intern_len(p, s, strnlen(s, len < EMBER_MAX_STRING ? len : EMBER_MAX_STRING), out);
+}
+
+size_t ember_profile_string_len(const char *s) { return s == NULL ? 0 : str_hdr_of(s)->len; }
+
 /* --- frames --- */
 
 typedef struct frame_key {
@@ -315,12 +346,17 @@ typedef struct frame_key {
   const ember_frame_t *f; /* with interned strings */
 } frame_key_t;
 
+static uint64_t str_hash_or_0(const char *s) { return s == NULL ? 0 : str_hdr_of(s)->hash; }
+
+/* Hashes the content, not the pointers (the strings' content hashes are in
+ * their headers), so equal frames of different profiles hash the same and
+ * ember_profile_frame_hash can hand this value out. */
 static uint64_t frame_hash_of(const ember_frame_t *f) {
   uint64_t h = 0xf4a3e;
-  h = ember__hash_mix(h, (uint64_t)(uintptr_t)f->function);
-  h = ember__hash_mix(h, (uint64_t)(uintptr_t)f->file);
-  h = ember__hash_mix(h, (uint64_t)(uintptr_t)f->module);
-  h = ember__hash_mix(h, (uint64_t)(uintptr_t)f->build_id);
+  h = ember__hash_mix(h, str_hash_or_0(f->function));
+  h = ember__hash_mix(h, str_hash_or_0(f->file));
+  h = ember__hash_mix(h, str_hash_or_0(f->module));
+  h = ember__hash_mix(h, str_hash_or_0(f->build_id));
   h = ember__hash_mix(h, f->address);
   h = ember__hash_mix(h, ((uint64_t)f->line << 8) | (uint64_t)f->kind);
   return h;
@@ -340,15 +376,10 @@ static uint64_t frame_rehash(const void *ctx, uint32_t idx) {
   return k->p->frame_hashes[idx];
 }
 
-int ember_profile_intern_frame(ember_profile_t *p, const ember_frame_t *f, uint32_t *id) {
-  if (p == NULL || f == NULL || id == NULL || (unsigned)f->kind > EMBER_FRAME_KIND_MAX)
-    return -EINVAL;
-  ember_frame_t c = *f;
-  if (intern_str(p, f->function, &c.function) != 0 || intern_str(p, f->file, &c.file) != 0 ||
-      intern_str(p, f->module, &c.module) != 0 || intern_str(p, f->build_id, &c.build_id) != 0)
-    return -ENOMEM;
-  frame_key_t key = {p, &c};
-  uint64_t h = frame_hash_of(&c);
+/* Intern `c`, whose strings are already interned in p. */
+static int intern_frame(ember_profile_t *p, const ember_frame_t *c, uint32_t *id) {
+  frame_key_t key = {p, c};
+  uint64_t h = frame_hash_of(c);
   int64_t found = ember__htab_find(&p->frame_index, h, frame_eq, &key);
   if (found >= 0) {
     *id = (uint32_t)found;
@@ -360,12 +391,32 @@ int ember_profile_intern_frame(ember_profile_t *p, const ember_frame_t *f, uint3
   cap = p->capframes;
   if (grow(&p->frame_hashes, &cap, p->nframes + 1, sizeof *p->frame_hashes) != 0) return -ENOMEM;
   p->capframes = cap;
-  p->frames[p->nframes] = c;
+  p->frames[p->nframes] = *c;
   p->frame_hashes[p->nframes] = h;
   if (ember__htab_insert(&p->frame_index, h, (uint32_t)p->nframes, frame_rehash, &key) != 0)
     return -ENOMEM;
   *id = (uint32_t)p->nframes++;
   return 0;
+}
+
+int ember_profile_intern_frame(ember_profile_t *p, const ember_frame_t *f, uint32_t *id) {
+  if (p == NULL || f == NULL || id == NULL || (unsigned)f->kind > EMBER_FRAME_KIND_MAX)
+    return -EINVAL;
+  ember_frame_t c = *f;
+  if (intern_str(p, f->function, &c.function) != 0 || intern_str(p, f->file, &c.file) != 0 ||
+      intern_str(p, f->module, &c.module) != 0 || intern_str(p, f->build_id, &c.build_id) != 0)
+    return -ENOMEM;
+  return intern_frame(p, &c, id);
+}
+
+int ember_profile_intern_frame_interned(ember_profile_t *p, const ember_frame_t *f, uint32_t *id) {
+  if (p == NULL || f == NULL || id == NULL || (unsigned)f->kind > EMBER_FRAME_KIND_MAX)
+    return -EINVAL;
+  return intern_frame(p, f, id);
+}
+
+uint64_t ember_profile_frame_hash(const ember_profile_t *p, uint32_t id) {
+  return id < p->nframes ? p->frame_hashes[id] : 0;
 }
 
 size_t ember_profile_nframes(const ember_profile_t *p) { return p->nframes; }
@@ -444,6 +495,43 @@ int ember_profile_add(ember_profile_t *p, const ember_frame_t *frames, size_t de
     if (rc != 0) return rc;
   }
   return ember_profile_add_ids(p, ids, depth, values, NULL);
+}
+
+int ember_profile_reserve(ember_profile_t *p, size_t nstrings, size_t nframes, size_t nstacks,
+                          size_t nids) {
+  if (p == NULL) return -EINVAL;
+  /* Only hints: capped so that a hostile count cannot ask for gigabytes
+   * before any of it is used. */
+  const size_t cap = (size_t)1 << 20;
+  nstrings = nstrings < cap ? nstrings : cap;
+  nframes = nframes < cap ? nframes : cap;
+  nstacks = nstacks < cap ? nstacks : cap;
+  nids = nids < cap * 4 ? nids : cap * 4;
+  str_key_t sk = {p, NULL, 0};
+  frame_key_t fk = {p, NULL};
+  stack_key_t kk = {p, NULL, 0};
+  size_t cap2;
+  if (grow(&p->strs, &p->capstrs, p->nstrs + nstrings, sizeof *p->strs) != 0 ||
+      ember__htab_reserve(&p->str_index, p->nstrs + nstrings, str_hash, &sk) != 0)
+    return -ENOMEM;
+  cap2 = p->capframes;
+  if (grow(&p->frames, &cap2, p->nframes + nframes, sizeof *p->frames) != 0) return -ENOMEM;
+  cap2 = p->capframes;
+  if (grow(&p->frame_hashes, &cap2, p->nframes + nframes, sizeof *p->frame_hashes) != 0)
+    return -ENOMEM;
+  p->capframes = cap2;
+  if (ember__htab_reserve(&p->frame_index, p->nframes + nframes, frame_rehash, &fk) != 0)
+    return -ENOMEM;
+  cap2 = p->capstacks;
+  if (grow(&p->stacks, &cap2, p->nstacks + nstacks, sizeof *p->stacks) != 0) return -ENOMEM;
+  cap2 = p->capstacks;
+  if (grow(&p->values, &cap2, p->nstacks + nstacks, p->ntypes * sizeof *p->values) != 0)
+    return -ENOMEM;
+  p->capstacks = cap2;
+  if (grow(&p->ids, &p->capids, p->nids + nids, sizeof *p->ids) != 0 ||
+      ember__htab_reserve(&p->stack_index, p->nstacks + nstacks, stack_rehash, &kk) != 0)
+    return -ENOMEM;
+  return 0;
 }
 
 size_t ember_profile_nstacks(const ember_profile_t *p) { return p->nstacks; }

@@ -12,10 +12,14 @@ void ember__dcache_clear(ember__dcache_t *c) {
   *c = (ember__dcache_t){0};
 }
 
+/* The full hash is compared first, so a probe past another entry does not
+ * touch that entry's bytes (another cache miss). */
 static bool dent_eq(const void *ctx, uint32_t idx) {
   const ember__dcache_t *c = ctx;
   const struct ember__dent *e = &c->ents[idx];
-  return e->len == c->key_len && memcmp(c->bytes + e->off, c->key, e->len) == 0;
+  if (e->hash != c->key_hash || e->len != c->key_len) return false;
+  if (c->match) return c->match(c->match_ctx, c->bytes + e->off, e->len);
+  return memcmp(c->bytes + e->off, c->key, e->len) == 0;
 }
 
 static uint64_t dent_hash(const void *ctx, uint32_t idx) {
@@ -27,10 +31,49 @@ int ember__dcache_find(ember__dcache_t *c, uint64_t hash, const void *p, size_t 
   if (!c->n) return 0;
   c->key = p;
   c->key_len = n;
+  c->key_hash = hash;
+  c->match = NULL;
   int64_t i = ember__htab_find(&c->index, hash, dent_eq, c);
   if (i < 0) return 0;
   *id = c->ents[i].id;
   return 1;
+}
+
+int ember__dcache_find_match(ember__dcache_t *c, uint64_t hash, size_t n,
+                             ember__dcache_match_fn match, const void *ctx, uint32_t *id) {
+  if (!c->n) return 0;
+  c->key = NULL;
+  c->key_len = n;
+  c->key_hash = hash;
+  c->match = match;
+  c->match_ctx = ctx;
+  int64_t i = ember__htab_find(&c->index, hash, dent_eq, c);
+  c->match = NULL;
+  if (i < 0) return 0;
+  *id = c->ents[i].id;
+  return 1;
+}
+
+void ember__dcache_prefetch(const ember__dcache_t *c, uint64_t hash) {
+  if (c->index.slots) __builtin_prefetch(&c->index.slots[hash & c->index.mask]);
+}
+
+void ember__dcache_prefetch_entry(const ember__dcache_t *c, uint64_t hash) {
+  if (!c->index.slots) return;
+  uint32_t s = c->index.slots[hash & c->index.mask];
+  if (s == 0) return;
+  const struct ember__dent *e = &c->ents[s - 1];
+  __builtin_prefetch(e);
+}
+
+void ember__dcache_prefetch_bytes(const ember__dcache_t *c, uint64_t hash) {
+  if (!c->index.slots) return;
+  uint32_t s = c->index.slots[hash & c->index.mask];
+  if (s == 0) return;
+  const struct ember__dent *e = &c->ents[s - 1];
+  if (e->hash != hash) return;
+  __builtin_prefetch(c->bytes + e->off);
+  __builtin_prefetch(c->bytes + e->off + 64);
 }
 
 static int grow(void *arr, size_t *cap, size_t need, size_t elem) {

@@ -12,6 +12,7 @@
 #ifndef EMBER_STORE_DCACHE_H
 #define EMBER_STORE_DCACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,11 +34,29 @@ typedef struct ember__dcache {
   ember__htab_t index;
   const uint8_t *key; /* the content being looked up */
   size_t key_len;
+  uint64_t key_hash;
+  bool (*match)(const void *ctx, const uint8_t *p, size_t n); /* or NULL: memcmp key */
+  const void *match_ctx;
 } ember__dcache_t;
+
+/* Does the cached content p[0..n) equal the key the caller has in mind? */
+typedef bool (*ember__dcache_match_fn)(const void *ctx, const uint8_t *p, size_t n);
 
 void ember__dcache_clear(ember__dcache_t *c);
 /* 1 and *id if `p` is cached, else 0. */
 int ember__dcache_find(ember__dcache_t *c, uint64_t hash, const void *p, size_t n, uint32_t *id);
+/* As ember__dcache_find, for a caller that has not encoded its key: the
+ * content it looks for is `n` bytes long and `match` compares a cached
+ * content with it, byte for byte (the hash only finds candidates). `hash`
+ * must be the one the entry was added with. */
+int ember__dcache_find_match(ember__dcache_t *c, uint64_t hash, size_t n,
+                             ember__dcache_match_fn match, const void *ctx, uint32_t *id);
+/* Start loading what a later find of `hash` will read: the index slot,
+ * then (once that is in cache) the entry, then its first bytes. Lookups of
+ * a whole window's frames overlap their cache misses this way. */
+void ember__dcache_prefetch(const ember__dcache_t *c, uint64_t hash);
+void ember__dcache_prefetch_entry(const ember__dcache_t *c, uint64_t hash);
+void ember__dcache_prefetch_bytes(const ember__dcache_t *c, uint64_t hash);
 /* Remember p -> id. Never fails: on no memory the cache is emptied. */
 void ember__dcache_add(ember__dcache_t *c, uint64_t hash, const void *p, size_t n, uint32_t id);
 

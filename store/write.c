@@ -36,8 +36,12 @@ typedef struct wctx {
   MDB_txn *txn;
   ember__out_t buf; /* encoded frame, stack, label set */
   ember__out_t row; /* encoded profile row */
-  uint32_t *fmap;   /* profile frame id -> store frame id (UINT32_MAX = not yet) */
+  uint32_t *fmap;   /* profile frame id -> store frame id (UINT32_MAX = unused) */
   size_t fmap_cap;
+  uint32_t *used; /* profile frame ids used by a stack, in order of first use */
+  size_t used_cap;
+  uint64_t *fhash; /* their content hashes */
+  size_t fhash_cap;
   struct ent {
     uint32_t id;    /* store stack id */
     uint32_t local; /* profile stack id */
@@ -105,19 +109,14 @@ static int save_counters(wctx_t *w) {
   return 0;
 }
 
-/* Find the id of the content w->buf in the dictionary (index `idx` of
- * content hash -> ids, data `data` of id -> content), creating it from
- * counter `ctr` if absent. The cache is keyed by a fast in-memory hash;
- * the slower on-disk hash is computed only on a cache miss. */
-static int intern(wctx_t *w, ember__db_t idx, ember__db_t data, int ctr, uint32_t *id,
-                  bool *created) {
+/* Find the id of the content w->buf, which the cache `ctr` does not hold
+ * under its in-memory hash `fast`, in the dictionary (index `idx` of content
+ * hash -> ids, data `data` of id -> content), creating it from counter
+ * `ctr` if absent, and cache it. */
+static int intern_uncached(wctx_t *w, ember__db_t idx, ember__db_t data, int ctr, uint64_t fast,
+                           uint32_t *id, bool *created) {
   uint8_t hkey[8], ikey[4];
   ember__dcache_t *cache = &w->s->cache[ctr];
-  uint64_t fast = ember__hash_bytes(w->buf.data, w->buf.len, 0);
-  if (ember__dcache_find(cache, fast, w->buf.data, w->buf.len, id)) {
-    *created = false;
-    return 0;
-  }
   uint64_t hash =
       ember__store_hash_final(ember__store_hash(EMBER_STORE_HASH_SEED, w->buf.data, w->buf.len));
   ember__put_be64(hkey, hash);
@@ -169,6 +168,18 @@ cleanup:
   return rc;
 }
 
+/* As intern_uncached, looking in the cache first. The cache is keyed by a
+ * fast in-memory hash; the slower on-disk hash is computed only on a miss. */
+static int intern(wctx_t *w, ember__db_t idx, ember__db_t data, int ctr, uint32_t *id,
+                  bool *created) {
+  uint64_t fast = ember__hash_bytes(w->buf.data, w->buf.len, 0);
+  if (ember__dcache_find(&w->s->cache[ctr], fast, w->buf.data, w->buf.len, id)) {
+    *created = false;
+    return 0;
+  }
+  return intern_uncached(w, idx, data, ctr, fast, id, created);
+}
+
 static int series_id(wctx_t *w, const ember_labels_t *l, uint32_t *sid) {
   const char *labels[EMBER__NLABELS] = {l->worker, l->version, l->host, l->actor};
   bool created = false;
@@ -187,20 +198,110 @@ static int series_id(wctx_t *w, const ember_labels_t *l, uint32_t *sid) {
   return rc;
 }
 
-static int frame_id(wctx_t *w, const ember_frame_t *f, uint32_t *fid) {
-  uint8_t fixed[1 + 4 + 8];
-  fixed[0] = (uint8_t)f->kind;
-  ember__put_be32(fixed + 1, f->line);
-  ember__put_be64(fixed + 5, f->address);
+/* A profile frame as the frame cache compares it: its fields and string
+ * lengths, without encoding it. */
+typedef struct frame_key {
+  const ember_frame_t *f;
+  const char *str[4];
+  size_t len[4];
+  uint8_t fixed[1 + 4 + 8]; /* kind, be32 line, be64 address */
+} frame_key_t;
+
+/* Fill `k` for `f` and return the length of f's encoding. */
+static size_t frame_key(frame_key_t *k, const ember_frame_t *f) {
+  k->f = f;
+  k->str[0] = f->function;
+  k->str[1] = f->file;
+  k->str[2] = f->module;
+  k->str[3] = f->build_id;
+  k->fixed[0] = (uint8_t)f->kind;
+  ember__put_be32(k->fixed + 1, f->line);
+  ember__put_be64(k->fixed + 5, f->address);
+  size_t n = sizeof k->fixed;
+  for (int i = 0; i < 4; i++) {
+    /* Profile strings know their length; no strlen. */
+    k->len[i] = ember_profile_string_len(k->str[i]);
+    n += k->str[i] ? k->len[i] + 2 : 1;
+  }
+  return n;
+}
+
+/* Is the cached encoded frame p[0..n) the frame of `ctx`? Byte for byte,
+ * as a memcmp of the encodings would be; the caller checked n. */
+static bool frame_match(const void *ctx, const uint8_t *p, size_t n) {
+  const frame_key_t *k = ctx;
+  (void)n;
+  if (memcmp(p, k->fixed, sizeof k->fixed) != 0) return false;
+  p += sizeof k->fixed;
+  for (int i = 0; i < 4; i++) {
+    if (k->str[i] == NULL) {
+      if (*p++ != 0) return false;
+      continue;
+    }
+    /* The string's NUL is compared too, so a longer cached string fails. */
+    if (*p++ != 1 || memcmp(p, k->str[i], k->len[i] + 1) != 0) return false;
+    p += k->len[i] + 1;
+  }
+  return true;
+}
+
+/* The store id of frame `local` of `p`. The frame cache is keyed by the
+ * profile's content hash of the frame (ember_profile_frame_hash), so a hit
+ * costs no encoding and no hashing, only the byte-for-byte comparison. */
+static int frame_id(wctx_t *w, const ember_profile_t *p, uint32_t local, uint64_t hash,
+                    uint32_t *fid) {
+  frame_key_t key;
+  size_t n = frame_key(&key, ember_profile_frame(p, local));
+  if (ember__dcache_find_match(&w->s->cache[CTR_FRAME], hash, n, frame_match, &key, fid)) return 0;
+  int rc = grow(&w->buf.data, &w->buf.cap, n, 1);
+  if (rc < 0) return rc;
+  uint8_t *o = w->buf.data;
+  memcpy(o, key.fixed, sizeof key.fixed);
+  o += sizeof key.fixed;
+  for (int i = 0; i < 4; i++) {
+    *o++ = key.str[i] != NULL;
+    if (key.str[i] == NULL) continue;
+    memcpy(o, key.str[i], key.len[i] + 1);
+    o += key.len[i] + 1;
+  }
+  w->buf.len = n;
   bool created;
-  w->buf.len = 0;
-  int rc = ember__out_bytes(&w->buf, fixed, sizeof fixed);
-  if (rc == 0) rc = ember__out_str(&w->buf, f->function);
-  if (rc == 0) rc = ember__out_str(&w->buf, f->file);
-  if (rc == 0) rc = ember__out_str(&w->buf, f->module);
-  if (rc == 0) rc = ember__out_str(&w->buf, f->build_id);
-  if (rc == 0) rc = intern(w, EMBER__DB_FRAMES_IDX, EMBER__DB_FRAMES, CTR_FRAME, fid, &created);
-  return rc;
+  return intern_uncached(w, EMBER__DB_FRAMES_IDX, EMBER__DB_FRAMES, CTR_FRAME, hash, fid, &created);
+}
+
+/* Map every frame that a stack of `p` uses to its store id in w->fmap,
+ * in order of first use (so new ids are given in the order they were
+ * before). The lookups of one window overlap their cache misses: the
+ * dictionary cache is tens of MiB, so each lookup would otherwise wait for
+ * its index slot, then its entry, then its bytes. */
+static int map_frames(wctx_t *w, const ember_profile_t *p) {
+  size_t nframes = ember_profile_nframes(p), nstacks = ember_profile_nstacks(p), nused = 0;
+  int rc = grow(&w->fmap, &w->fmap_cap, nframes, sizeof *w->fmap);
+  if (rc == 0) rc = grow(&w->used, &w->used_cap, nframes, sizeof *w->used);
+  if (rc == 0) rc = grow(&w->fhash, &w->fhash_cap, nframes, sizeof *w->fhash);
+  if (rc < 0) return rc;
+  if (nframes) memset(w->fmap, 0xff, nframes * sizeof *w->fmap);
+  for (size_t i = 0; i < nstacks; i++) {
+    const uint32_t *fr;
+    size_t depth;
+    ember_profile_stack(p, (uint32_t)i, &fr, &depth, NULL);
+    for (size_t d = 0; d < depth; d++) {
+      if (w->fmap[fr[d]] != UINT32_MAX) continue;
+      w->fmap[fr[d]] = 0; /* seen; every seen frame is mapped below */
+      w->used[nused++] = fr[d];
+    }
+  }
+  for (size_t i = 0; i < nused; i++) w->fhash[i] = ember_profile_frame_hash(p, w->used[i]);
+  const ember__dcache_t *c = &w->s->cache[CTR_FRAME];
+  enum { AHEAD = 4 };
+  for (size_t i = 0; i < nused; i++) {
+    if (i + 3 * AHEAD < nused) ember__dcache_prefetch(c, w->fhash[i + 3 * AHEAD]);
+    if (i + 2 * AHEAD < nused) ember__dcache_prefetch_entry(c, w->fhash[i + 2 * AHEAD]);
+    if (i + AHEAD < nused) ember__dcache_prefetch_bytes(c, w->fhash[i + AHEAD]);
+    rc = frame_id(w, p, w->used[i], w->fhash[i], &w->fmap[w->used[i]]);
+    if (rc < 0) return rc;
+  }
+  return 0;
 }
 
 static size_t put_varint(uint8_t *o, uint64_t v) {
@@ -210,19 +311,12 @@ static size_t put_varint(uint8_t *o, uint64_t v) {
   return n;
 }
 
-static int stack_id(wctx_t *w, const ember_profile_t *p, const uint32_t *frames, size_t depth,
-                    uint32_t *id) {
+static int stack_id(wctx_t *w, const uint32_t *frames, size_t depth, uint32_t *id) {
   uint32_t ids[EMBER_MAX_STACK_DEPTH];
   int rc;
-  /* The profile guarantees depth <= EMBER_MAX_STACK_DEPTH and valid ids. */
-  for (size_t i = 0; i < depth; i++) {
-    uint32_t *m = &w->fmap[frames[i]];
-    if (*m == UINT32_MAX) {
-      rc = frame_id(w, ember_profile_frame(p, frames[i]), m);
-      if (rc < 0) return rc;
-    }
-    ids[i] = *m;
-  }
+  /* The profile guarantees depth <= EMBER_MAX_STACK_DEPTH and valid ids;
+   * map_frames() mapped every frame a stack uses. */
+  for (size_t i = 0; i < depth; i++) ids[i] = w->fmap[frames[i]];
   /* Written straight into the buffer: a varint of a 32-bit id (and of the
    * depth) takes at most 5 bytes. */
   rc = grow(&w->buf.data, &w->buf.cap, 5 * (depth + 1), 1);
@@ -465,21 +559,20 @@ static int write_one(wctx_t *w, const ember_profile_t *p, int64_t retained, bool
   int64_t period = ember_profile_period(p);
   h.period_ns = period > 0 ? (uint64_t)period : 0;
 
-  size_t nframes = ember_profile_nframes(p), nstacks = ember_profile_nstacks(p);
+  size_t nstacks = ember_profile_nstacks(p);
   unsigned nt = h.ntypes;
-  rc = grow(&w->fmap, &w->fmap_cap, nframes, sizeof *w->fmap);
+  rc = map_frames(w, p);
   if (rc == 0) rc = grow(&w->ents, &w->ents_cap, nstacks, sizeof *w->ents);
   if (rc == 0) rc = grow(&w->wids, &w->wids_cap, nstacks, sizeof *w->wids);
   if (rc == 0) rc = grow(&w->wvals, &w->wvals_cap, nstacks * nt, sizeof *w->wvals);
   if (rc < 0) return rc;
-  if (nframes) memset(w->fmap, 0xff, nframes * sizeof *w->fmap);
   for (size_t i = 0; i < nstacks; i++) {
     const uint32_t *fr;
     const int64_t *vals;
     size_t depth;
     ember_profile_stack(p, (uint32_t)i, &fr, &depth, &vals);
     w->ents[i].local = (uint32_t)i;
-    rc = stack_id(w, p, fr, depth, &w->ents[i].id);
+    rc = stack_id(w, fr, depth, &w->ents[i].id);
     if (rc < 0) return rc;
   }
   /* Distinct profile stacks have distinct contents, and equal contents get
@@ -588,6 +681,8 @@ cleanup:
   ember__out_free(&w.buf);
   ember__out_free(&w.row);
   ember_free(w.fmap);
+  ember_free(w.used);
+  ember_free(w.fhash);
   ember_free(w.ents);
   ember_free(w.wids);
   ember_free(w.wvals);

@@ -123,6 +123,33 @@ EMBER_API size_t ember_profile_nframes(const ember_profile_t *p);
 /* Borrowed until the profile is freed; NULL if id is out of range. */
 EMBER_API const ember_frame_t *ember_profile_frame(const ember_profile_t *p, uint32_t id);
 
+/* Intern the string of at most `len` bytes at `s` (it ends at a NUL
+ * before that; cut at EMBER_MAX_STRING) and return the profile's copy, valid
+ * until the profile is freed. Equal strings get the same pointer, so the
+ * result can go into a frame for ember_profile_intern_frame_interned.
+ * Returns 0, -EINVAL or -ENOMEM. */
+EMBER_API int ember_profile_intern_string(ember_profile_t *p, const char *s, size_t len,
+                                          const char **out);
+/* As ember_profile_intern_frame, without copying the strings: each must be
+ * NULL or a pointer that ember_profile_intern_string (or a frame) of this
+ * same profile returned. For decoders that intern a string table once. */
+EMBER_API int ember_profile_intern_frame_interned(ember_profile_t *p, const ember_frame_t *f,
+                                                  uint32_t *id);
+/* A 64-bit hash of frame `id`'s content (every field; string bytes, not
+ * pointers): equal frames of any two profiles have equal hashes within one
+ * build of Ember. Not stable across versions, so never store it; never
+ * proof of equality. 0 if id is out of range. */
+EMBER_API uint64_t ember_profile_frame_hash(const ember_profile_t *p, uint32_t id);
+/* strlen of a string held by a profile (a frame's field or a result of
+ * ember_profile_intern_string), in O(1); 0 for NULL. Only for such strings. */
+EMBER_API size_t ember_profile_string_len(const char *s);
+/* Make room for that many more strings, frames, distinct stacks and stack
+ * frame ids, so that filling a profile of known size does not regrow its
+ * tables. Only a hint (large counts are capped). Returns 0, -EINVAL or
+ * -ENOMEM. */
+EMBER_API int ember_profile_reserve(ember_profile_t *p, size_t nstrings, size_t nframes,
+                                    size_t nstacks, size_t nids);
+
 /* Add `values` (one per value type, each >= 0) to the stack `frame_ids`
  * (leaf first, 1..EMBER_MAX_STACK_DEPTH ids from this profile). Returns 0,
  * -EINVAL (bad id, depth, or negative value), -ERANGE (a sum would

@@ -321,6 +321,46 @@ static void test_codec_rejects_out_of_range(void **state) {
   expect_error(overflow, EMBER_ECORRUPT, "overflow");
 }
 
+/* An empty string at a non-zero index (or one that starts with a NUL) means
+ * "none", as index 0 does: otherwise a frame naming it and one naming
+ * nothing would be two frames that re-encode as one (found by the fuzzer). */
+static char text_empty[] = "";
+static void test_codec_empty_string_is_none(void **state) {
+  (void)state;
+  ember_profile_t *p = sample_profile();
+  ember_buf_t b;
+  encode(p, &b);
+  arena_t arena = {.n = 0};
+  ProtobufCAllocator alloc = {arena_alloc, arena_nofree, &arena};
+  Ember__Wire__V1__Profile *m =
+      ember__wire__v1__profile__unpack(&alloc, b.len, (const uint8_t *)b.data);
+  assert_non_null(m);
+  assert_true(m->n_functions > 0);
+  m->strings[m->functions[0]->name] = text_empty;
+  size_t n = ember__wire__v1__profile__get_packed_size(m);
+  uint8_t *out = malloc(n);
+  ember__wire__v1__profile__pack(m, out);
+  ember_profile_t *q = NULL, *r = NULL;
+  char err[256] = "";
+  assert_int_equal(ember_codec_decode(out, n, NULL, &q, err, sizeof err), 0);
+  for (uint32_t i = 0; i < ember_profile_nframes(q); i++) {
+    const char *fn = ember_profile_frame(q, i)->function;
+    assert_true(fn == NULL || fn[0] != '\0');
+  }
+  ember_buf_t c;
+  encode(q, &c);
+  assert_int_equal(ember_codec_decode(c.data, c.len, NULL, &r, err, sizeof err), 0);
+  assert_int_equal(ember_profile_nframes(r), ember_profile_nframes(q));
+  assert_int_equal(ember_profile_nstacks(r), ember_profile_nstacks(q));
+  free(out);
+  for (size_t i = 0; i < arena.n; i++) free(arena.blocks[i]);
+  ember_buf_free(&b);
+  ember_buf_free(&c);
+  ember_profile_free(p);
+  ember_profile_free(q);
+  ember_profile_free(r);
+}
+
 static void test_codec_survives_allocation_failures(void **state) {
   (void)state;
   ember_profile_t *p = sample_profile();
@@ -391,6 +431,7 @@ int main(void) {
       cmocka_unit_test(test_codec_every_truncation_is_an_error),
       cmocka_unit_test(test_codec_oversized_input),
       cmocka_unit_test(test_codec_rejects_out_of_range),
+      cmocka_unit_test(test_codec_empty_string_is_none),
       cmocka_unit_test(test_codec_survives_allocation_failures),
       cmocka_unit_test(test_codec_target_round_trip),
   };

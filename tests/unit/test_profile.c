@@ -340,6 +340,52 @@ static void test_profile_many_stacks(void **state) {
   ember_profile_free(p);
 }
 
+/* Interned strings and frames built from them, as the decoder uses them;
+ * the content hash is equal across profiles and differs with any field. */
+static void test_profile_interned_strings_and_frame_hash(void **state) {
+  (void)state;
+  ember_profile_t *a = new_cpu(), *b = new_cpu();
+  assert_int_equal(ember_profile_reserve(a, 10, 10, 10, 100), 0);
+  const char *s1 = NULL, *s2 = NULL, *s3 = NULL;
+  assert_int_equal(ember_profile_intern_string(a, "main.c and more", 6, &s1), 0);
+  assert_string_equal(s1, "main.c");
+  assert_int_equal(ember_profile_string_len(s1), 6);
+  assert_int_equal(ember_profile_intern_string(a, "main.c", 100, &s2), 0);
+  assert_ptr_equal(s1, s2);
+  assert_int_equal(ember_profile_intern_string(a, "", 0, &s3), 0);
+  assert_string_equal(s3, "");
+  assert_int_equal(ember_profile_string_len(s3), 0);
+  assert_int_equal(ember_profile_string_len(NULL), 0);
+
+  ember_frame_t f = fn("work");
+  uint32_t ia, ib, ic;
+  assert_int_equal(ember_profile_intern_frame(a, &f, &ia), 0);
+  assert_int_equal(ember_profile_intern_frame(b, &f, &ib), 0);
+  assert_int_equal(ember_profile_frame_hash(a, ia), ember_profile_frame_hash(b, ib));
+  assert_int_equal(ember_profile_string_len(ember_profile_frame(a, ia)->build_id), 4);
+  /* The same frame from interned pointers is the same id. */
+  ember_frame_t g = *ember_profile_frame(a, ia);
+  assert_int_equal(ember_profile_intern_frame_interned(a, &g, &ic), 0);
+  assert_int_equal(ic, ia);
+  g.line = 2;
+  assert_int_equal(ember_profile_intern_frame_interned(a, &g, &ic), 0);
+  assert_int_not_equal(ic, ia);
+  assert_int_not_equal(ember_profile_frame_hash(a, ic), ember_profile_frame_hash(a, ia));
+  g.line = 1;
+  g.file = NULL;
+  assert_int_equal(ember_profile_intern_frame_interned(a, &g, &ic), 0);
+  assert_int_not_equal(ember_profile_frame_hash(a, ic), ember_profile_frame_hash(a, ia));
+  g.file = s3; /* "" is not NULL */
+  uint32_t id2;
+  assert_int_equal(ember_profile_intern_frame_interned(a, &g, &id2), 0);
+  assert_int_not_equal(id2, ic);
+  assert_int_equal(ember_profile_frame_hash(a, 999), 0);
+  assert_int_equal(ember_profile_intern_string(NULL, "x", 1, &s1), -EINVAL);
+  assert_int_equal(ember_profile_reserve(NULL, 1, 1, 1, 1), -EINVAL);
+  ember_profile_free(a);
+  ember_profile_free(b);
+}
+
 /* Fail the Nth allocation for every N: each call fails cleanly or succeeds,
  * and ASan (in the sanitizer build) proves nothing leaks on any path. */
 static void test_profile_survives_allocation_failures(void **state) {
@@ -385,6 +431,7 @@ int main(void) {
       cmocka_unit_test(test_profile_merge_keeps_period_only_when_equal),
       cmocka_unit_test(test_profile_top_self_and_total),
       cmocka_unit_test(test_profile_many_stacks),
+      cmocka_unit_test(test_profile_interned_strings_and_frame_hash),
       cmocka_unit_test(test_profile_survives_allocation_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
