@@ -194,6 +194,9 @@ static uint64_t agent_seq[NHOSTS];
 
 /* One 10 s window of worker w starting at `start`; *samples gets its
  * sample count. */
+/* Each worker's CPU use in percent of its CPUs; 0 = 25-55 %, drawn per window. */
+static uint64_t util_pct;
+
 static ember_profile_t *make_window(const worker_t *w, size_t widx, int64_t start,
                                     uint64_t *samples) {
   static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
@@ -205,8 +208,11 @@ static ember_profile_t *make_window(const worker_t *w, size_t widx, int64_t star
   ember_profile_set_window(p, start, start + WIN);
   ember_profile_set_period(p, PERIOD);
   ember_profile_set_origin(p, w->agent, ++agent_seq[widx % NHOSTS], NULL);
-  /* 19 Hz x cpus x 10 s at 25-55% utilisation: about 50-400 samples. */
-  uint64_t n = 190u * w->cpus * (25 + next_rand() % 31) / 100;
+  /* 19 Hz x cpus x 10 s at 25-55% utilisation: about 50-400 samples
+   * (--util P: P% each, for lighter workers). */
+  uint64_t pct = util_pct ? util_pct : 25 + next_rand() % 31;
+  uint64_t n = 190u * w->cpus * pct / 100;
+  if (n == 0) n = 1;
   *samples = n;
   int64_t count[NSTACKS] = {0}, cpu_ns[NSTACKS] = {0};
   for (uint64_t i = 0; i < n; i++) {
@@ -282,7 +288,7 @@ static double run_pprof(const char *go, const char *dir, size_t nfiles) {
 
 static void usage(void) {
   fprintf(stderr, "usage: bench_store [--quick] [--workers N] [--minutes M] [--days D] "
-                  "[--no-peer] [--dir DIR]\n");
+                  "[--util PCT] [--no-peer] [--dir DIR]\n");
   exit(2);
 }
 
@@ -320,6 +326,7 @@ static double merge_best(ember_store_t *s, const char *worker, int64_t from, int
 
 int main(int argc, char **argv) {
   uint64_t nworkers = 200, minutes = 60, days = 7;
+  util_pct = 0;
   bool peer = true;
   const char *dir = "/tmp";
   for (int i = 1; i < argc; i++) {
@@ -334,6 +341,8 @@ int main(int argc, char **argv) {
       if (ember_parse_u64(argv[++i], 1, 100000, &minutes)) usage();
     } else if (i + 1 < argc && strcmp(argv[i], "--days") == 0) {
       if (ember_parse_u64(argv[++i], 0, 30, &days)) usage();
+    } else if (i + 1 < argc && strcmp(argv[i], "--util") == 0) {
+      if (ember_parse_u64(argv[++i], 1, 100, &util_pct)) usage();
     } else if (i + 1 < argc && strcmp(argv[i], "--dir") == 0) {
       dir = argv[++i];
     } else {
