@@ -687,3 +687,197 @@ cleanup:
   ember__wire__v1__target__free_unpacked(m, &pb_allocator);
   return rc;
 }
+
+/* ---- sessions: Command and Event ---------------------------------------- */
+
+/* Copy the wire strings src[i] into *dst[i] (empty = NULL) after checking
+ * them; `what` names the message for errors. */
+static int copy_texts(const char *const *src, char **const *dst, size_t n, const char *what,
+                      char *errbuf, size_t errbuf_size) {
+  for (size_t i = 0; i < n; i++) {
+    int rc = check_text(src[i], what, i, errbuf, errbuf_size);
+    if (rc != 0) return rc;
+    if (src[i][0] == '\0') continue;
+    *dst[i] = ember_strdup(src[i]);
+    if (*dst[i] == NULL) return -ENOMEM;
+  }
+  return 0;
+}
+
+int ember_codec_encode_command(const ember_command_t *c, ember_buf_t *out) {
+  if (c == NULL || out == NULL || (c->npids > 0 && c->pids == NULL)) return -EINVAL;
+  Ember__Wire__V1__Command m;
+  ember__wire__v1__command__init(&m);
+  m.version = EMBER_WIRE_VERSION;
+  m.session_id = wire_str(c->session_id);
+  m.kind = (Ember__Wire__V1__Command__Kind)c->kind;
+  m.host = wire_str(c->host);
+  m.worker = wire_str(c->worker);
+  m.worker_version = wire_str(c->version);
+  m.actor = wire_str(c->actor);
+  m.n_pids = c->npids;
+  m.pids = c->pids;
+  m.type = (Ember__Wire__V1__Command__ProfileType)c->type;
+  m.duration_ms = c->duration_ms;
+  m.hz = c->hz;
+  m.issued_ns = c->issued_ns;
+  m.ttl_ms = c->ttl_ms;
+  char *at;
+  int rc = ember_buf_extend(out, ember__wire__v1__command__get_packed_size(&m), &at);
+  if (rc != 0) return rc;
+  ember__wire__v1__command__pack(&m, (uint8_t *)at);
+  return 0;
+}
+
+void ember_command_clear(ember_command_t *c) {
+  if (c == NULL) return;
+  ember_free(c->session_id);
+  ember_free(c->host);
+  ember_free(c->worker);
+  ember_free(c->version);
+  ember_free(c->actor);
+  ember_free(c->pids);
+  *c = (ember_command_t){0};
+}
+
+int ember_codec_decode_command(const void *data, size_t len, ember_command_t *out, char *errbuf,
+                               size_t errbuf_size) {
+  if ((data == NULL && len > 0) || out == NULL) return -EINVAL;
+  if (len > (1u << 20))
+    return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "command of %zu bytes", len);
+  Ember__Wire__V1__Command *m = ember__wire__v1__command__unpack(&pb_allocator, len, data);
+  if (m == NULL)
+    return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "not a valid ember.wire.v1.Command message");
+  int rc = 0;
+  ember_command_t c = {0};
+  if (m->version == 0 || m->version > EMBER_WIRE_VERSION) {
+    rc = fail(EMBER_EVERSION, errbuf, errbuf_size, "command schema version %u is not supported",
+              m->version);
+    goto cleanup;
+  }
+  if (m->kind != EMBER__WIRE__V1__COMMAND__KIND__START &&
+      m->kind != EMBER__WIRE__V1__COMMAND__KIND__STOP) {
+    rc = fail(EMBER_ECORRUPT, errbuf, errbuf_size, "command kind %d is unknown", (int)m->kind);
+    goto cleanup;
+  }
+  if (m->kind == EMBER__WIRE__V1__COMMAND__KIND__START &&
+      m->type != EMBER__WIRE__V1__COMMAND__PROFILE_TYPE__CPU &&
+      m->type != EMBER__WIRE__V1__COMMAND__PROFILE_TYPE__MEMORY) {
+    rc = fail(EMBER_ECORRUPT, errbuf, errbuf_size, "command profile type %d is unknown",
+              (int)m->type);
+    goto cleanup;
+  }
+  if (m->n_pids > EMBER_SESSION_MAX_PIDS) {
+    rc = fail(EMBER_ETOOBIG, errbuf, errbuf_size, "command with %zu pids (at most %u)", m->n_pids,
+              EMBER_SESSION_MAX_PIDS);
+    goto cleanup;
+  }
+  const char *src[] = {m->session_id, m->host, m->worker, m->worker_version, m->actor};
+  char **dst[] = {&c.session_id, &c.host, &c.worker, &c.version, &c.actor};
+  if ((rc = copy_texts(src, dst, 5, "command field", errbuf, errbuf_size)) != 0) goto cleanup;
+  if (c.session_id == NULL || c.host == NULL) {
+    rc = fail(EMBER_ECORRUPT, errbuf, errbuf_size, "a command needs a session id and a host");
+    goto cleanup;
+  }
+  if (m->n_pids > 0) {
+    c.pids = ember_malloc(m->n_pids * sizeof *c.pids);
+    if (c.pids == NULL) {
+      rc = -ENOMEM;
+      goto cleanup;
+    }
+    memcpy(c.pids, m->pids, m->n_pids * sizeof *c.pids);
+    c.npids = m->n_pids;
+  }
+  c.kind = (ember_command_kind_t)m->kind;
+  c.type = (ember_session_type_t)m->type;
+  c.duration_ms = m->duration_ms;
+  c.hz = m->hz;
+  c.issued_ns = m->issued_ns;
+  c.ttl_ms = m->ttl_ms;
+  *out = c;
+  c = (ember_command_t){0};
+cleanup:
+  ember_command_clear(&c);
+  ember__wire__v1__command__free_unpacked(m, &pb_allocator);
+  return rc;
+}
+
+const char *ember_event_state_name(ember_event_state_t s) {
+  switch (s) {
+  case EMBER_EV_ACCEPTED: return "accepted";
+  case EMBER_EV_RUNNING: return "running";
+  case EMBER_EV_DONE: return "done";
+  case EMBER_EV_FAILED: return "failed";
+  case EMBER_EV_REJECTED: return "rejected";
+  }
+  return "unknown";
+}
+
+int ember_codec_encode_event(const ember_event_t *e, ember_buf_t *out) {
+  if (e == NULL || out == NULL) return -EINVAL;
+  Ember__Wire__V1__Event m;
+  ember__wire__v1__event__init(&m);
+  m.version = EMBER_WIRE_VERSION;
+  m.session_id = wire_str(e->session_id);
+  m.host = wire_str(e->host);
+  m.agent_id = wire_str(e->agent_id);
+  m.state = (Ember__Wire__V1__Event__State)e->state;
+  m.message = wire_str(e->message);
+  m.targets = e->targets;
+  m.samples = e->samples;
+  m.hz = e->hz;
+  m.at_ns = e->at_ns;
+  char *at;
+  int rc = ember_buf_extend(out, ember__wire__v1__event__get_packed_size(&m), &at);
+  if (rc != 0) return rc;
+  ember__wire__v1__event__pack(&m, (uint8_t *)at);
+  return 0;
+}
+
+void ember_event_clear(ember_event_t *e) {
+  if (e == NULL) return;
+  ember_free(e->session_id);
+  ember_free(e->host);
+  ember_free(e->agent_id);
+  ember_free(e->message);
+  *e = (ember_event_t){0};
+}
+
+int ember_codec_decode_event(const void *data, size_t len, ember_event_t *out, char *errbuf,
+                             size_t errbuf_size) {
+  if ((data == NULL && len > 0) || out == NULL) return -EINVAL;
+  if (len > (1u << 20)) return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "event of %zu bytes", len);
+  Ember__Wire__V1__Event *m = ember__wire__v1__event__unpack(&pb_allocator, len, data);
+  if (m == NULL)
+    return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "not a valid ember.wire.v1.Event message");
+  int rc = 0;
+  ember_event_t e = {0};
+  if (m->version == 0 || m->version > EMBER_WIRE_VERSION) {
+    rc = fail(EMBER_EVERSION, errbuf, errbuf_size, "event schema version %u is not supported",
+              m->version);
+    goto cleanup;
+  }
+  if (m->state < EMBER__WIRE__V1__EVENT__STATE__ACCEPTED ||
+      m->state > EMBER__WIRE__V1__EVENT__STATE__REJECTED) {
+    rc = fail(EMBER_ECORRUPT, errbuf, errbuf_size, "event state %d is unknown", (int)m->state);
+    goto cleanup;
+  }
+  const char *src[] = {m->session_id, m->host, m->agent_id, m->message};
+  char **dst[] = {&e.session_id, &e.host, &e.agent_id, &e.message};
+  if ((rc = copy_texts(src, dst, 4, "event field", errbuf, errbuf_size)) != 0) goto cleanup;
+  if (e.session_id == NULL || e.host == NULL) {
+    rc = fail(EMBER_ECORRUPT, errbuf, errbuf_size, "an event needs a session id and a host");
+    goto cleanup;
+  }
+  e.state = (ember_event_state_t)m->state;
+  e.targets = m->targets;
+  e.samples = m->samples;
+  e.hz = m->hz;
+  e.at_ns = m->at_ns;
+  *out = e;
+  e = (ember_event_t){0};
+cleanup:
+  ember_event_clear(&e);
+  ember__wire__v1__event__free_unpacked(m, &pb_allocator);
+  return rc;
+}

@@ -65,6 +65,57 @@ EMBER_API int ember_codec_decode_target(const void *data, size_t len, ember_targ
                                         char *errbuf, size_t errbuf_size);
 EMBER_API void ember_target_record_clear(ember_target_record_t *t);
 
+/* On-demand sessions: a command for one host on ember.commands and the
+ * agent's events on ember.events (src/proto/ember.proto). */
+typedef enum ember_command_kind { EMBER_CMD_START = 1, EMBER_CMD_STOP = 2 } ember_command_kind_t;
+typedef enum ember_session_type {
+  EMBER_SESSION_CPU = 1,
+  EMBER_SESSION_MEMORY = 2
+} ember_session_type_t;
+
+#define EMBER_SESSION_MAX_PIDS 4096u
+
+typedef struct ember_command {
+  ember_command_kind_t kind;
+  char *session_id, *host, *worker, *version, *actor; /* NULL = not set */
+  uint32_t *pids;                                     /* npids entries; may be NULL */
+  size_t npids;
+  ember_session_type_t type;
+  uint32_t duration_ms, hz, ttl_ms;
+  int64_t issued_ns;
+} ember_command_t;
+
+typedef enum ember_event_state {
+  EMBER_EV_ACCEPTED = 1,
+  EMBER_EV_RUNNING = 2,
+  EMBER_EV_DONE = 3,
+  EMBER_EV_FAILED = 4,
+  EMBER_EV_REJECTED = 5
+} ember_event_state_t;
+
+typedef struct ember_event {
+  ember_event_state_t state;
+  char *session_id, *host, *agent_id, *message; /* NULL = not set */
+  uint32_t targets, hz;
+  uint64_t samples;
+  int64_t at_ns;
+} ember_event_t;
+
+/* Encode appends to out. Decode validates (a session id and host are
+ * required, text must be UTF-8 without NUL, kind/type/state known, at most
+ * EMBER_SESSION_MAX_PIDS pids) and fills *out only on success: 0,
+ * EMBER_ECORRUPT / EMBER_EVERSION / EMBER_ETOOBIG with a sentence in errbuf,
+ * -ENOMEM. Decoded values own their strings: release with _clear. */
+EMBER_API int ember_codec_encode_command(const ember_command_t *c, ember_buf_t *out);
+EMBER_API int ember_codec_decode_command(const void *data, size_t len, ember_command_t *out,
+                                         char *errbuf, size_t errbuf_size);
+EMBER_API void ember_command_clear(ember_command_t *c);
+EMBER_API int ember_codec_encode_event(const ember_event_t *e, ember_buf_t *out);
+EMBER_API int ember_codec_decode_event(const void *data, size_t len, ember_event_t *out,
+                                       char *errbuf, size_t errbuf_size);
+EMBER_API void ember_event_clear(ember_event_t *e);
+EMBER_API const char *ember_event_state_name(ember_event_state_t s);
+
 #ifdef __cplusplus
 }
 #endif
