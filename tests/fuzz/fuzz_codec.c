@@ -3,7 +3,11 @@
  * Whatever the bytes, decoding must return an error or a profile, never
  * crash, leak or read out of bounds (ASan/UBSan are on). A profile that
  * decodes must survive the rest of the pipeline: re-encoding gives a
- * message that decodes to the same totals, and every exporter accepts it. */
+ * message that decodes to the same totals, and every exporter accepts it.
+ * The same bytes also go through the other decoders of messages a daemon
+ * reads from Kafka (targets, session commands and events): each must
+ * refuse or accept them cleanly, and what it accepts must re-encode to
+ * something it accepts again. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -12,9 +16,45 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static void other_decoders(const uint8_t *data, size_t size) {
+  char err[256];
+  ember_buf_t b;
+  ember_buf_init(&b, 16u << 20);
+  ember_target_record_t t;
+  if (ember_codec_decode_target(data, size, &t, err, sizeof err) == 0) {
+    if (ember_codec_encode_target(&t, &b) != 0) abort();
+    ember_target_record_t t2;
+    if (ember_codec_decode_target(b.data, b.len, &t2, err, sizeof err) != 0) abort();
+    ember_target_record_clear(&t2);
+    ember_target_record_clear(&t);
+  }
+  ember_buf_reset(&b);
+  ember_command_t c;
+  if (ember_codec_decode_command(data, size, &c, err, sizeof err) == 0) {
+    if (ember_codec_encode_command(&c, &b) != 0) abort();
+    ember_command_t c2;
+    if (ember_codec_decode_command(b.data, b.len, &c2, err, sizeof err) != 0) abort();
+    if (c2.npids != c.npids || c2.duration_ms != c.duration_ms) abort();
+    ember_command_clear(&c2);
+    ember_command_clear(&c);
+  }
+  ember_buf_reset(&b);
+  ember_event_t e;
+  if (ember_codec_decode_event(data, size, &e, err, sizeof err) == 0) {
+    if (ember_codec_encode_event(&e, &b) != 0) abort();
+    ember_event_t e2;
+    if (ember_codec_decode_event(b.data, b.len, &e2, err, sizeof err) != 0) abort();
+    if (e2.samples != e.samples || e2.state != e.state) abort();
+    ember_event_clear(&e2);
+    ember_event_clear(&e);
+  }
+  ember_buf_free(&b);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ember_profile_t *p = NULL, *q = NULL;
   char err[256];
+  other_decoders(data, size);
   if (ember_codec_decode(data, size, NULL, &p, err, sizeof err) != 0) return 0;
 
   ember_buf_t b;
