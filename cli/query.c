@@ -3,29 +3,22 @@
  * so a typo fails fast with a sentence naming it; the server has the last
  * word on everything else and its {"error"} sentence is shown as is. */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <jansson.h>
-#include <zlib.h>
 
 #include "ember/buf.h"
 #include "ember/export.h"
 #include "ember/parse.h"
 #include "cli.h"
 #include "client.h"
-
-/* Largest answers accepted: listings are small, profiles may be large. */
-#define MAX_JSON_BODY    ((size_t)64 << 20)
-#define MAX_PROFILE_BODY ((size_t)1 << 30)
+#include "common.h"
 
 const char ember__usage_query[] =
     "       ember workers [--from T] [--to T] [--json]\n"
@@ -57,17 +50,9 @@ typedef struct opts {
   const char *json; /* non-NULL when --json was given */
 } opts_t;
 
-typedef struct flag {
-  const char *name;
-  const char *alias;
-  unsigned cmds;
-  size_t off; /* of the const char * in opts_t */
-  bool is_bool;
-} flag_t;
-
 #define F(name, alias, cmds, field, b)                                                             \
   { name, alias, cmds, offsetof(opts_t, field), b }
-static const flag_t flags[] = {
+static const ember__flag_t flags[] = {
     F("--server", NULL, CMD_ALL, server, false),
     F("--token", NULL, CMD_ALL, token, false),
     F("--from", NULL, CMD_ALL, from, false),
@@ -85,66 +70,9 @@ static const flag_t flags[] = {
 };
 #undef F
 
-static const char **field(opts_t *o, const flag_t *f) {
-  return (const char **)(void *)((char *)o + f->off);
-}
-
 /* Returns 0, EXIT_USAGE after a message, or -1 for --help. */
 static int parse_args(const char *cmd, unsigned bit, int argc, char **argv, opts_t *o) {
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return -1;
-    const flag_t *f = NULL;
-    const char *inline_value = NULL;
-    for (size_t k = 0; k < sizeof flags / sizeof flags[0] && f == NULL; k++) {
-      size_t n = strlen(flags[k].name);
-      if (strcmp(a, flags[k].name) == 0 || (flags[k].alias && strcmp(a, flags[k].alias) == 0)) {
-        f = &flags[k];
-      } else if (strncmp(a, flags[k].name, n) == 0 && a[n] == '=') {
-        f = &flags[k];
-        inline_value = a + n + 1;
-      }
-    }
-    if (f == NULL) {
-      if (a[0] == '-')
-        fprintf(stderr, "ember %s: unknown option '%s' (see `ember help`)\n", cmd, a);
-      else
-        fprintf(stderr, "ember %s: unexpected argument '%s' (options take the form --name VALUE)\n",
-                cmd, a);
-      return EXIT_USAGE;
-    }
-    if ((f->cmds & bit) == 0) {
-      fprintf(stderr, "ember %s: %s is not an option of this command (see `ember help`)\n", cmd,
-              f->name);
-      return EXIT_USAGE;
-    }
-    const char **slot = field(o, f);
-    if (*slot != NULL) {
-      fprintf(stderr, "ember %s: %s given twice\n", cmd, f->name);
-      return EXIT_USAGE;
-    }
-    if (f->is_bool) {
-      if (inline_value != NULL) {
-        fprintf(stderr, "ember %s: %s takes no value\n", cmd, f->name);
-        return EXIT_USAGE;
-      }
-      *slot = "1";
-    } else if (inline_value != NULL) {
-      *slot = inline_value;
-    } else if (i + 1 < argc) {
-      *slot = argv[++i];
-    } else {
-      fprintf(stderr, "ember %s: %s needs a value\n", cmd, f->name);
-      return EXIT_USAGE;
-    }
-  }
-  return 0;
-}
-
-static const char *env_or(const char *flag, const char *env, const char *def) {
-  if (flag != NULL) return flag;
-  const char *v = getenv(env);
-  return v != NULL && v[0] != '\0' ? v : def;
+  return ember__parse_flags(cmd, bit, flags, sizeof flags / sizeof flags[0], argc, argv, o);
 }
 
 typedef struct range {
@@ -218,89 +146,15 @@ static int fetch(const char *cmd, const opts_t *o, const char *path, const ember
                  size_t max_body, ember_buf_t *body) {
   char err[1024] = "";
   ember__client_t *c = NULL;
-  const char *server = env_or(o->server, "EMBER_SERVER", EMBER_DEFAULT_SERVER);
-  const char *token = env_or(o->token, "EMBER_TOKEN", NULL);
-  int rc = ember__client_new(server, token, &c, err, sizeof err);
-  if (rc != 0) {
-    fprintf(stderr, "ember %s: %s\n", cmd, err);
-    return rc == EMBER_ECONFIG ? EXIT_USAGE : EXIT_FAILED;
-  }
+  int st = ember__open_client(cmd, o->server, o->token, &c);
+  if (st != 0) return st;
   long status = 0;
   int status_exit = EXIT_FAILED;
-  rc = ember__client_get(c, path, q->data, max_body, &status, body, err, sizeof err);
+  int rc = ember__client_get(c, path, q->data, max_body, &status, body, err, sizeof err);
   if (rc == 0) status_exit = ember__client_status_exit(c, path, status, body, err, sizeof err);
   if (rc != 0 || status_exit != 0) fprintf(stderr, "ember %s: %s\n", cmd, err);
   ember__client_free(c);
   return rc != 0 ? EXIT_FAILED : status_exit;
-}
-
-static int malformed(const char *cmd, const char *path, const char *why) {
-  fprintf(stderr,
-          "ember %s: the server's answer to %s is not what this ember expects (%s); is "
-          "--server an Ember server of the same version?\n",
-          cmd, path, why);
-  return EXIT_FAILED;
-}
-
-/* ---- text tables ---- */
-
-typedef struct table {
-  size_t ncols;
-  const bool *right; /* per column: right-aligned */
-  size_t n, cap;     /* cells */
-  char **cells;
-} table_t;
-
-/* Untrusted text (labels, function names) goes to the terminal without
- * control characters, so nothing in a profile can drive the terminal. */
-static int table_add(table_t *t, const char *s) {
-  if (t->n == t->cap) {
-    size_t cap = t->cap ? t->cap * 2 : 64;
-    char **nc = ember_realloc(t->cells, cap * sizeof *nc);
-    if (nc == NULL) return -ENOMEM;
-    t->cells = nc;
-    t->cap = cap;
-  }
-  char *c = ember_strdup(s);
-  if (c == NULL) return -ENOMEM;
-  for (char *p = c; *p; p++) {
-    unsigned char ch = (unsigned char)*p;
-    if (ch < 0x20 || ch == 0x7f) *p = '?';
-  }
-  t->cells[t->n++] = c;
-  return 0;
-}
-
-static void table_free(table_t *t) {
-  for (size_t i = 0; i < t->n; i++) ember_free(t->cells[i]);
-  ember_free(t->cells);
-}
-
-/* Display width in code points: close enough for names in UTF-8. */
-static size_t width(const char *s) {
-  size_t w = 0;
-  for (; *s; s++) w += ((unsigned char)*s & 0xC0) != 0x80;
-  return w;
-}
-
-static int table_render(const table_t *t, ember_buf_t *out) {
-  size_t w[8] = {0};
-  if (t->ncols == 0 || t->ncols > sizeof w / sizeof w[0]) return -EINVAL;
-  for (size_t i = 0; i < t->n; i++) {
-    size_t cw = width(t->cells[i]);
-    if (cw > w[i % t->ncols]) w[i % t->ncols] = cw;
-  }
-  int rc = 0;
-  for (size_t i = 0; i < t->n && rc == 0; i++) {
-    size_t col = i % t->ncols;
-    bool last = col + 1 == t->ncols;
-    size_t pad = w[col] - width(t->cells[i]);
-    if (t->right[col]) rc = ember_buf_printf(out, "%*s", (int)pad, "");
-    if (rc == 0) rc = ember_buf_puts(out, t->cells[i]);
-    if (rc == 0 && !t->right[col] && !last) rc = ember_buf_printf(out, "%*s", (int)pad, "");
-    if (rc == 0) rc = ember_buf_puts(out, last ? "\n" : "  ");
-  }
-  return rc;
 }
 
 static void fmt_ago(int64_t now_ns, int64_t last_ms, char *buf, size_t size) {
@@ -329,11 +183,6 @@ static int join_list(const json_t *arr, ember_buf_t *b) {
   return rc;
 }
 
-static int print_out(const ember_buf_t *b) {
-  if (b->len > 0 && fwrite(b->data, 1, b->len, stdout) != b->len) return EXIT_FAILED;
-  return fflush(stdout) == 0 ? 0 : EXIT_FAILED;
-}
-
 /* ---- ember workers ---- */
 
 int ember__cmd_workers(int argc, char **argv) {
@@ -349,11 +198,11 @@ int ember__cmd_workers(int argc, char **argv) {
   if (st != 0) return st;
   ember_buf_t q, body, out, cell;
   ember_buf_init(&q, 8192);
-  ember_buf_init(&body, MAX_JSON_BODY);
-  ember_buf_init(&out, MAX_JSON_BODY);
+  ember_buf_init(&body, EMBER__MAX_JSON_BODY);
+  ember_buf_init(&out, EMBER__MAX_JSON_BODY);
   ember_buf_init(&cell, 65536);
   static const bool right[5] = {false, false, false, false, true};
-  table_t t = {.ncols = 5, .right = right};
+  ember__table_t t = {.ncols = 5, .right = right};
   json_t *doc = NULL;
   int rc = add_time(&q, "from", r.from_ns);
   if (rc == 0) rc = add_time(&q, "to", r.to_ns);
@@ -361,37 +210,37 @@ int ember__cmd_workers(int argc, char **argv) {
     st = EXIT_FAILED;
     goto cleanup;
   }
-  st = fetch(cmd, &o, path, &q, MAX_JSON_BODY, &body);
+  st = fetch(cmd, &o, path, &q, EMBER__MAX_JSON_BODY, &body);
   if (st != 0) goto cleanup;
   doc = json_loadb(body.data ? body.data : "", body.len, 0, NULL);
   const json_t *workers = json_object_get(doc, "workers");
   if (!json_is_array(workers)) {
-    st = malformed(cmd, path, "no \"workers\" list");
+    st = ember__malformed(cmd, path, "no \"workers\" list");
     goto cleanup;
   }
   if (o.json != NULL) {
-    st = print_out(&body);
+    st = ember__print_out(&body);
   } else if (json_array_size(workers) > 0) {
     const char *hdr[] = {"WORKER", "VERSIONS", "HOSTS", "ACTORS", "LAST SEEN"};
-    for (size_t i = 0; i < 5 && rc == 0; i++) rc = table_add(&t, hdr[i]);
+    for (size_t i = 0; i < 5 && rc == 0; i++) rc = ember__table_add(&t, hdr[i]);
     for (size_t i = 0; i < json_array_size(workers) && rc == 0; i++) {
       const json_t *w = json_array_get(workers, i);
       const char *name = json_string_value(json_object_get(w, "worker"));
       const char *lists[] = {"versions", "hosts", "actors"};
-      rc = table_add(&t, name ? name : "?");
+      rc = ember__table_add(&t, name ? name : "?");
       for (size_t k = 0; k < 3 && rc == 0; k++) {
         ember_buf_reset(&cell);
         rc = join_list(json_object_get(w, lists[k]), &cell);
-        if (rc == 0) rc = table_add(&t, cell.data);
+        if (rc == 0) rc = ember__table_add(&t, cell.data);
       }
       char ago[32] = "?";
       const json_t *last = json_object_get(w, "last_ms");
       if (json_is_number(last))
         fmt_ago(r.now_ns, (int64_t)json_number_value(last), ago, sizeof ago);
-      if (rc == 0) rc = table_add(&t, ago);
+      if (rc == 0) rc = ember__table_add(&t, ago);
     }
-    if (rc == 0) rc = table_render(&t, &out);
-    st = rc == 0 ? print_out(&out) : EXIT_FAILED;
+    if (rc == 0) rc = ember__table_render(&t, &out);
+    st = rc == 0 ? ember__print_out(&out) : EXIT_FAILED;
     if (rc != 0) fprintf(stderr, "ember %s: %s\n", cmd, ember_strerror(rc));
   }
   if (st == 0 && json_array_size(workers) == 0) {
@@ -403,7 +252,7 @@ int ember__cmd_workers(int argc, char **argv) {
   }
 cleanup:
   json_decref(doc);
-  table_free(&t);
+  ember__table_free(&t);
   ember_buf_free(&q);
   ember_buf_free(&body);
   ember_buf_free(&out);
@@ -428,10 +277,10 @@ int ember__cmd_labels(const char *which, int argc, char **argv) {
   snprintf(path, sizeof path, "/api/v1/%s", which);
   ember_buf_t q, body, out;
   ember_buf_init(&q, 8192);
-  ember_buf_init(&body, MAX_JSON_BODY);
-  ember_buf_init(&out, MAX_JSON_BODY);
+  ember_buf_init(&body, EMBER__MAX_JSON_BODY);
+  ember_buf_init(&out, EMBER__MAX_JSON_BODY);
   static const bool right[3] = {false, true, true};
-  table_t t = {.ncols = 3, .right = right};
+  ember__table_t t = {.ncols = 3, .right = right};
   json_t *doc = NULL;
   int rc = add_selector(&q, &o);
   if (rc == 0) rc = add_time(&q, "from", r.from_ns);
@@ -441,16 +290,16 @@ int ember__cmd_labels(const char *which, int argc, char **argv) {
     st = EXIT_USAGE;
     goto cleanup;
   }
-  st = fetch(cmd, &o, path, &q, MAX_JSON_BODY, &body);
+  st = fetch(cmd, &o, path, &q, EMBER__MAX_JSON_BODY, &body);
   if (st != 0) goto cleanup;
   doc = json_loadb(body.data ? body.data : "", body.len, 0, NULL);
   const json_t *values = json_object_get(doc, "values");
   if (!json_is_array(values)) {
-    st = malformed(cmd, path, "no \"values\" list");
+    st = ember__malformed(cmd, path, "no \"values\" list");
     goto cleanup;
   }
   if (o.json != NULL) {
-    st = print_out(&body);
+    st = ember__print_out(&body);
   } else if (json_array_size(values) > 0) {
     /* The column is named for the label: "versions" -> "VERSION". */
     char head[32];
@@ -458,9 +307,9 @@ int ember__cmd_labels(const char *which, int argc, char **argv) {
     for (size_t i = 0; i < n && i + 1 < sizeof head; i++)
       head[i] = (char)(which[i] >= 'a' && which[i] <= 'z' ? which[i] - 32 : which[i]);
     head[n < sizeof head ? n : sizeof head - 1] = '\0';
-    rc = table_add(&t, head);
-    if (rc == 0) rc = table_add(&t, "SERIES");
-    if (rc == 0) rc = table_add(&t, "LAST SEEN");
+    rc = ember__table_add(&t, head);
+    if (rc == 0) rc = ember__table_add(&t, "SERIES");
+    if (rc == 0) rc = ember__table_add(&t, "LAST SEEN");
     for (size_t i = 0; i < json_array_size(values) && rc == 0; i++) {
       const json_t *v = json_array_get(values, i);
       const char *name = json_string_value(json_object_get(v, "name"));
@@ -470,12 +319,12 @@ int ember__cmd_labels(const char *which, int argc, char **argv) {
         snprintf(series, sizeof series, "%lld", (long long)json_integer_value(sn));
       if (json_is_number(last))
         fmt_ago(r.now_ns, (int64_t)json_number_value(last), ago, sizeof ago);
-      rc = table_add(&t, name ? name : "?");
-      if (rc == 0) rc = table_add(&t, series);
-      if (rc == 0) rc = table_add(&t, ago);
+      rc = ember__table_add(&t, name ? name : "?");
+      if (rc == 0) rc = ember__table_add(&t, series);
+      if (rc == 0) rc = ember__table_add(&t, ago);
     }
-    if (rc == 0) rc = table_render(&t, &out);
-    st = rc == 0 ? print_out(&out) : EXIT_FAILED;
+    if (rc == 0) rc = ember__table_render(&t, &out);
+    st = rc == 0 ? ember__print_out(&out) : EXIT_FAILED;
     if (rc != 0) fprintf(stderr, "ember %s: %s\n", cmd, ember_strerror(rc));
   }
   if (st == 0 && json_array_size(values) == 0) {
@@ -488,7 +337,7 @@ int ember__cmd_labels(const char *which, int argc, char **argv) {
   }
 cleanup:
   json_decref(doc);
-  table_free(&t);
+  ember__table_free(&t);
   ember_buf_free(&q);
   ember_buf_free(&body);
   ember_buf_free(&out);
@@ -497,7 +346,6 @@ cleanup:
 
 /* ---- ember query ---- */
 
-static const char *const formats[] = {"top", "pprof", "folded", "speedscope", "tree"};
 static const char *const types[] = {"cpu", "samples", "alloc_objects", "alloc_bytes"};
 
 static bool one_of(const char *s, const char *const *list, size_t n) {
@@ -505,218 +353,6 @@ static bool one_of(const char *s, const char *const *list, size_t n) {
     if (strcmp(s, list[i]) == 0) return true;
   }
   return false;
-}
-
-static void fmt_value(int64_t v, const char *unit, char *buf, size_t size) {
-  double d = (double)v;
-  if (unit != NULL && strcmp(unit, "nanoseconds") == 0) {
-    if (v >= 1000000000)
-      snprintf(buf, size, "%.2fs", d / 1e9);
-    else if (v >= 1000000)
-      snprintf(buf, size, "%.2fms", d / 1e6);
-    else if (v >= 1000)
-      snprintf(buf, size, "%.2fus", d / 1e3);
-    else
-      snprintf(buf, size, "%" PRId64 "ns", v);
-  } else if (unit != NULL && strcmp(unit, "bytes") == 0) {
-    if (v >= (int64_t)1 << 30)
-      snprintf(buf, size, "%.2fGiB", d / (double)(1 << 30));
-    else if (v >= 1 << 20)
-      snprintf(buf, size, "%.2fMiB", d / (double)(1 << 20));
-    else if (v >= 1 << 10)
-      snprintf(buf, size, "%.2fKiB", d / (double)(1 << 10));
-    else
-      snprintf(buf, size, "%" PRId64 "B", v);
-  } else {
-    snprintf(buf, size, "%" PRId64, v);
-  }
-}
-
-static int64_t json_i64(const json_t *v) {
-  if (json_is_integer(v)) return (int64_t)json_integer_value(v);
-  return json_is_real(v) ? (int64_t)json_real_value(v) : 0;
-}
-
-/* The API's format=top JSON as a table; *empty when nothing was sampled. */
-static int render_top(const char *cmd, const ember_buf_t *body, const opts_t *o, const range_t *r,
-                      ember_buf_t *out, bool *empty) {
-  static const char path[] = "/api/v1/profile";
-  json_t *doc = json_loadb(body->data ? body->data : "", body->len, 0, NULL);
-  const json_t *fns = json_object_get(doc, "functions");
-  const json_t *total_j = json_object_get(doc, "total");
-  int st = 0;
-  static const bool right[5] = {true, true, true, true, false};
-  table_t t = {.ncols = 5, .right = right};
-  if (!json_is_array(fns) || !json_is_number(total_j)) {
-    st = malformed(cmd, path, "format=top without \"functions\" and \"total\"");
-    goto cleanup;
-  }
-  int64_t total = json_i64(total_j);
-  *empty = total == 0 || json_array_size(fns) == 0;
-  if (*empty) goto cleanup;
-  const char *unit = json_string_value(json_object_get(doc, "unit"));
-  const char *type = json_string_value(json_object_get(doc, "type"));
-  char tot[32], range[80];
-  fmt_value(total, unit, tot, sizeof tot);
-  fmt_range(r, range, sizeof range);
-  int rc = ember_buf_printf(out, "%s (%s), total %s, worker %s, between %s\n\n", type ? type : "?",
-                            unit ? unit : "", tot, o->worker, range);
-  const char *hdr[] = {"self", "self%", "total", "total%", "function"};
-  for (size_t i = 0; i < 5 && rc == 0; i++) rc = table_add(&t, hdr[i]);
-  for (size_t i = 0; i < json_array_size(fns) && rc == 0; i++) {
-    const json_t *f = json_array_get(fns, i);
-    const char *name = json_string_value(json_object_get(f, "name"));
-    int64_t self = json_i64(json_object_get(f, "self"));
-    int64_t tv = json_i64(json_object_get(f, "total"));
-    char a[32], b[16], c[32], d[16];
-    fmt_value(self, unit, a, sizeof a);
-    snprintf(b, sizeof b, "%.1f%%", 100.0 * (double)self / (double)total);
-    fmt_value(tv, unit, c, sizeof c);
-    snprintf(d, sizeof d, "%.1f%%", 100.0 * (double)tv / (double)total);
-    rc = table_add(&t, a);
-    if (rc == 0) rc = table_add(&t, b);
-    if (rc == 0) rc = table_add(&t, c);
-    if (rc == 0) rc = table_add(&t, d);
-    if (rc == 0) rc = table_add(&t, name ? name : "?");
-  }
-  if (rc == 0) rc = table_render(&t, out);
-  if (rc != 0) {
-    fprintf(stderr, "ember %s: %s\n", cmd, ember_strerror(rc));
-    st = EXIT_FAILED;
-  }
-cleanup:
-  table_free(&t);
-  json_decref(doc);
-  return st;
-}
-
-/* Does a gzip'd pprof Profile hold a sample (field 2 of the message)?
- * 1 yes, 0 no, -1 cannot tell (then the caller assumes yes). */
-static int pprof_has_samples(const ember_buf_t *body) {
-  if (body->len == 0) return 0;
-  ember_buf_t raw;
-  ember_buf_init(&raw, (size_t)256 << 20);
-  z_stream zs = {0};
-  int result = -1;
-  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) return -1;
-  zs.next_in = (Bytef *)(uintptr_t)body->data;
-  zs.avail_in = (uInt)body->len;
-  for (;;) {
-    char *at = NULL;
-    int rc = ember_buf_extend(&raw, 65536, &at);
-    if (rc == EMBER_ETOOBIG) result = 1; /* that much can only be samples */
-    if (rc != 0) goto cleanup;
-    zs.next_out = (Bytef *)at;
-    zs.avail_out = 65536;
-    int z = inflate(&zs, Z_NO_FLUSH);
-    raw.len -= zs.avail_out;
-    if (z == Z_STREAM_END) break;
-    if (z != Z_OK) goto cleanup;
-  }
-  const unsigned char *p = (const unsigned char *)raw.data, *end = p + raw.len;
-  result = 0;
-  while (p < end) {
-    uint64_t v[2] = {0, 0};
-    size_t nv = 0;
-    /* Key, then (for wire types 0 and 2) a second varint. */
-    for (size_t k = 0; k < 2; k++) {
-      unsigned shift = 0;
-      while (p < end && shift < 64) {
-        unsigned char byte = *p++;
-        v[k] |= (uint64_t)(byte & 0x7f) << shift;
-        shift += 7;
-        if ((byte & 0x80) == 0) break;
-      }
-      nv++;
-      if (k == 0 && (v[0] >> 3) == 2) {
-        result = 1;
-        goto cleanup;
-      }
-      unsigned wt = (unsigned)(v[0] & 7);
-      if (k == 0 && wt != 0 && wt != 2) {
-        size_t skip = wt == 1 ? 8 : wt == 5 ? 4 : SIZE_MAX;
-        if (skip > (size_t)(end - p)) {
-          result = -1;
-          goto cleanup;
-        }
-        p += skip;
-        break;
-      }
-    }
-    if (nv == 2 && (v[0] & 7) == 2) {
-      if (v[1] > (uint64_t)(end - p)) {
-        result = -1;
-        goto cleanup;
-      }
-      p += v[1];
-    }
-  }
-cleanup:
-  inflateEnd(&zs);
-  ember_buf_free(&raw);
-  return result;
-}
-
-static bool profile_empty(const char *format, const ember_buf_t *body) {
-  if (strcmp(format, "pprof") == 0) return pprof_has_samples(body) == 0;
-  if (strcmp(format, "folded") == 0) {
-    for (size_t i = 0; i < body->len; i++) {
-      if (body->data[i] != '\n' && body->data[i] != ' ' && body->data[i] != '\r') return false;
-    }
-    return true;
-  }
-  json_t *doc = json_loadb(body->data ? body->data : "", body->len, 0, NULL);
-  bool empty = false;
-  if (strcmp(format, "tree") == 0) {
-    const json_t *total = json_object_get(doc, "total");
-    empty = json_is_number(total) && json_number_value(total) == 0.0;
-  } else if (strcmp(format, "speedscope") == 0) {
-    const json_t *profs = json_object_get(doc, "profiles");
-    empty = json_is_array(profs);
-    for (size_t i = 0; empty && i < json_array_size(profs); i++)
-      empty = json_array_size(json_object_get(json_array_get(profs, i), "samples")) == 0;
-  }
-  json_decref(doc);
-  return empty;
-}
-
-/* Write to `path` through a temporary file in the same directory and a
- * rename, so a reader (or an interrupted run) never sees half a profile. */
-static int write_atomic(const char *path, const char *data, size_t len) {
-  ember_buf_t tmp;
-  ember_buf_init(&tmp, 8192);
-  int fd = -1, rc = ember_buf_printf(&tmp, "%s.tmp.XXXXXX", path);
-  if (rc != 0) goto cleanup;
-  fd = mkostemp(tmp.data, O_CLOEXEC);
-  if (fd < 0) {
-    rc = -errno;
-    goto cleanup;
-  }
-  while (len > 0) {
-    ssize_t n = write(fd, data, len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      rc = -errno;
-      goto cleanup;
-    }
-    data += n;
-    len -= (size_t)n;
-  }
-  /* mkostemp makes the file 0600; give it the mode a plain create would. */
-  mode_t mask = umask(0);
-  umask(mask);
-  if (fchmod(fd, 0666 & ~mask) != 0 || fsync(fd) != 0) {
-    rc = -errno;
-    goto cleanup;
-  }
-  rc = close(fd) == 0 ? 0 : -errno;
-  fd = -1;
-  if (rc == 0 && rename(tmp.data, path) != 0) rc = -errno;
-cleanup:
-  if (fd >= 0) close(fd);
-  if (rc != 0 && tmp.data != NULL) unlink(tmp.data);
-  ember_buf_free(&tmp);
-  return rc;
 }
 
 int ember__cmd_query(int argc, char **argv) {
@@ -732,25 +368,10 @@ int ember__cmd_query(int argc, char **argv) {
     fprintf(stderr, "ember query: --worker W is required (`ember workers` lists them)\n");
     return EXIT_USAGE;
   }
-  const char *format = o.format;
-  bool to_stdout = o.out == NULL || strcmp(o.out, "-") == 0;
-  if (format == NULL && !to_stdout) {
-    ember_format_t f;
-    if (ember_format_parse(o.out, &f) != 0) {
-      fprintf(stderr,
-              "ember query: cannot tell the format from the name '%s'; add --format "
-              "pprof|folded|speedscope|tree|top\n",
-              o.out);
-      return EXIT_USAGE;
-    }
-    format = ember_format_name(f);
-  }
-  if (format == NULL) format = "top";
-  if (!one_of(format, formats, sizeof formats / sizeof formats[0])) {
-    fprintf(stderr, "ember query: --format '%s': expected top, pprof, folded, speedscope or tree\n",
-            format);
-    return EXIT_USAGE;
-  }
+  const char *format = NULL;
+  bool to_stdout = true;
+  st = ember__pick_format(cmd, o.format, o.out, &format, &to_stdout);
+  if (st != 0) return st;
   if (o.type != NULL && !one_of(o.type, types, sizeof types / sizeof types[0])) {
     fprintf(stderr,
             "ember query: --type '%s': expected cpu, samples, alloc_objects or alloc_bytes\n",
@@ -772,19 +393,14 @@ int ember__cmd_query(int argc, char **argv) {
                                         : "expected a number from 0 to 1000000");
     return EXIT_USAGE;
   }
-  if (strcmp(format, "pprof") == 0 && to_stdout && isatty(STDOUT_FILENO)) {
-    fprintf(stderr, "ember query: pprof is binary (gzip); write it with -o FILE.pb.gz, or pipe "
-                    "stdout into a file or `go tool pprof`\n");
-    return EXIT_USAGE;
-  }
   range_t r;
   st = parse_range(cmd, &o, &r);
   if (st != 0) return st;
 
   ember_buf_t q, body, out;
   ember_buf_init(&q, 8192);
-  ember_buf_init(&body, MAX_PROFILE_BODY);
-  ember_buf_init(&out, MAX_JSON_BODY);
+  ember_buf_init(&body, EMBER__MAX_PROFILE_BODY);
+  ember_buf_init(&out, EMBER__MAX_JSON_BODY);
   int rc = add_selector(&q, &o);
   if (rc == 0) rc = add_time(&q, "from", r.from_ns);
   if (rc == 0) rc = add_time(&q, "to", r.to_ns);
@@ -797,34 +413,24 @@ int ember__cmd_query(int argc, char **argv) {
     st = EXIT_USAGE;
     goto cleanup;
   }
-  st = fetch(cmd, &o, path, &q, MAX_PROFILE_BODY, &body);
+  st = fetch(cmd, &o, path, &q, EMBER__MAX_PROFILE_BODY, &body);
   if (st != 0) goto cleanup;
   bool empty = false;
   const ember_buf_t *result = &body;
   if (strcmp(format, "top") == 0) {
-    st = render_top(cmd, &body, &o, &r, &out, &empty);
+    char range[80], context[1024];
+    fmt_range(&r, range, sizeof range);
+    snprintf(context, sizeof context, "worker %s, between %s", o.worker, range);
+    st = ember__render_top(cmd, path, &body, context, &out, &empty);
     if (st != 0) goto cleanup;
     result = &out;
   } else {
-    empty = profile_empty(format, &body);
+    empty = ember__profile_empty(format, &body);
   }
   /* Even an empty result is written: -o then always leaves a valid file
    * for whatever reads it next, and exit status 3 says it is empty. */
-  if (to_stdout) {
-    if (print_out(result) != 0) {
-      fprintf(stderr, "ember query: cannot write to stdout: %s\n", strerror(errno));
-      st = EXIT_FAILED;
-      goto cleanup;
-    }
-  } else {
-    rc = write_atomic(o.out, result->data ? result->data : "", result->len);
-    if (rc != 0) {
-      fprintf(stderr, "ember query: cannot write %s: %s\n", o.out, ember_strerror(rc));
-      st = EXIT_FAILED;
-      goto cleanup;
-    }
-    fprintf(stderr, "wrote %zu bytes to %s\n", result->len, o.out);
-  }
+  st = ember__write_result(cmd, result, o.out, to_stdout);
+  if (st != 0) goto cleanup;
   if (empty) {
     char range[80];
     fmt_range(&r, range, sizeof range);
