@@ -16,8 +16,9 @@
 
 struct ember__client {
   CURL *curl;
-  char *server; /* without a trailing '/' */
-  struct curl_slist *headers;
+  char *server;                    /* without a trailing '/' */
+  struct curl_slist *headers;      /* Authorization, when there is a token */
+  struct curl_slist *post_headers; /* the same plus the body's type */
   char curl_err[CURL_ERROR_SIZE];
 };
 
@@ -88,6 +89,19 @@ int ember__client_new(const char *server, const char *token, ember__client_t **o
   if (c->curl == NULL) goto cleanup;
   c->headers = h;
   h = NULL;
+  /* "Expect:" stops curl from waiting for a 100 Continue before a larger
+   * body; the API answers at once. */
+  const char *extra[] = {"Content-Type: application/json", "Expect:"};
+  for (const struct curl_slist *l = c->headers; l != NULL; l = l->next) {
+    struct curl_slist *n = curl_slist_append(c->post_headers, l->data);
+    if (n == NULL) goto cleanup;
+    c->post_headers = n;
+  }
+  for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+    struct curl_slist *n = curl_slist_append(c->post_headers, extra[i]);
+    if (n == NULL) goto cleanup;
+    c->post_headers = n;
+  }
   CURL *e = c->curl;
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, CONNECT_TIMEOUT_S);
   curl_easy_setopt(e, CURLOPT_TIMEOUT, TOTAL_TIMEOUT_S);
@@ -97,7 +111,6 @@ int ember__client_new(const char *server, const char *token, ember__client_t **o
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e, CURLOPT_USERAGENT, "ember/" EMBER_VERSION_STRING);
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->curl_err);
-  if (c->headers != NULL) curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->headers);
   *out = c;
   c = NULL;
   rc = 0;
@@ -113,6 +126,7 @@ void ember__client_free(ember__client_t *c) {
   if (c == NULL) return;
   if (c->curl != NULL) curl_easy_cleanup(c->curl);
   curl_slist_free_all(c->headers);
+  curl_slist_free_all(c->post_headers);
   ember_free(c->server);
   ember_free(c);
   curl_global_cleanup();
@@ -132,9 +146,11 @@ static size_t on_body(char *data, size_t size, size_t n, void *ctx) {
   return s->rc == 0 ? size * n : 0;
 }
 
-int ember__client_get(ember__client_t *c, const char *path, const char *query, size_t max_body,
-                      long *status, ember_buf_t *body, char *errbuf, size_t errbuf_size) {
-  if (c == NULL || path == NULL || status == NULL || body == NULL) return -EINVAL;
+/* One request: GET when `post` is NULL, else POST with `post_len` bytes of
+ * JSON. */
+static int perform(ember__client_t *c, const char *path, const char *query, const char *post,
+                   size_t post_len, size_t max_body, long *status, ember_buf_t *body, char *errbuf,
+                   size_t errbuf_size) {
   ember_buf_t url;
   ember_buf_init(&url, 16384);
   int rc = ember_buf_printf(&url, "%s%s%s%s", c->server, path, query && query[0] ? "?" : "",
@@ -150,6 +166,15 @@ int ember__client_get(ember__client_t *c, const char *path, const char *query, s
   sink_t sink = {body, 0};
   c->curl_err[0] = '\0';
   curl_easy_setopt(c->curl, CURLOPT_URL, url.data);
+  if (post != NULL) {
+    curl_easy_setopt(c->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)post_len);
+    curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, post);
+    curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, c->post_headers);
+  } else {
+    /* The handle is reused: undo a previous POST. */
+    curl_easy_setopt(c->curl, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, c->headers);
+  }
   curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &sink);
   CURLcode cc = curl_easy_perform(c->curl);
@@ -215,6 +240,19 @@ int ember__client_get(ember__client_t *c, const char *path, const char *query, s
   }
 }
 
+int ember__client_get(ember__client_t *c, const char *path, const char *query, size_t max_body,
+                      long *status, ember_buf_t *body, char *errbuf, size_t errbuf_size) {
+  if (c == NULL || path == NULL || status == NULL || body == NULL) return -EINVAL;
+  return perform(c, path, query, NULL, 0, max_body, status, body, errbuf, errbuf_size);
+}
+
+int ember__client_post(ember__client_t *c, const char *path, const char *json, size_t max_body,
+                       long *status, ember_buf_t *body, char *errbuf, size_t errbuf_size) {
+  if (c == NULL || path == NULL || status == NULL || body == NULL) return -EINVAL;
+  const char *data = json != NULL ? json : "";
+  return perform(c, path, NULL, data, strlen(data), max_body, status, body, errbuf, errbuf_size);
+}
+
 /* Copy at most `size - 1` bytes of untrusted text for a message, dropping
  * control characters so a server cannot write escape sequences to the
  * user's terminal. */
@@ -247,7 +285,7 @@ static void server_message(const ember_buf_t *body, char *msg, size_t size) {
 
 int ember__client_status_exit(const ember__client_t *c, const char *path, long status,
                               const ember_buf_t *body, char *errbuf, size_t errbuf_size) {
-  if (status == 200) return 0;
+  if (status == 200 || status == 201) return 0;
   char msg[1024];
   server_message(body, msg, sizeof msg);
   const char *sep = msg[0] ? ": " : "";
@@ -265,6 +303,13 @@ int ember__client_status_exit(const ember__client_t *c, const char *path, long s
              "the server at %s has no %s (HTTP 404); is --server an Ember server of this "
              "version?",
              c->server, path);
+    return EXIT_FAILED;
+  case 405:
+    /* A server from before on-demand sessions takes GET only. */
+    snprintf(errbuf, errbuf_size,
+             "the server at %s does not take this request (HTTP 405%s%s); is it an Ember server "
+             "of this version?",
+             c->server, sep, msg);
     return EXIT_FAILED;
   case 413:
     snprintf(errbuf, errbuf_size, "the answer would be too large%s%s; narrow --from/--to", sep,
