@@ -136,6 +136,7 @@ int ember_store_retain(ember_store_t *s, int64_t before_ns, size_t max_per_txn, 
     }
   }
   rc = delete_idem(&r, cutoff);
+  if (rc == 0) rc = ember__session_retain(s, &r.txn, cutoff, r.max_per_txn, &r.in_txn, &r.deleted);
   if (rc == 0) rc = ember__store_err(mdb_txn_commit(r.txn));
   r.txn = NULL;
   if (rc < 0) goto cleanup;

@@ -33,6 +33,7 @@ static const struct {
     [EMBER__DB_IDEM] = {"idem", 0},
     [EMBER__DB_ROLLUP_1H] = {"rollup_1h", 0},
     [EMBER__DB_ROLLUP_1M] = {"rollup_1m", 0},
+    [EMBER__DB_SESSIONS] = {"sessions", 0},
 };
 
 #define DEFAULT_MAP_SIZE ((size_t)1 << 30)
@@ -108,6 +109,12 @@ int ember_store_open(const char *path, const ember_store_opts_t *opts, ember_sto
   for (int i = 0; i < EMBER__DB_COUNT; i++) {
     unsigned f = db_defs[i].flags | (o.read_only ? 0 : MDB_CREATE);
     int mrc = mdb_dbi_open(txn, db_defs[i].name, f, &s->dbi[i]);
+    /* The session table came within schema 2 (an added table old readers
+     * ignore); a read-only open of an older file reads it as empty. */
+    if (mrc == MDB_NOTFOUND && i == EMBER__DB_SESSIONS && o.read_only) {
+      s->no_sessions = true;
+      continue;
+    }
     if (mrc == MDB_NOTFOUND) {
       set_err(errbuf, errbuf_size, "store %s: not an Ember store (no \"%s\" database)", path,
               db_defs[i].name);
@@ -356,12 +363,14 @@ int ember_store_stats(ember_store_t *s, ember_store_stats_t *stats) {
       {EMBER__DB_IDEM, offsetof(ember_store_stats_t, idem_keys)},
       {EMBER__DB_ROLLUP_1H, offsetof(ember_store_stats_t, rollup_rows)},
       {EMBER__DB_ROLLUP_1M, offsetof(ember_store_stats_t, rollup_1m_rows)},
+      {EMBER__DB_SESSIONS, offsetof(ember_store_stats_t, session_rows)},
   };
   ember_store_stats_t st = {0};
   MDB_txn *txn = NULL;
   int rc = ember__store_err(mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn));
   if (rc < 0) goto cleanup;
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+    if (map[i].db == EMBER__DB_SESSIONS && s->no_sessions) continue;
     MDB_stat ms;
     rc = ember__store_err(mdb_stat(txn, s->dbi[map[i].db], &ms));
     if (rc < 0) goto cleanup;

@@ -25,6 +25,7 @@ typedef enum ember__db {
   EMBER__DB_IDEM,       /* "idem": (agent hash, seq) -> window start */
   EMBER__DB_ROLLUP_1H,  /* "rollup_1h": (series, hour start, types) -> summed row */
   EMBER__DB_ROLLUP_1M,  /* "rollup_1m": (series, minute start, types) -> summed row */
+  EMBER__DB_SESSIONS,   /* "sessions": (session id, agent hash, seq) -> encoded result */
   EMBER__DB_COUNT
 } ember__db_t;
 
@@ -32,6 +33,9 @@ struct ember_store {
   MDB_env *env;
   MDB_dbi dbi[EMBER__DB_COUNT];
   bool read_only;
+  /* A read-only open of a store made before the session table existed:
+   * session reads answer "nothing" instead of failing the open. */
+  bool no_sessions;
   /* Dictionary caches, by table: series, frames, stacks. Used only inside
    * write transactions (see dcache.h). */
   ember__dcache_t cache[3];
@@ -42,6 +46,11 @@ struct ember_store {
 #define EMBER__CPU_KEY_LEN     12 /* series id be32 | start time be64 */
 #define EMBER__IDEM_KEY_LEN    16 /* agent id hash be64 | seq be64 */
 #define EMBER__POSTING_KEY_LEN 9  /* label index u8 | value hash be64 */
+
+/* Session result keys: the session id's bytes, a NUL, then agent id hash
+ * be64 | seq be64 (session.c). */
+#define EMBER__SESSION_ID_MAX   128
+#define EMBER__SESSION_KEY_TAIL 17
 
 /* The label fields of a series, in posting-key order. */
 #define EMBER__NLABELS 4
@@ -100,5 +109,11 @@ uint64_t ember__label_hash(const char *s);
  * array (NULL when none). Runs inside `txn`. */
 int ember__select(ember_store_t *s, MDB_txn *txn, const ember_store_selector_t *sel, uint32_t **ids,
                   size_t *n);
+
+/* Retention of session results (session.c): delete those whose window
+ * started below `cutoff`, committing *txn and beginning a new one every
+ * max_per_txn deletions (*in_txn counts them). */
+int ember__session_retain(ember_store_t *s, MDB_txn **txn, int64_t cutoff, size_t max_per_txn,
+                          size_t *in_txn, uint64_t *deleted);
 
 #endif

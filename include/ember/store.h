@@ -158,8 +158,8 @@ EMBER_API int ember_store_cpu_timeline(ember_store_t *store, const ember_store_s
                                        int64_t from_ns, int64_t to_ns, int64_t step_ns,
                                        int64_t **out, size_t *count);
 
-/* Retention: delete every window, minute and hour rollup, CPU point and idempotency
- * key older than `before_ns` rounded down to the hour (rollups cover whole
+/* Retention: delete every window, minute and hour rollup, CPU point, session
+ * result and idempotency key older than `before_ns` rounded down to the hour (rollups cover whole
  * hours, so the cutoff is too), in write transactions of at most
  * `max_per_txn` deletions (0 = 1000) so that writers are never held up long.
  * The cutoff is remembered: later writes of windows that start before it
@@ -170,6 +170,41 @@ EMBER_API int ember_store_cpu_timeline(ember_store_t *store, const ember_store_s
  * the transactions already committed stay done, and calling again resumes. */
 EMBER_API int ember_store_retain(ember_store_t *store, int64_t before_ns, size_t max_per_txn,
                                  uint64_t *deleted);
+
+/* On-demand session results. A profile that carries a session id
+ * (ember_profile_session_id() != NULL) is the result of one session on one
+ * agent; it is kept whole, apart from the continuous series, so it never
+ * counts in ember_store_merge() or the timelines.
+ *
+ * Store `n` such profiles in one write transaction, all or nothing. Each is
+ * kept once per (session id, agent id, seq): a replay is skipped and counted
+ * in result->duplicates (a profile without an agent id is keyed by its
+ * content instead). Profiles whose window starts before a past
+ * ember_store_retain() cutoff are skipped and counted in result->expired;
+ * retention deletes results by the same rule as windows. `profiles` are
+ * borrowed for the call; `result` may be NULL. Returns 0, -EINVAL (no
+ * session id, one longer than 128 bytes, or a bad window; nothing
+ * written), -ENOSPC, -ENOMEM, -EACCES (read-only), EMBER_ETOOBIG (a profile
+ * too large to encode). */
+EMBER_API int ember_store_session_add(ember_store_t *store, ember_profile_t *const *profiles,
+                                      size_t n, ember_store_write_result_t *result);
+
+/* What ember_store_session_merge() read. */
+typedef struct ember_store_session_info {
+  size_t results; /* result profiles of the session */
+  size_t matched; /* of which carried `value_type` */
+} ember_store_session_info_t;
+
+/* Merge every stored result of `session_id` that carries `value_type` into
+ * a new profile with that single value type (owned by the caller), whose
+ * labels are those of the first result with the host cleared when results
+ * come from several hosts, window covering them all, period kept when all
+ * agree. `info` (may be NULL) says how many results there were. Returns 0
+ * (an empty profile when there are none), -EINVAL, -ENOMEM, -ERANGE,
+ * EMBER_ECORRUPT. */
+EMBER_API int ember_store_session_merge(ember_store_t *store, const char *session_id,
+                                        ember_value_type_t value_type, ember_profile_t **out,
+                                        ember_store_session_info_t *info);
 
 /* Entry counts, for tests, metrics and capacity planning. */
 typedef struct ember_store_stats {
@@ -182,6 +217,7 @@ typedef struct ember_store_stats {
   uint64_t rollup_rows;    /* (series, hour, value types) rollup rows */
   uint64_t rollup_1m_rows; /* (series, minute, value types) rollup rows */
   uint64_t file_bytes;     /* pages in use times the page size */
+  uint64_t session_rows;   /* on-demand session results, one per (session, agent, seq) */
 } ember_store_stats_t;
 
 /* Fill *stats from one read transaction. Returns 0 or an error. */

@@ -893,6 +893,90 @@ static void test_store_retention_deletes_whole_hours(void **state) {
   remove_store(path);
 }
 
+/* Session results are kept apart from the series: they never show in
+ * ember_store_merge, are stored once per (session, agent, seq), merge by
+ * session into one value type, and go with retention. */
+static void test_store_session_results(void **state) {
+  (void)state;
+  char path[512];
+  store_path(path, sizeof path, "session");
+  remove_store(path);
+  ember_store_t *s = open_store(path);
+  ember_profile_t *ps[4];
+  ps[0] = make_window("api", "v1", "h1", "A", T0, "a1", 1, 6, 8, 1);
+  ps[1] = make_window("api", "v1", "h2", "B", T0 + 60 * SEC, "a2", 1, 5, 8, 2);
+  ps[2] = make_window("api", "v1", "h1", "A", T0 + 2 * 3600 * SEC, "a1", 2, 4, 8, 3);
+  ps[3] = make_window("api", "v1", "h1", "A", T0, NULL, 0, 3, 8, 4);
+  assert_int_equal(ember_profile_set_origin(ps[0], "a1", 1, "s-one"), 0);
+  assert_int_equal(ember_profile_set_origin(ps[1], "a2", 1, "s-one"), 0);
+  assert_int_equal(ember_profile_set_origin(ps[2], "a1", 2, "s-two"), 0);
+  assert_int_equal(ember_profile_set_origin(ps[3], NULL, 0, "s-one"), 0);
+  ember_store_write_result_t r;
+  assert_int_equal(ember_store_session_add(s, ps, 4, &r), 0);
+  assert_int_equal(r.written, 4);
+  /* A replay is a duplicate, also without an agent id. */
+  assert_int_equal(ember_store_session_add(s, ps, 4, &r), 0);
+  assert_int_equal(r.duplicates, 4);
+  assert_int_equal(r.written, 0);
+  ember_store_stats_t st;
+  assert_int_equal(ember_store_stats(s, &st), 0);
+  assert_int_equal(st.session_rows, 4);
+  assert_int_equal(st.profile_rows, 0);
+  assert_int_equal(merge_total(s, NULL, T0 - 3600 * SEC, T0 + 5 * 3600 * SEC), 0);
+
+  ember_profile_t *m = NULL;
+  ember_store_session_info_t info;
+  assert_int_equal(ember_store_session_merge(s, "s-one", EMBER_VT_CPU_SAMPLES, &m, &info), 0);
+  assert_int_equal(info.results, 3);
+  assert_int_equal(info.matched, 3);
+  ember_profile_t *want[] = {ps[0], ps[1], ps[3]};
+  ember_profile_t *w = merged(want, 3);
+  assert_int_equal(ember_profile_total(m, 0), ember_profile_total(w, 0));
+  assert_same_stacks(m, w, 0);
+  assert_null(ember_profile_labels(m)->host); /* two hosts */
+  assert_string_equal(ember_profile_labels(m)->worker, "api");
+  int64_t ws, we;
+  ember_profile_window(m, &ws, &we);
+  assert_true(ws == T0 && we == T0 + 70 * SEC);
+  ember_profile_free(m);
+  ember_profile_free(w);
+  /* Another value type, another session, an unknown one. */
+  assert_int_equal(ember_store_session_merge(s, "s-two", EMBER_VT_CPU_NS, &m, &info), 0);
+  assert_int_equal(ember_profile_total(m, 0), ember_profile_total(ps[2], 1));
+  assert_string_equal(ember_profile_labels(m)->host, "h1");
+  ember_profile_free(m);
+  assert_int_equal(ember_store_session_merge(s, "s-one", EMBER_VT_ALLOC_BYTES, &m, &info), 0);
+  assert_int_equal(info.results, 3);
+  assert_int_equal(info.matched, 0);
+  assert_int_equal(ember_profile_nstacks(m), 0);
+  ember_profile_free(m);
+  assert_int_equal(ember_store_session_merge(s, "s-on", EMBER_VT_CPU_NS, &m, &info), 0);
+  assert_int_equal(info.results, 0);
+  ember_profile_free(m);
+  /* Bad arguments: no session id. */
+  ember_profile_t *plain = make_window("api", "v1", "h1", NULL, T0, "a9", 1, 1, 2, 5);
+  assert_int_equal(ember_store_session_add(s, &plain, 1, NULL), -EINVAL);
+  assert_int_equal(ember_store_session_merge(s, "", EMBER_VT_CPU_NS, &m, NULL), -EINVAL);
+
+  /* Retention takes what started before the cutoff hour; replays of it stay out. */
+  uint64_t deleted = 0;
+  assert_int_equal(ember_store_retain(s, T0 + 3600 * SEC, 1, &deleted), 0);
+  assert_int_equal(deleted, 3);
+  assert_int_equal(ember_store_stats(s, &st), 0);
+  assert_int_equal(st.session_rows, 1);
+  assert_int_equal(ember_store_session_add(s, ps, 4, &r), 0);
+  assert_int_equal(r.expired, 3);
+  assert_int_equal(r.duplicates, 1);
+  assert_int_equal(ember_store_session_merge(s, "s-one", EMBER_VT_CPU_NS, &m, &info), 0);
+  assert_int_equal(info.results, 0);
+  ember_profile_free(m);
+
+  ember_profile_free(plain);
+  free_all(ps, 4);
+  ember_store_close(s);
+  remove_store(path);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_store_roundtrip_equals_profile_merge),
@@ -908,6 +992,7 @@ int main(void) {
       cmocka_unit_test(test_store_hourly_rollups_merge_exactly),
       cmocka_unit_test(test_store_minute_rollups_merge_exactly),
       cmocka_unit_test(test_store_retention_deletes_whole_hours),
+      cmocka_unit_test(test_store_session_results),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
