@@ -1,0 +1,606 @@
+/* Allocation sessions (agent/alloc.h): the method-independent session and
+ * stack aggregate, and the uprobe method.
+ *
+ * The uprobe method puts a uprobe perf event on malloc, calloc and realloc
+ * of the libc the process maps, sampling every call with its user
+ * callchain (frame pointers), the size argument registers and the top 16
+ * bytes of the user stack (the return address: at a probe on a function's
+ * first instruction rbp still belongs to the caller, so the frame-pointer
+ * chain skips the direct caller). Per-process events cannot be mmapped
+ * with inherit, so there is one event per (thread, CPU, function) with
+ * inherit on, all events of a CPU writing into that CPU's ring
+ * (PERF_EVENT_IOC_SET_OUTPUT); the sample's identifier says the function.
+ * See docs/internals/alloc.md. */
+#include <asm/perf_regs.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <linux/perf_event.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "ember/parse.h"
+#include "htab.h"
+#include "sampler.h"
+
+#define MAX_CPUS      1024
+#define MAX_EVENTS    4096  /* threads x CPUs x 3 functions */
+#define RING_PAGES    256   /* data pages per CPU ring: 1 MiB */
+#define MAX_STACKS    65536 /* distinct stacks per session */
+#define MAX_CHAIN     128   /* perf_event_max_stack is 127 by default */
+#define SCRATCH_BYTES 65536
+
+enum { FN_MALLOC, FN_CALLOC, FN_REALLOC, FN_COUNT };
+static const char *const fn_names[FN_COUNT] = {"malloc", "calloc", "realloc"};
+
+/* --- the aggregate --- */
+
+typedef struct agg_entry {
+  uint64_t hash;
+  size_t off; /* into ips */
+  uint32_t n;
+  double objects, bytes;
+} agg_entry_t;
+
+typedef struct agg {
+  ember__htab_t index;
+  agg_entry_t *entries;
+  size_t count, cap;
+  uint64_t *ips;
+  size_t ips_len, ips_cap;
+} agg_t;
+
+typedef struct agg_key {
+  const agg_t *a;
+  const uint64_t *ips;
+  size_t n;
+} agg_key_t;
+
+static bool agg_eq(const void *ctx, uint32_t idx) {
+  const agg_key_t *k = ctx;
+  const agg_entry_t *e = &k->a->entries[idx];
+  return e->n == k->n && memcmp(k->a->ips + e->off, k->ips, k->n * sizeof *k->ips) == 0;
+}
+
+static uint64_t agg_hash(const void *ctx, uint32_t idx) {
+  const agg_key_t *k = ctx;
+  return k->a->entries[idx].hash;
+}
+
+static void agg_free(agg_t *a) {
+  ember__htab_free(&a->index);
+  free(a->entries);
+  free(a->ips);
+}
+
+struct ember__alloc_session {
+  ember__alloc_method_t method;
+  pid_t pid;
+  agg_t agg;
+  ember__alloc_stats_t stats;
+  struct uprobe_state *up;
+  ember__alloc_preload_t *pre;
+};
+
+static void agg_add(void *ctx, const uint64_t *ips, size_t n, double objects, double bytes) {
+  ember__alloc_session_t *s = ctx;
+  agg_t *a = &s->agg;
+  if (n > EMBER__ALLOC_MAX_FRAMES) n = EMBER__ALLOC_MAX_FRAMES;
+  uint64_t h = ember__hash_bytes(ips, n * sizeof *ips, 0x616c6c6f63ULL);
+  agg_key_t key = {a, ips, n};
+  int64_t found = ember__htab_find(&a->index, h, agg_eq, &key);
+  s->stats.samples++;
+  if (found >= 0) {
+    a->entries[found].objects += objects;
+    a->entries[found].bytes += bytes;
+    return;
+  }
+  if (a->count >= MAX_STACKS) goto drop;
+  if (a->count == a->cap) {
+    size_t cap = a->cap ? a->cap * 2 : 256;
+    agg_entry_t *e = realloc(a->entries, cap * sizeof *e);
+    if (e == NULL) goto drop;
+    a->entries = e;
+    a->cap = cap;
+  }
+  if (a->ips_len + n > a->ips_cap) {
+    size_t cap = a->ips_cap ? a->ips_cap * 2 : 4096;
+    while (cap < a->ips_len + n) cap *= 2;
+    uint64_t *p = realloc(a->ips, cap * sizeof *p);
+    if (p == NULL) goto drop;
+    a->ips = p;
+    a->ips_cap = cap;
+  }
+  memcpy(a->ips + a->ips_len, ips, n * sizeof *ips);
+  a->entries[a->count] = (agg_entry_t){h, a->ips_len, (uint32_t)n, objects, bytes};
+  if (ember__htab_insert(&a->index, h, (uint32_t)a->count, agg_hash, &key) != 0) goto drop;
+  a->ips_len += n;
+  a->count++;
+  s->stats.stacks = a->count;
+  return;
+drop:
+  s->stats.samples--;
+  s->stats.dropped++;
+}
+
+/* --- the uprobe method --- */
+
+typedef struct ring {
+  int fd;
+  void *base;
+} ring_t;
+
+typedef struct event_id {
+  uint64_t id;
+  int fn;
+} event_id_t;
+
+struct uprobe_state {
+  ring_t rings[MAX_CPUS];
+  uint32_t nrings;
+  int *fds;
+  size_t nfds;
+  event_id_t *ids;
+  size_t page_size, data_size;
+  unsigned char scratch[SCRATCH_BYTES];
+  uint64_t ips[MAX_CHAIN + 1];
+};
+
+static int read_small(const char *path, char *buf, size_t size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  ssize_t n;
+  do {
+    n = read(fd, buf, size - 1);
+  } while (n < 0 && errno == EINTR);
+  int e = errno;
+  close(fd);
+  if (n < 0) return -e;
+  buf[n] = '\0';
+  return 0;
+}
+
+/* The path of the libc `pid` maps (as the process sees it). */
+static int find_libc(pid_t pid, char *out, size_t size, char *err, size_t n) {
+  char path[64], line[4096];
+  snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+  FILE *f = fopen(path, "re");
+  if (f == NULL) {
+    int e = errno;
+    snprintf(err, n, "process %d: %s", (int)pid, strerror(e));
+    return e == ENOENT ? -ESRCH : -e;
+  }
+  int rc = -ENOENT;
+  while (rc != 0 && fgets(line, sizeof line, f) != NULL) {
+    line[strcspn(line, "\n")] = '\0';
+    char *file = strchr(line, '/');
+    char *perms = strchr(line, ' ');
+    if (file == NULL || perms == NULL || perms[3] != 'x') continue;
+    const char *base = strrchr(file, '/') + 1;
+    if (strncmp(base, "libc.so", 7) != 0 && strncmp(base, "libc-", 5) != 0) continue;
+    if (strstr(file, " (deleted)") != NULL) continue;
+    if ((size_t)snprintf(out, size, "/proc/%d/root%s", (int)pid, file) < size) rc = 0;
+  }
+  fclose(f);
+  if (rc != 0)
+    snprintf(err, n,
+             "process %d maps no libc.so (statically linked or another C library?): the uprobe "
+             "method needs glibc's malloc",
+             (int)pid);
+  return rc;
+}
+
+/* File offsets of malloc, calloc, realloc in the ELF file at `path`. */
+static int find_offsets(const char *path, uint64_t off[FN_COUNT], char *err, size_t n) {
+  int rc = -ENOENT;
+  Elf *e = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  uint64_t vaddr[FN_COUNT] = {0};
+  if (fd < 0) {
+    rc = -errno;
+    snprintf(err, n, "open %s: %s", path, strerror(-rc));
+    return rc;
+  }
+  elf_version(EV_CURRENT);
+  e = elf_begin(fd, ELF_C_READ, NULL);
+  if (e == NULL) {
+    snprintf(err, n, "%s: not an ELF file (%s)", path, elf_errmsg(-1));
+    rc = -ENOEXEC;
+    goto cleanup;
+  }
+  Elf_Scn *scn = NULL;
+  while ((scn = elf_nextscn(e, scn)) != NULL) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == NULL) continue;
+    if (sh.sh_type != SHT_DYNSYM && sh.sh_type != SHT_SYMTAB) continue;
+    Elf_Data *d = elf_getdata(scn, NULL);
+    if (d == NULL || sh.sh_entsize == 0) continue;
+    size_t count = sh.sh_size / sh.sh_entsize;
+    for (size_t i = 0; i < count; i++) {
+      GElf_Sym sym;
+      if (gelf_getsym(d, (int)i, &sym) == NULL) continue;
+      if (GELF_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF || sym.st_value == 0)
+        continue;
+      if (GELF_ST_BIND(sym.st_info) != STB_GLOBAL && GELF_ST_BIND(sym.st_info) != STB_WEAK)
+        continue;
+      const char *name = elf_strptr(e, sh.sh_link, sym.st_name);
+      if (name == NULL) continue;
+      for (int f = 0; f < FN_COUNT; f++)
+        if (vaddr[f] == 0 && strcmp(name, fn_names[f]) == 0) vaddr[f] = sym.st_value;
+    }
+  }
+  size_t nph;
+  if (elf_getphdrnum(e, &nph) != 0) nph = 0;
+  for (int f = 0; f < FN_COUNT; f++) {
+    off[f] = 0;
+    for (size_t i = 0; vaddr[f] != 0 && i < nph; i++) {
+      GElf_Phdr ph;
+      if (gelf_getphdr(e, (int)i, &ph) == NULL || ph.p_type != PT_LOAD) continue;
+      if (vaddr[f] >= ph.p_vaddr && vaddr[f] < ph.p_vaddr + ph.p_filesz) {
+        off[f] = vaddr[f] - ph.p_vaddr + ph.p_offset;
+        break;
+      }
+    }
+    if (off[f] == 0) {
+      snprintf(err, n, "%s: no symbol %s in a loaded segment", path, fn_names[f]);
+      goto cleanup;
+    }
+  }
+  rc = 0;
+cleanup:
+  if (e != NULL) elf_end(e);
+  close(fd);
+  return rc;
+}
+
+static int list_tids(pid_t pid, pid_t **out, size_t *count) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (d == NULL) return errno == ENOENT ? -ESRCH : -errno;
+  pid_t *tids = NULL;
+  size_t n = 0, cap = 0;
+  struct dirent *e;
+  int rc = 0;
+  while ((e = readdir(d)) != NULL) {
+    uint64_t v;
+    if (ember_parse_u64(e->d_name, 1, INT32_MAX, &v) != 0) continue;
+    if (n == cap) {
+      size_t nc = cap ? cap * 2 : 16;
+      pid_t *t = realloc(tids, nc * sizeof *t);
+      if (t == NULL) {
+        rc = -ENOMEM;
+        break;
+      }
+      tids = t;
+      cap = nc;
+    }
+    tids[n++] = (pid_t)v;
+  }
+  closedir(d);
+  if (rc != 0) {
+    free(tids);
+    return rc;
+  }
+  *out = tids;
+  *count = n;
+  return 0;
+}
+
+static void uprobe_close(struct uprobe_state *u) {
+  if (u == NULL) return;
+  for (size_t i = 0; i < u->nfds; i++) close(u->fds[i]);
+  for (uint32_t c = 0; c < u->nrings; c++)
+    if (u->rings[c].base != NULL) munmap(u->rings[c].base, u->page_size + u->data_size);
+  free(u->fds);
+  free(u->ids);
+  free(u);
+}
+
+static int uprobe_open(pid_t pid, struct uprobe_state **out, char *err, size_t n) {
+  char libc[PATH_MAX], buf[4096];
+  uint64_t off[FN_COUNT];
+  uint8_t online[MAX_CPUS / 8];
+  pid_t *tids = NULL;
+  size_t ntids = 0;
+  struct uprobe_state *u = NULL;
+  uint64_t type;
+  int rc = find_libc(pid, libc, sizeof libc, err, n);
+  if (rc != 0) return rc;
+  rc = find_offsets(libc, off, err, n);
+  if (rc != 0) return rc;
+  rc = read_small("/sys/bus/event_source/devices/uprobe/type", buf, sizeof buf);
+  buf[strcspn(buf, "\n")] = '\0';
+  if (rc != 0 || ember_parse_u64(buf, 0, UINT32_MAX, &type) != 0) {
+    snprintf(err, n, "this kernel has no uprobe PMU (/sys/bus/event_source/devices/uprobe/type)");
+    return rc != 0 ? rc : -ENOTSUP;
+  }
+  rc = read_small("/sys/devices/system/cpu/online", buf, sizeof buf);
+  int ncpus = rc == 0 ? ember__cpulist_parse(buf, online, MAX_CPUS) : rc;
+  if (ncpus <= 0) {
+    snprintf(err, n, "cannot read the online CPUs");
+    return ncpus < 0 ? ncpus : -EINVAL;
+  }
+  rc = list_tids(pid, &tids, &ntids);
+  if (rc != 0) {
+    snprintf(err, n, "process %d: %s", (int)pid, strerror(-rc));
+    return rc;
+  }
+  if (ntids * (size_t)ncpus * FN_COUNT > MAX_EVENTS) {
+    snprintf(err, n,
+             "process %d has %zu threads: the uprobe method would need %zu perf events (at most "
+             "%d); use the preload method",
+             (int)pid, ntids, ntids * (size_t)ncpus * FN_COUNT, MAX_EVENTS);
+    rc = -E2BIG;
+    goto cleanup;
+  }
+  u = calloc(1, sizeof *u);
+  size_t maxfds = ntids * (size_t)ncpus * FN_COUNT;
+  if (u == NULL || (u->fds = calloc(maxfds, sizeof *u->fds)) == NULL ||
+      (u->ids = calloc(maxfds, sizeof *u->ids)) == NULL) {
+    snprintf(err, n, "out of memory");
+    rc = -ENOMEM;
+    goto cleanup;
+  }
+  u->page_size = (size_t)sysconf(_SC_PAGESIZE);
+  u->data_size = RING_PAGES * u->page_size;
+  for (uint32_t c = 0; c < MAX_CPUS; c++) {
+    if (!(online[c / 8] & (1u << (c % 8)))) continue;
+    ring_t *r = &u->rings[u->nrings++];
+    r->fd = -1;
+    for (size_t t = 0; t < ntids; t++) {
+      for (int f = 0; f < FN_COUNT; f++) {
+        struct perf_event_attr a = {
+            .size = sizeof a,
+            .type = (uint32_t)type,
+            .config = 0, /* entry probe (bit 0 would make it a return probe) */
+            .config1 = (uint64_t)(uintptr_t)libc,
+            .config2 = off[f],
+            .sample_period = 1,
+            .sample_type = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP | PERF_SAMPLE_CALLCHAIN |
+                           PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER,
+            .sample_regs_user = (1ULL << PERF_REG_X86_SI) | (1ULL << PERF_REG_X86_DI),
+            .sample_stack_user = 16,
+            .exclude_callchain_kernel = 1,
+            .inherit = 1,
+        };
+        int fd = (int)syscall(SYS_perf_event_open, &a, tids[t], (int)c, -1, PERF_FLAG_FD_CLOEXEC);
+        if (fd < 0) {
+          rc = -errno;
+          if (rc == -ESRCH) break; /* the thread ended meanwhile */
+          snprintf(err, n, "perf_event_open(uprobe %s in %s, tid %d, cpu %u): %s%s", fn_names[f],
+                   libc, (int)tids[t], c, strerror(-rc),
+                   rc == -EACCES || rc == -EPERM ? " (needs root or CAP_PERFMON)" : "");
+          goto cleanup;
+        }
+        u->fds[u->nfds] = fd;
+        uint64_t id = 0;
+        if (ioctl(fd, PERF_EVENT_IOC_ID, &id) != 0) {
+          rc = -errno;
+          snprintf(err, n, "PERF_EVENT_IOC_ID: %s", strerror(-rc));
+          u->nfds++;
+          goto cleanup;
+        }
+        u->ids[u->nfds++] = (event_id_t){id, f};
+        if (r->fd < 0) {
+          void *m =
+              mmap(NULL, u->page_size + u->data_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+          if (m == MAP_FAILED) {
+            rc = -errno;
+            snprintf(err, n, "mmap of a %zu KiB perf ring (cpu %u): %s", u->data_size / 1024, c,
+                     strerror(-rc));
+            goto cleanup;
+          }
+          r->fd = fd;
+          r->base = m;
+        } else if (ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, r->fd) != 0) {
+          rc = -errno;
+          snprintf(err, n, "PERF_EVENT_IOC_SET_OUTPUT (cpu %u): %s", c, strerror(-rc));
+          goto cleanup;
+        }
+      }
+    }
+  }
+  rc = 0;
+  *out = u;
+  u = NULL;
+cleanup:
+  uprobe_close(u);
+  free(tids);
+  return rc;
+}
+
+static void uprobe_sample(ember__alloc_session_t *s, const unsigned char *rec, size_t size) {
+  struct uprobe_state *u = s->up;
+  const unsigned char *p = rec + sizeof(struct perf_event_header);
+  const unsigned char *end = rec + size;
+  uint64_t id, ip, nr, abi, regs[2] = {0, 0}, ssize, ret = 0;
+  /* IDENTIFIER, IP, CALLCHAIN, REGS_USER, STACK_USER, in perf_event.h's
+   * order; every length is checked against the record. */
+  if (end - p < 24) goto bad;
+  memcpy(&id, p, 8);
+  memcpy(&ip, p + 8, 8);
+  memcpy(&nr, p + 16, 8);
+  p += 24;
+  if (nr > (uint64_t)(end - p) / 8) goto bad;
+  const unsigned char *chain = p;
+  p += nr * 8;
+  if (end - p < 8) goto bad;
+  memcpy(&abi, p, 8);
+  p += 8;
+  if (abi != PERF_SAMPLE_REGS_ABI_NONE) {
+    if (end - p < 16) goto bad;
+    memcpy(regs, p, 16); /* by register number: SI (4), then DI (5) */
+    p += 16;
+  }
+  if (end - p < 8) goto bad;
+  memcpy(&ssize, p, 8);
+  p += 8;
+  if (ssize > (uint64_t)(end - p)) goto bad;
+  if (ssize >= 8 && (uint64_t)(end - p) >= ssize + 8) {
+    uint64_t dyn;
+    memcpy(&dyn, p + ssize, 8);
+    if (dyn >= 8) memcpy(&ret, p, 8);
+  }
+  int fn = -1;
+  for (size_t i = 0; i < u->nfds; i++)
+    if (u->ids[i].id == id) {
+      fn = u->ids[i].fn;
+      break;
+    }
+  if (fn < 0 || abi == PERF_SAMPLE_REGS_ABI_NONE) goto bad;
+  uint64_t rsi = regs[0], rdi = regs[1], bytes;
+  switch (fn) {
+  case FN_MALLOC: bytes = rdi; break;
+  case FN_CALLOC:
+    if (__builtin_mul_overflow(rdi, rsi, &bytes)) return; /* calloc fails */
+    break;
+  default: bytes = rsi; break;
+  }
+  if (bytes == 0) return; /* malloc(0) and realloc(p, 0) allocate nothing */
+  size_t n = 0;
+  for (uint64_t i = 0; i < nr && n < MAX_CHAIN; i++) {
+    uint64_t v;
+    memcpy(&v, chain + i * 8, 8);
+    if (v >= (uint64_t)PERF_CONTEXT_MAX) continue;
+    u->ips[n++] = v;
+    if (n == 1 && ret != 0) u->ips[n++] = ret;
+  }
+  if (n == 0) {
+    u->ips[n++] = ip;
+    if (ret != 0) u->ips[n++] = ret;
+  }
+  if (bytes > (uint64_t)INT64_MAX) bytes = (uint64_t)INT64_MAX;
+  agg_add(s, u->ips, n, 1.0, (double)bytes);
+  return;
+bad:
+  s->stats.lost++;
+}
+
+static void uprobe_drain(ember__alloc_session_t *s) {
+  struct uprobe_state *u = s->up;
+  for (uint32_t c = 0; c < u->nrings; c++) {
+    ring_t *r = &u->rings[c];
+    if (r->base == NULL) continue;
+    struct perf_event_mmap_page *meta = r->base;
+    unsigned char *data = (unsigned char *)r->base + u->page_size;
+    uint64_t head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
+    uint64_t tail = meta->data_tail;
+    while (tail < head) {
+      size_t off = (size_t)(tail % u->data_size);
+      const struct perf_event_header *h = (const void *)(data + off);
+      size_t size = h->size;
+      if (size < sizeof *h || size > head - tail || size > sizeof u->scratch) {
+        s->stats.lost++;
+        tail = head;
+        break;
+      }
+      const unsigned char *rec = data + off;
+      if (off + size > u->data_size) {
+        size_t first = u->data_size - off;
+        memcpy(u->scratch, data + off, first);
+        memcpy(u->scratch + first, data, size - first);
+        rec = u->scratch;
+      }
+      if (h->type == PERF_RECORD_SAMPLE) {
+        uprobe_sample(s, rec, size);
+      } else if (h->type == PERF_RECORD_LOST && size >= sizeof *h + 16) {
+        uint64_t lost;
+        memcpy(&lost, rec + sizeof *h + 8, 8);
+        s->stats.lost += lost;
+      }
+      tail += size;
+    }
+    __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
+  }
+}
+
+/* --- the session --- */
+
+int ember__alloc_start(pid_t pid, ember__alloc_method_t m, uint64_t sample_bytes,
+                       ember__alloc_session_t **out, char *err, size_t n) {
+  char dummy[1];
+  if (err == NULL || n == 0) {
+    err = dummy;
+    n = sizeof dummy;
+  }
+  err[0] = '\0';
+  if (pid <= 0 || out == NULL || (m != EMBER__ALLOC_UPROBE && m != EMBER__ALLOC_PRELOAD) ||
+      sample_bytes > (1ULL << 40)) {
+    snprintf(err, n, "invalid allocation session arguments (pid %d, method %d)", (int)pid, (int)m);
+    return -EINVAL;
+  }
+  if (kill(pid, 0) != 0 && errno == ESRCH) {
+    snprintf(err, n, "process %d does not exist", (int)pid);
+    return -ESRCH;
+  }
+  if (sample_bytes == 0) sample_bytes = EMBER__ALLOC_DEFAULT_SAMPLE_BYTES;
+  ember__alloc_session_t *s = calloc(1, sizeof *s);
+  if (s == NULL) {
+    snprintf(err, n, "out of memory");
+    return -ENOMEM;
+  }
+  s->method = m;
+  s->pid = pid;
+  ember__htab_init(&s->agg.index);
+  int rc = m == EMBER__ALLOC_UPROBE ? uprobe_open(pid, &s->up, err, n)
+                                    : ember__alloc_preload_open(pid, sample_bytes, &s->pre, err, n);
+  if (rc != 0) {
+    agg_free(&s->agg);
+    free(s);
+    return rc;
+  }
+  *out = s;
+  return 0;
+}
+
+int ember__alloc_poll(ember__alloc_session_t *s) {
+  if (s == NULL) return -EINVAL;
+  if (s->pre != NULL) return ember__alloc_preload_drain(s->pre, agg_add, s, &s->stats.lost);
+  uprobe_drain(s);
+  if (kill(s->pid, 0) != 0 && errno == ESRCH) return -ESRCH;
+  return 0;
+}
+
+void ember__alloc_stats(const ember__alloc_session_t *s, ember__alloc_stats_t *out) {
+  if (s == NULL || out == NULL) return;
+  *out = s->stats;
+}
+
+static int64_t to_i64(double v) {
+  if (!(v > 0)) return 0;
+  if (v >= 9.2e18) return INT64_MAX;
+  return (int64_t)(v + 0.5);
+}
+
+int ember__alloc_stop(ember__alloc_session_t *s,
+                      void (*each)(void *ctx, const uint64_t *ips, size_t n, int64_t objects,
+                                   int64_t bytes),
+                      void *ctx) {
+  if (s == NULL) return 0;
+  if (s->pre != NULL) {
+    ember__alloc_preload_disable(s->pre);
+    ember__alloc_preload_drain(s->pre, agg_add, s, &s->stats.lost);
+    ember__alloc_preload_close(s->pre);
+  } else if (s->up != NULL) {
+    for (size_t i = 0; i < s->up->nfds; i++) ioctl(s->up->fds[i], PERF_EVENT_IOC_DISABLE, 0);
+    uprobe_drain(s);
+    uprobe_close(s->up);
+  }
+  for (size_t i = 0; each != NULL && i < s->agg.count; i++) {
+    const agg_entry_t *e = &s->agg.entries[i];
+    each(ctx, s->agg.ips + e->off, e->n, to_i64(e->objects), to_i64(e->bytes));
+  }
+  agg_free(&s->agg);
+  free(s);
+  return 0;
+}
