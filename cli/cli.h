@@ -4,9 +4,10 @@
 #define EMBER_CLI_H
 
 /* Exit statuses every subcommand shares (README "Exit codes"). */
-#define EXIT_FAILED 1 /* the server, the network or a local file failed */
-#define EXIT_USAGE  2 /* bad arguments (here or as the server judged them) */
-#define EXIT_EMPTY  3 /* the query worked and matched nothing */
+#define EXIT_FAILED    1   /* the server, the network or a local file failed */
+#define EXIT_USAGE     2   /* bad arguments (here or as the server judged them) */
+#define EXIT_EMPTY     3   /* the query worked and matched nothing */
+#define EXIT_CANCELLED 130 /* Ctrl-C cancelled a session, as a shell reports it */
 
 int ember__cmd_up(int argc, char **argv);
 
@@ -16,8 +17,14 @@ int ember__cmd_workers(int argc, char **argv);
 int ember__cmd_labels(const char *which, int argc, char **argv);
 int ember__cmd_query(int argc, char **argv);
 
+/* profile.c: `ember profile` (an on-demand session) and `ember sessions`. */
+int ember__cmd_profile(int argc, char **argv);
+int ember__cmd_sessions(int argc, char **argv);
+
 /* Synopsis and option help of the query commands, for `ember help`. */
 extern const char ember__usage_query[];
 extern const char ember__usage_query_notes[];
+extern const char ember__usage_profile[];
+extern const char ember__usage_profile_notes[];
 
 #endif

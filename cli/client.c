@@ -270,8 +270,7 @@ static void clean_copy(char *dst, size_t size, const char *src, size_t len) {
   dst[j] = '\0';
 }
 
-/* The server's {"error": "..."} sentence, or the start of a non-JSON body. */
-static void server_message(const ember_buf_t *body, char *msg, size_t size) {
+void ember__client_message(const ember_buf_t *body, char *msg, size_t size) {
   msg[0] = '\0';
   if (body->data == NULL) return;
   json_t *doc = json_loadb(body->data, body->len, 0, NULL);
@@ -287,7 +286,7 @@ int ember__client_status_exit(const ember__client_t *c, const char *path, long s
                               const ember_buf_t *body, char *errbuf, size_t errbuf_size) {
   if (status == 200 || status == 201) return 0;
   char msg[1024];
-  server_message(body, msg, sizeof msg);
+  ember__client_message(body, msg, sizeof msg);
   const char *sep = msg[0] ? ": " : "";
   switch (status) {
   case 400:

@@ -48,6 +48,11 @@ int ember__client_post(ember__client_t *c, const char *path, const char *json, s
 int ember__client_status_exit(const ember__client_t *c, const char *path, long status,
                               const ember_buf_t *body, char *errbuf, size_t errbuf_size);
 
+/* The server's {"error": "..."} sentence in `body` (borrowed), else the
+ * start of a body that is not such JSON, with control characters replaced
+ * by '?' and newlines by spaces; "" for no body. */
+void ember__client_message(const ember_buf_t *body, char *msg, size_t size);
+
 /* Append "key=value" to a query string, percent-encoding both and adding
  * '&' when q is not empty. Returns 0, -ENOMEM or EMBER_ETOOBIG. */
 int ember__query_add(ember_buf_t *q, const char *key, const char *value);

@@ -4,6 +4,8 @@
  *                                              profile this machine
  *   ember workers | versions | hosts | actors  what the server has seen
  *   ember query --worker W ...                 a merged profile (query.c)
+ *   ember profile --worker W ...               profile now, on demand (profile.c)
+ *   ember sessions                             the server's on-demand sessions
  *   ember decode [--format F] [-o OUT] [FILE]  read one wire message (e.g. a
  *                                              Kafka value saved by kcat),
  *                                              validate it and export it
@@ -32,15 +34,19 @@
 static void usage(FILE *f) {
   fputs("usage: ember up [--data DIR] [--config FILE] [key=value ...]\n", f);
   fputs(ember__usage_query, f);
+  fputs(ember__usage_profile, f);
   fputs("       ember decode [--format pprof|folded|speedscope|tree|top] [-o OUT] [FILE]\n"
         "       ember version\n"
         "\n",
         f);
   fputs(ember__usage_query_notes, f);
+  fputs(ember__usage_profile_notes, f);
   fputs("\n"
-        "exit status: 0 ok; 1 the server, the network or a file failed; 2 bad arguments\n"
-        "(here, or as the server judged them: HTTP 400/401/413); 3 the query matched\n"
-        "nothing (the empty result is still written).\n",
+        "exit status: 0 ok; 1 the server, the network or a file failed, or a session\n"
+        "failed or expired; 2 bad arguments (here, or as the server judged them: HTTP\n"
+        "400/401/413, or 404 for a session's unknown worker/actor); 3 the query or\n"
+        "session matched nothing (the empty result is still written); 130 Ctrl-C\n"
+        "cancelled a session.\n",
         f);
 }
 
@@ -164,6 +170,8 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "decode") == 0) return cmd_decode(argc - 2, argv + 2);
   if (strcmp(argv[1], "workers") == 0) return ember__cmd_workers(argc - 2, argv + 2);
   if (strcmp(argv[1], "query") == 0) return ember__cmd_query(argc - 2, argv + 2);
+  if (strcmp(argv[1], "profile") == 0) return ember__cmd_profile(argc - 2, argv + 2);
+  if (strcmp(argv[1], "sessions") == 0) return ember__cmd_sessions(argc - 2, argv + 2);
   if (strcmp(argv[1], "versions") == 0 || strcmp(argv[1], "hosts") == 0 ||
       strcmp(argv[1], "actors") == 0)
     return ember__cmd_labels(argv[1], argc - 2, argv + 2);
