@@ -180,9 +180,11 @@ static void slurp(const char *path, char *buf, size_t size) {
 }
 
 static char out_path[512], err_path[512];
+/* When set, the next spawn's stderr is this pseudo-terminal (its name). */
+static char err_pty[128];
 
 /* Start `ember ARGS...` with EMBER_SERVER at the fake server, stdout and
- * stderr to files. */
+ * stderr to files (or stderr to err_pty). */
 static pid_t spawn(const char *const *args) {
   const char *argv[32] = {EMBER_CLI};
   size_t argc = 1;
@@ -207,7 +209,8 @@ static pid_t spawn(const char *const *args) {
   assert_true(pid >= 0);
   if (pid == 0) {
     int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = err_pty[0] ? open(err_pty, O_WRONLY | O_NOCTTY)
+                       : open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int in = open("/dev/null", O_RDONLY);
     if (o < 0 || e < 0 || in < 0) _exit(127);
     dup2(in, 0);
@@ -319,6 +322,48 @@ static void test_cli_profile_done_writes_file(void **state) {
   assert_null(json_object_get(b, "worker"));
   assert_int_equal(json_integer_value(json_object_get(b, "duration_ms")), 750);
   json_decref(b);
+}
+
+/* On a terminal, one line rewritten with \r, ended by a newline. */
+static void test_cli_profile_progress_on_terminal(void **state) {
+  (void)state;
+  scenario(201, created, done);
+  int pty = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  assert_true(pty >= 0);
+  assert_int_equal(grantpt(pty), 0);
+  assert_int_equal(unlockpt(pty), 0);
+  assert_int_equal(ptsname_r(pty, err_pty, sizeof err_pty), 0);
+  const char *const args[] = {"profile", "--worker", "api",    "--duration",
+                              "2s",      "--format", "folded", NULL};
+  run_t r;
+  finish(spawn(args), &r);
+  err_pty[0] = '\0';
+  char got[8192];
+  size_t n = 0;
+  int fl = fcntl(pty, F_GETFL);
+  assert_int_equal(fcntl(pty, F_SETFL, fl | O_NONBLOCK), 0);
+  for (;;) {
+    ssize_t k = read(pty, got + n, sizeof got - 1 - n);
+    if (k <= 0) break;
+    n += (size_t)k;
+  }
+  got[n] = '\0';
+  close(pty);
+  assert_int_equal(r.status, 0);
+  /* The pty turns \n into \r\n. */
+  const char *want[] = {"\rsession s-1: 0 targets, ",
+                        "/2.0s, 0 samples, pending",
+                        "\rsession s-1: 2 targets, ",
+                        "/2.0s, 40 samples, running",
+                        "\rsession s-1: 2 targets, ",
+                        "/2.0s, 100 samples, done",
+                        "\r\n"};
+  const char *at = got;
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    const char *f = strstr(at, want[i]);
+    if (f == NULL) fail_msg("'%s' not found in order in: %s", want[i], got);
+    at = f + strlen(want[i]);
+  }
 }
 
 static void test_cli_profile_top_table(void **state) {
@@ -485,6 +530,7 @@ static void test_cli_sessions_list(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cli_profile_done_writes_file),
+      cmocka_unit_test(test_cli_profile_progress_on_terminal),
       cmocka_unit_test(test_cli_profile_top_table),
       cmocka_unit_test(test_cli_profile_refused),
       cmocka_unit_test(test_cli_profile_failed),
