@@ -14,8 +14,7 @@
 #include "ember/parse.h"
 #include "sampler.h"
 
-#define MAX_CPUS  1024
-#define MAX_CHAIN 512 /* perf_event_max_stack is at most 127 by default */
+#define MAX_CPUS 1024
 
 typedef struct cpu_ring {
   ember__sampler_t *owner;
@@ -38,8 +37,8 @@ struct ember__sampler {
   int timers_closed;
   ember__sampler_stats_t stats;
   /* A record that wraps the ring's end is copied here to be read whole. */
-  unsigned char scratch[65536];
-  uint64_t ips[MAX_CHAIN];
+  unsigned char scratch[EMBER__PERF_SCRATCH];
+  uint64_t ips[EMBER__PERF_MAX_CHAIN];
 };
 
 int ember__cpulist_parse(const char *s, uint8_t *bitmap, size_t max) {
@@ -101,7 +100,7 @@ static int online_cpus(const ember__sampler_t *s, uint8_t *bitmap) {
   return ember__cpulist_parse(buf, bitmap, MAX_CPUS);
 }
 
-static long read_sysctl(const char *path) {
+long ember__read_sysctl(const char *path) {
   char buf[64];
   int64_t v;
   if (read_small(path, buf, sizeof buf) != 0) return -1;
@@ -112,13 +111,14 @@ static long read_sysctl(const char *path) {
 
 /* --- ring reading --- */
 
-static void handle_sample(ember__sampler_t *s, const unsigned char *rec, size_t size) {
+/* Parse one PERF_RECORD_SAMPLE and hand it to r->fn. */
+static void handle_sample(const ember__perf_reader_t *r, const unsigned char *rec, size_t size) {
   /* Layout for IP | TID | TIME | CPU | PERIOD | CALLCHAIN, in the order
    * perf_event.h defines: u64 ip; u32 pid, tid; u64 time; u32 cpu, res;
    * u64 period; u64 nr; u64 ips[nr]. */
   const size_t fixed = sizeof(struct perf_event_header) + 8 + 8 + 8 + 8 + 8 + 8;
   if (size < fixed) {
-    s->stats.bad_records++;
+    r->stats->bad_records++;
     return;
   }
   const unsigned char *p = rec + sizeof(struct perf_event_header);
@@ -133,61 +133,67 @@ static void handle_sample(ember__sampler_t *s, const unsigned char *rec, size_t 
   memcpy(&nr, p + 32, 8);
   p += 40;
   if (nr > (size - fixed) / 8) {
-    s->stats.bad_records++;
+    r->stats->bad_records++;
     return;
   }
   uint32_t n = 0;
-  for (uint64_t i = 0; i < nr && n < MAX_CHAIN; i++) {
+  for (uint64_t i = 0; i < nr && n < EMBER__PERF_MAX_CHAIN; i++) {
     uint64_t ip;
     memcpy(&ip, p + i * 8, 8);
     if (ip >= (uint64_t)PERF_CONTEXT_MAX) continue; /* a context marker */
-    s->ips[n++] = ip;
+    r->ips[n++] = ip;
   }
-  s->stats.samples++;
-  ember__raw_sample_t rs = {pid, tid, cpu, time, period, s->ips, n};
-  s->fn(s->ctx, &rs);
+  r->stats->samples++;
+  ember__raw_sample_t rs = {pid, tid, cpu, time, period, r->ips, n};
+  r->fn(r->ctx, &rs);
 }
 
-static void drain_ring(cpu_ring_t *r) {
-  ember__sampler_t *s = r->owner;
-  struct perf_event_mmap_page *meta = r->base;
-  unsigned char *data = (unsigned char *)r->base + s->page_size;
+void ember__perf_ring_drain(const ember__perf_reader_t *r, void *base, size_t page_size,
+                            size_t data_size) {
+  struct perf_event_mmap_page *meta = base;
+  unsigned char *data = (unsigned char *)base + page_size;
   uint64_t head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
   uint64_t tail = meta->data_tail;
   while (tail < head) {
-    size_t off = (size_t)(tail % r->data_size);
+    size_t off = (size_t)(tail % data_size);
     /* Records are 8-byte aligned and the ring a multiple of 8, so a header
      * never straddles the end; a body may. */
     const struct perf_event_header *h = (const void *)(data + off);
     size_t size = h->size;
-    if (size < sizeof *h || size > head - tail || size > sizeof s->scratch) {
+    if (size < sizeof *h || size > head - tail || size > EMBER__PERF_SCRATCH) {
       /* A corrupt size would make us walk garbage: drop the rest. */
-      s->stats.bad_records++;
+      r->stats->bad_records++;
       tail = head;
       break;
     }
     const unsigned char *rec = data + off;
-    if (off + size > r->data_size) {
-      size_t first = r->data_size - off;
-      memcpy(s->scratch, data + off, first);
-      memcpy(s->scratch + first, data, size - first);
-      rec = s->scratch;
+    if (off + size > data_size) {
+      size_t first = data_size - off;
+      memcpy(r->scratch, data + off, first);
+      memcpy(r->scratch + first, data, size - first);
+      rec = r->scratch;
     }
     switch (h->type) {
-    case PERF_RECORD_SAMPLE: handle_sample(s, rec, size); break;
+    case PERF_RECORD_SAMPLE: handle_sample(r, rec, size); break;
     case PERF_RECORD_LOST: {
       uint64_t lost = 0;
       if (size >= sizeof *h + 16) memcpy(&lost, rec + sizeof *h + 8, 8);
-      s->stats.lost += lost;
+      r->stats->lost += lost;
       break;
     }
-    case PERF_RECORD_THROTTLE: s->stats.throttles++; break;
-    case PERF_RECORD_UNTHROTTLE: s->stats.unthrottles++; break;
+    case PERF_RECORD_THROTTLE: r->stats->throttles++; break;
+    case PERF_RECORD_UNTHROTTLE: r->stats->unthrottles++; break;
     default: break;
     }
     tail += size;
   }
   __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
+}
+
+static void drain_ring(cpu_ring_t *r) {
+  ember__sampler_t *s = r->owner;
+  ember__perf_reader_t rd = {s->fn, s->ctx, &s->stats, s->scratch, s->ips};
+  ember__perf_ring_drain(&rd, r->base, s->page_size, r->data_size);
 }
 
 static void on_poll(uv_poll_t *h, int status, int events) {
@@ -255,13 +261,13 @@ static int open_ring(ember__sampler_t *s, uint32_t cpu, char *errbuf, size_t err
       snprintf(errbuf, errbuf_size,
                "perf_event_open refused (%s): system-wide sampling needs root or CAP_PERFMON "
                "(kernel.perf_event_paranoid is %ld)",
-               strerror(e), read_sysctl("/proc/sys/kernel/perf_event_paranoid"));
+               strerror(e), ember__read_sysctl("/proc/sys/kernel/perf_event_paranoid"));
     } else if (e == EINVAL && s->opts.hz > 0) {
       snprintf(errbuf, errbuf_size,
                "perf_event_open(cpu %u, %u Hz) failed: %s (kernel.perf_event_max_sample_rate is "
                "%ld)",
                cpu, s->opts.hz, strerror(e),
-               read_sysctl("/proc/sys/kernel/perf_event_max_sample_rate"));
+               ember__read_sysctl("/proc/sys/kernel/perf_event_max_sample_rate"));
     } else {
       snprintf(errbuf, errbuf_size, "perf_event_open(cpu %u) failed: %s", cpu, strerror(e));
     }
@@ -323,7 +329,7 @@ int ember__sampler_start(uv_loop_t *loop, const ember__sampler_opts_t *opts, emb
              o.ring_pages);
     return -EINVAL;
   }
-  long max_rate = read_sysctl("/proc/sys/kernel/perf_event_max_sample_rate");
+  long max_rate = ember__read_sysctl("/proc/sys/kernel/perf_event_max_sample_rate");
   if (max_rate > 0 && o.hz > (uint32_t)max_rate) {
     snprintf(errbuf, errbuf_size,
              "%u Hz is above kernel.perf_event_max_sample_rate (%ld); lower the rate or raise the "
