@@ -17,6 +17,7 @@
 #include "htab.h"
 #include "publish.h"
 #include "sampler.h"
+#include "session.h"
 #include "symbolize.h"
 #include "window.h"
 
@@ -38,6 +39,9 @@ const char *const ember__agent_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                 "dwarf_debug_files",
                                                 "max_stacks_per_window",
                                                 "netlink",
+                                                "session.max_concurrent",
+                                                "session.max_duration",
+                                                "session.max_hz",
                                                 NULL};
 
 #define MAX_PENDING_WINDOWS 4
@@ -80,6 +84,11 @@ typedef struct job_pid {
 
 typedef struct job {
   ember__window_t *window;
+  /* An on-demand session's result (session_id != NULL): published with
+   * the session id and its own rate, then DONE or FAILED is reported. */
+  char *session_id;
+  uint32_t hz, ntargets;
+  uint64_t samples;
   job_pid_t *pids;
   size_t npids;
   uint32_t *forget; /* pids that exited: drop their symbolizer state after */
@@ -96,6 +105,8 @@ typedef struct agent {
   int64_t window_ns;
   int64_t targets_refresh_ns;
   uint64_t max_stacks;
+  uint32_t session_max_concurrent, session_max_hz;
+  int64_t session_max_duration_ns;
   pid_t self;
 
   uv_loop_t loop;
@@ -111,6 +122,8 @@ typedef struct agent {
   ember__discovery_t *disc;
   ember__sampler_t *sampler;
   ember__symbolizer_t *sym; /* close thread only */
+  ember__sessions_t *sessions;
+  ember__session_metrics_t sm;
 
   ember__window_t *open;
   ember__htab_t pid_index;
@@ -245,6 +258,17 @@ static void refresh_maps(pidinfo_t *p) {
 
 /* --- sampling (loop thread) --- */
 
+/* A new stack: make sure we hold mappings that cover its user frames while
+ * the process is alive to be read. */
+static void ensure_maps(pidinfo_t *p, const ember__raw_sample_t *s) {
+  bool covered = p->maps != NULL;
+  for (uint32_t i = 0; covered && i < s->nips; i++) {
+    if (s->ips[i] < EMBER__KERNEL_MIN && !ember__procmaps_covers(p->maps->maps, s->ips[i]))
+      covered = false;
+  }
+  if (!covered) refresh_maps(p);
+}
+
 static void on_sample(void *ctx, const ember__raw_sample_t *s) {
   agent_t *a = ctx;
   if (s->pid == 0) {
@@ -256,20 +280,19 @@ static void on_sample(void *ctx, const ember__raw_sample_t *s) {
   if (p == NULL || !p->selected) return;
   bool is_new = false;
   if (ember__window_add(a->open, s->pid, s->ips, s->nips, s->period_ns, &is_new) != 0) return;
-  if (!is_new) return;
-  /* A new stack: make sure we hold mappings that cover its user frames
-   * while the process is alive to be read. */
-  bool covered = p->maps != NULL;
-  for (uint32_t i = 0; covered && i < s->nips; i++) {
-    if (s->ips[i] < EMBER__KERNEL_MIN && !ember__procmaps_covers(p->maps->maps, s->ips[i]))
-      covered = false;
-  }
-  if (!covered) refresh_maps(p);
+  if (is_new) ensure_maps(p, s);
+}
+
+/* A session's new stack: the same capture of mappings as for windows. */
+static void on_session_stack(void *ctx, const ember__raw_sample_t *s) {
+  agent_t *a = ctx;
+  pidinfo_t *p = pidinfo_get(a, s->pid);
+  if (p != NULL) ensure_maps(p, s);
 }
 
 /* --- the close thread --- */
 
-static int publish_pid(agent_t *a, ember__window_t *w, const job_pid_t *jp,
+static int publish_pid(agent_t *a, const job_t *j, const job_pid_t *jp,
                        const ember__window_stack_t *stacks, size_t n, ember_frame_t *frames,
                        size_t cap, ember_buf_t *buf) {
   static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
@@ -278,11 +301,11 @@ static int publish_pid(agent_t *a, ember__window_t *w, const job_pid_t *jp,
   if (rc != 0) return rc;
   ember_labels_t l = {jp->worker, jp->version, a->host_id, jp->actor, jp->pid};
   int64_t start, end;
-  ember__window_bounds(w, &start, &end);
+  ember__window_bounds(j->window, &start, &end);
   rc = ember_profile_set_labels(p, &l);
   if (rc == 0) rc = ember_profile_set_window(p, start, end);
-  ember_profile_set_period(p, 1000000000LL / a->hz);
-  if (rc == 0) rc = ember_profile_set_origin(p, a->agent_id, a->seq, NULL);
+  ember_profile_set_period(p, 1000000000LL / (j->session_id ? j->hz : a->hz));
+  if (rc == 0) rc = ember_profile_set_origin(p, a->agent_id, a->seq, j->session_id);
   for (size_t i = 0; rc == 0 && i < n; i++) {
     size_t nf = 0;
     rc = ember__symbolize(a->sym, (pid_t)jp->pid, jp->maps ? jp->maps->maps : NULL, stacks[i].ips,
@@ -311,6 +334,12 @@ static void process_job(agent_t *a, job_t *j) {
   ember_frame_t *frames = ember_malloc(EMBER_MAX_STACK_DEPTH * sizeof *frames);
   ember_buf_t buf;
   ember_buf_init(&buf, 64u << 20);
+  int session_rc = 0;
+  char why[256] = "";
+  if (frames == NULL || (n > 0 && stacks == NULL)) {
+    session_rc = -ENOMEM;
+    snprintf(why, sizeof why, "out of memory symbolizing the result");
+  }
   size_t i = 0;
   while (frames != NULL && i < n) {
     size_t e = i;
@@ -320,14 +349,19 @@ static void process_job(agent_t *a, job_t *j) {
       if (j->pids[k].pid == stacks[i].pid) jp = &j->pids[k];
     }
     if (jp != NULL && jp->worker != NULL) {
-      int rc =
-          publish_pid(a, j->window, jp, stacks + i, e - i, frames, EMBER_MAX_STACK_DEPTH, &buf);
+      int rc = publish_pid(a, j, jp, stacks + i, e - i, frames, EMBER_MAX_STACK_DEPTH, &buf);
       if (rc == 0) {
         atomic_fetch_add(&a->profiles_sent, 1);
       } else {
         atomic_fetch_add(&a->profile_errors, 1);
-        EMBER_WARN("agent", "window of pid %u (%s) not published: %s", jp->pid, jp->worker,
+        EMBER_WARN("agent", "%s of pid %u (%s) not published: %s",
+                   j->session_id ? "session result" : "window", jp->pid, jp->worker,
                    ember_strerror(rc));
+        if (session_rc == 0) {
+          session_rc = rc;
+          snprintf(why, sizeof why, "the profile of pid %u could not be published: %s", jp->pid,
+                   ember_strerror(rc));
+        }
       }
     }
     i = e;
@@ -343,6 +377,11 @@ static void process_job(agent_t *a, job_t *j) {
   atomic_store(&a->unresolved, st.unresolved);
   ember_buf_free(&buf);
   ember_free(frames);
+  /* The profiles are with the publisher (queued or spooled): only now is
+   * the session done. */
+  if (j->session_id != NULL)
+    ember__sessions_published(a->sessions, j->session_id, j->ntargets, j->hz, j->samples,
+                              session_rc, why);
 }
 
 static void job_free(job_t *j) {
@@ -355,6 +394,7 @@ static void job_free(job_t *j) {
   }
   ember_free(j->pids);
   ember_free(j->forget);
+  ember_free(j->session_id);
   ember__window_free(j->window);
   ember_free(j);
 }
@@ -415,6 +455,16 @@ static void send_tombstone(agent_t *a, uint32_t pid) {
   char key[300];
   snprintf(key, sizeof key, "%s/%u", a->host_id, pid);
   ember__publisher_target(a->pub, key, NULL, 0);
+}
+
+static void enqueue_locked(agent_t *a, job_t *j) {
+  if (a->tail)
+    a->tail->next = j;
+  else
+    a->head = j;
+  a->tail = j;
+  a->pending++;
+  uv_cond_signal(&a->cv);
 }
 
 /* Close the open window at `end_ns` and hand it to the close thread. */
@@ -504,15 +554,51 @@ static void close_window(agent_t *a, int64_t end_ns) {
     job_free(j);
     return;
   }
-  if (a->tail)
-    a->tail->next = j;
-  else
-    a->head = j;
-  a->tail = j;
-  a->pending++;
-  uv_cond_signal(&a->cv);
+  enqueue_locked(a, j);
   uv_mutex_unlock(&a->mu);
   ember_metric_add(a->m.windows, 1);
+}
+
+/* Hand an ended session to the close thread, to be symbolized and
+ * published like a window. Its labels were copied when it started (a
+ * target may have exited since); its maps are what the loop captured. */
+static int on_session_finish(void *ctx, ember__session_result_t *r) {
+  agent_t *a = ctx;
+  job_t *j = ember_calloc(1, sizeof *j);
+  if (j == NULL) return -ENOMEM;
+  j->pids = ember_calloc(r->ntargets ? r->ntargets : 1, sizeof *j->pids);
+  if (j->pids == NULL) {
+    ember_free(j);
+    return -ENOMEM;
+  }
+  for (size_t i = 0; i < r->ntargets; i++) {
+    ember__session_target_t *t = &r->targets[i];
+    job_pid_t *jp = &j->pids[j->npids++];
+    jp->pid = t->pid;
+    jp->worker = t->worker; /* moved */
+    jp->version = t->version;
+    jp->actor = t->actor;
+    t->worker = t->version = t->actor = NULL;
+    pidinfo_t *p = pidinfo_get(a, t->pid);
+    if (p != NULL) {
+      if (p->maps == NULL) refresh_maps(p);
+      jp->maps = maps_ref_get(p->maps);
+    }
+  }
+  j->window = r->window;
+  j->session_id = r->session_id;
+  j->hz = r->hz;
+  j->samples = r->samples;
+  j->ntargets = (uint32_t)r->ntargets;
+  r->window = NULL;
+  r->session_id = NULL;
+  ember__session_result_clear(r);
+  /* Not bound by MAX_PENDING_WINDOWS: sessions are few (session.max_concurrent)
+   * and someone is waiting for this one. */
+  uv_mutex_lock(&a->mu);
+  enqueue_locked(a, j);
+  uv_mutex_unlock(&a->mu);
+  return 0;
 }
 
 static void on_window_timer(uv_timer_t *t) {
@@ -585,6 +671,7 @@ static void on_signal(uv_signal_t *h, int signum) {
   a->stopping = true;
   EMBER_INFO("agent", "%s: closing the open window and stopping",
              signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  ember__sessions_stop_all(a->sessions);
   close_window(a, ember_time_now_ns());
   uv_stop(&a->loop);
 }
@@ -630,6 +717,7 @@ static void register_metrics(agent_t *a) {
                                               "Samples dropped past max_stacks_per_window");
   a->m.cpu = ember_metrics_gauge(m, "ember_agent_cpu_seconds", "The agent's own CPU seconds");
   a->m.rss = ember_metrics_gauge(m, "ember_agent_rss_bytes", "The agent's resident memory");
+  ember__sessions_register_metrics(m, &a->sm);
 }
 
 static int read_config(agent_t *a, const ember_config_t *cfg, char *err, size_t errsz) {
@@ -641,18 +729,28 @@ static int read_config(agent_t *a, const ember_config_t *cfg, char *err, size_t 
   snprintf(a->agent_id, sizeof a->agent_id, "%s:%lld", a->host_id,
            (long long)(ember_time_now_ns() / 1000000));
   uint64_t hz = 19, pages = 8, max_stacks = 200000;
-  int64_t win = 10000000000LL, refresh = 60000000000LL;
+  int64_t win = 10000000000LL, refresh = 30000000000LL;
   int rc = ember_config_get_u64(cfg, "continuous_hz", 19, 1, 100000, &hz, err, errsz);
   if (rc == 0)
     rc = ember_config_get_duration_ns(cfg, "window", 10000000000LL, 1000000000LL, 3600000000000LL,
                                       &win, err, errsz);
   if (rc == 0)
-    rc = ember_config_get_duration_ns(cfg, "targets_refresh", 60000000000LL, 1000000000LL,
+    rc = ember_config_get_duration_ns(cfg, "targets_refresh", 30000000000LL, 1000000000LL,
                                       86400000000000LL, &refresh, err, errsz);
   if (rc == 0) rc = ember_config_get_u64(cfg, "ring_pages", 8, 1, 4096, &pages, err, errsz);
   if (rc == 0)
     rc = ember_config_get_u64(cfg, "max_stacks_per_window", 200000, 1, 50000000, &max_stacks, err,
                               errsz);
+  uint64_t sk = 2, shz = 1000;
+  int64_t sdur = 60000000000LL;
+  if (rc == 0) rc = ember_config_get_u64(cfg, "session.max_concurrent", 2, 0, 64, &sk, err, errsz);
+  if (rc == 0)
+    rc = ember_config_get_duration_ns(cfg, "session.max_duration", 60000000000LL, 100000000LL,
+                                      3600000000000LL, &sdur, err, errsz);
+  if (rc == 0) rc = ember_config_get_u64(cfg, "session.max_hz", 1000, 1, 1000000, &shz, err, errsz);
+  a->session_max_concurrent = (uint32_t)sk;
+  a->session_max_duration_ns = sdur;
+  a->session_max_hz = (uint32_t)shz;
   a->hz = (uint32_t)hz;
   a->ring_pages = (uint32_t)pages;
   a->window_ns = win;
@@ -755,6 +853,26 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
   rc = ember__sampler_start(&a->loop, &so, on_sample, a, &a->sampler, err, sizeof err);
   if (rc != 0) goto cleanup;
 
+  if (a->session_max_concurrent > 0) {
+    ember__sessions_opts_t sess = {
+        .loop = &a->loop,
+        .kafka = a->kafka,
+        .disc = a->disc,
+        .host_id = a->host_id,
+        .agent_id = a->agent_id,
+        .max_concurrent = a->session_max_concurrent,
+        .max_duration_ns = a->session_max_duration_ns,
+        .max_hz = a->session_max_hz,
+        .kernel = kernel,
+        .max_stacks = (size_t)a->max_stacks,
+        .m = a->sm,
+        .hooks = {.ctx = a, .new_stack = on_session_stack, .finish = on_session_finish}};
+    rc = ember__sessions_start(&sess, &a->sessions, err, sizeof err);
+    if (rc != 0) goto cleanup;
+  } else {
+    EMBER_INFO("agent", "session.max_concurrent = 0: on-demand sessions are off");
+  }
+
   int64_t scan_ns;
   rc = ember_config_get_duration_ns(cfg, "scan_interval", 10000000000LL, 100000000LL,
                                     3600000000000LL, &scan_ns, err, sizeof err);
@@ -794,6 +912,9 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
 
 cleanup:
   if (rc != 0) EMBER_ERROR("agent", "%s", err[0] ? err : ember_strerror(rc));
+  /* Sessions still running (an error path; SIGTERM already ended them)
+   * are handed over before the close thread drains its queue. */
+  ember__sessions_stop_all(a->sessions);
   if (closer_ok) {
     uv_mutex_lock(&a->mu);
     a->closer_exit = true;
@@ -806,6 +927,10 @@ cleanup:
     uv_walk(&a->loop, close_walk, NULL);
     uv_run(&a->loop, UV_RUN_DEFAULT);
     uv_loop_close(&a->loop);
+    /* After the close thread (it reports DONE through it) and the loop
+     * (its timer handle) are done with it. */
+    ember__sessions_free(a->sessions);
+    a->sessions = NULL;
     uv_mutex_destroy(&a->mu);
     uv_cond_destroy(&a->cv);
   }
