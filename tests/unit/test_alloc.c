@@ -119,6 +119,8 @@ static void profile_and_check(ember__alloc_method_t m, uint64_t sample_bytes) {
   ember__alloc_stats(s, &st);
   assert_int_equal(ember__alloc_stop(s, on_stack, &t), 0);
   tu_kill(pid);
+  /* SIGKILL leaves the library's control file behind; do not litter. */
+  ember__alloc_preload_sweep();
 
   double ratio = t.small_bytes > 0 ? (double)t.big_bytes / (double)t.small_bytes : 0;
   print_message("method %d: samples %llu lost %llu stacks %llu; big %lld B / %lld objs, small "
