@@ -222,8 +222,12 @@ static int64_t oncpu_ns(pid_t pid) {
   return v;
 }
 
-static int cmp_i64(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+typedef struct win {
+  int64_t start, end;
+} win_t;
+
+static int cmp_win(const void *a, const void *b) {
+  int64_t x = ((const win_t *)a)->start, y = ((const win_t *)b)->start;
   return x < y ? -1 : x > y;
 }
 
@@ -321,8 +325,8 @@ static void test_session_agent_cpu(void **state) {
   size_t n = tu_consume_profiles(brokers, B.host, 5000, 60000, &ps);
   int64_t samples = 0, hot = 0, cold = 0, s_start = 0, s_end = 0;
   size_t nres = 0, nwin = 0;
-  int64_t *starts = calloc(n ? n : 1, sizeof *starts);
-  assert_non_null(starts);
+  win_t *wins = calloc(n ? n : 1, sizeof *wins);
+  assert_non_null(wins);
   for (size_t i = 0; i < n; i++) {
     const char *sid = ember_profile_session_id(ps[i]);
     const ember_labels_t *l = ember_profile_labels(ps[i]);
@@ -337,9 +341,8 @@ static void test_session_agent_cpu(void **state) {
       cold += tu_self(ps[i], 0, "burn_cold");
       ember_profile_window(ps[i], &s_start, &s_end);
     } else if ((sid == NULL || sid[0] == '\0') && l->pid == (uint32_t)B.burn) {
-      int64_t ws, we;
-      ember_profile_window(ps[i], &ws, &we);
-      starts[nwin++] = ws;
+      ember_profile_window(ps[i], &wins[nwin].start, &wins[nwin].end);
+      nwin++;
     }
   }
   print_message("session %s: %zu profiles, %lld samples (hot %lld, cold %lld), %zu windows\n", s1,
@@ -363,24 +366,26 @@ static void test_session_agent_cpu(void **state) {
   assert_int_equal(samples, (int64_t)done->samples);
   assert_true(s_end - s_start >= 1900000000LL && s_end - s_start <= 2500000000LL);
 
-  /* Continuous windows of B's burn kept coming: every window from the one
-   * holding the session's start to the one holding its end. */
-  qsort(starts, nwin, sizeof *starts, cmp_i64);
-  int64_t first = s_start / WINDOW_NS * WINDOW_NS, last = s_end / WINDOW_NS * WINDOW_NS;
-  size_t from = nwin;
-  for (size_t i = 0; i < nwin; i++) {
-    if (starts[i] == first) from = i;
+  /* Continuous windows of B's burn kept coming: the windows from the one
+   * holding the session's start to the one holding its end follow each
+   * other without a gap, each a whole window long (but the agent's first,
+   * which starts when the agent did). */
+  qsort(wins, nwin, sizeof *wins, cmp_win);
+  size_t i = nwin;
+  for (size_t w = 0; w < nwin && i == nwin; w++) {
+    if (wins[w].start <= s_start && s_start < wins[w].end) i = w;
   }
-  if (from == nwin) fail_msg("no continuous window starts at %lld", (long long)first);
-  size_t i = from;
-  while (i + 1 < nwin && starts[i] < last) {
-    if (starts[i + 1] - starts[i] != WINDOW_NS)
-      fail_msg("gap in continuous windows: %lld then %lld", (long long)starts[i],
-               (long long)starts[i + 1]);
+  if (i == nwin) fail_msg("no continuous window holds the session start %lld", (long long)s_start);
+  while (wins[i].end < s_end) {
+    if (i + 1 >= nwin || wins[i + 1].start != wins[i].end)
+      fail_msg("gap in continuous windows after [%lld, %lld)", (long long)wins[i].start,
+               (long long)wins[i].end);
+    if (wins[i].start % WINDOW_NS == 0 && wins[i + 1].start - wins[i].start != WINDOW_NS)
+      fail_msg("window starts %lld then %lld", (long long)wins[i].start,
+               (long long)wins[i + 1].start);
     i++;
   }
-  assert_true(starts[i] >= last);
-  free(starts);
+  free(wins);
   for (size_t j = 0; j < n; j++) ember_profile_free(ps[j]);
   free(ps);
 
