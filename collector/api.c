@@ -27,6 +27,7 @@
 #include "ember/log.h"
 #include "ember/parse.h"
 #include "json.h"
+#include "sessions.h"
 #include "utf8.h"
 
 #define LOG "api"
@@ -38,6 +39,8 @@
 #define STOP_WAIT_NS     (10LL * 1000000000LL)
 #define SEC_NS           1000000000LL
 #define MS_NS            1000000LL
+/* The largest request body (session requests are a few hundred bytes). */
+#define MAX_BODY ((size_t)64 << 10)
 
 /* Timelines: the default step keeps at most this many buckets... */
 #define TIMELINE_DEFAULT_BUCKETS 500
@@ -54,8 +57,10 @@ struct ember__api {
   struct MHD_Daemon *d;
   ember_store_t *store;
   ember_metrics_t *metrics;
-  ember__registry_t *registry; /* NULL: /api/v1/targets answers an empty list */
-  char *token;                 /* NULL = no authentication */
+  ember__registry_t *registry;  /* NULL: /api/v1/targets answers an empty list */
+  ember__csessions_t *sessions; /* NULL: session routes answer 503 */
+  char post_oom;                /* its address marks a POST whose body buffer could not be made */
+  char *token;                  /* NULL = no authentication */
   size_t token_len;
   size_t max_response;
   uint16_t port;
@@ -83,6 +88,11 @@ typedef struct req {
   ember_buf_t body;
   const char *ctype;
   const char *fixed_body; /* a static body instead of `body` */
+  const char *method;
+  const char *in; /* the request body (POST), NUL-terminated; NULL = none */
+  size_t in_len;
+  bool in_too_big;   /* the body passed MAX_BODY and was cut */
+  const char *allow; /* the Allow header of a 405 */
   char disposition[96];
   char err[512];
 } req_t;
@@ -794,68 +804,82 @@ static unsigned answer_top(req_t *r, const ember_profile_t *p, size_t limit) {
   return st;
 }
 
+static const struct {
+  const char *name, *ext;
+} formats[] = {{"tree", "json"},
+               {"pprof", "pb.gz"},
+               {"folded", "folded"},
+               {"speedscope", "speedscope.json"},
+               {"top", "json"}};
+enum { FMT_TREE, FMT_PPROF, FMT_FOLDED, FMT_SPEEDSCOPE, FMT_TOP };
+
+static unsigned parse_format(req_t *r, size_t *out) {
+  const char *fv = param(r, "format");
+  *out = FMT_TREE;
+  if (fv == NULL) return 0;
+  for (size_t fmt = 0; fmt < sizeof formats / sizeof formats[0]; fmt++) {
+    if (strcmp(fv, formats[fmt].name) == 0) {
+      *out = fmt;
+      return 0;
+    }
+  }
+  return fail(r, 400,
+              "parameter \"format\": \"%.64s\" is not a format; use tree, pprof, folded, "
+              "speedscope or top",
+              fv);
+}
+
+/* Answer with profile `p` (one value type) in format `fmt`. */
+static unsigned answer_profile(req_t *r, const ember_profile_t *p, size_t fmt, uint64_t max_nodes,
+                               uint64_t limit, const char *name) {
+  const char *tname = vt_api_name(ember_profile_type(p, 0));
+  snprintf(r->disposition, sizeof r->disposition, "%s; filename=\"%s-%s.%s\"",
+           fmt == FMT_PPROF ? "attachment" : "inline", name, tname, formats[fmt].ext);
+  int rc = 0;
+  switch (fmt) {
+  case FMT_TREE: {
+    ember_tree_opts_t o = {.vi = 0, .max_nodes = (size_t)max_nodes};
+    rc = ember_export_tree(p, &o, &r->body);
+    r->ctype = "application/json";
+    break;
+  }
+  case FMT_PPROF:
+    rc = ember_export_pprof(p, &r->body);
+    r->ctype = ember_format_content_type(EMBER_FORMAT_PPROF);
+    break;
+  case FMT_FOLDED:
+    rc = ember_export_folded(p, 0, &r->body);
+    r->ctype = ember_format_content_type(EMBER_FORMAT_FOLDED);
+    break;
+  case FMT_SPEEDSCOPE:
+    rc = ember_export_speedscope(p, &r->body);
+    r->ctype = ember_format_content_type(EMBER_FORMAT_SPEEDSCOPE);
+    break;
+  default: return answer_top(r, p, (size_t)limit);
+  }
+  return rc == 0 ? (r->status = 200) : fail_internal(r, "exporting the profile", rc);
+}
+
 static unsigned h_profile(req_t *r) {
   static const char *const allowed[] = {"worker", "version", "host",      "actor", "from", "to",
                                         "type",   "format",  "max_nodes", "limit", NULL};
-  static const struct {
-    const char *name, *ext;
-  } formats[] = {{"tree", "json"},
-                 {"pprof", "pb.gz"},
-                 {"folded", "folded"},
-                 {"speedscope", "speedscope.json"},
-                 {"top", "json"}};
   int64_t from, to;
   uint64_t max_nodes, limit;
   api_type_t type;
+  size_t fmt;
   ember_store_selector_t sel;
   unsigned st = check_params(r, allowed);
   if (st == 0) st = parse_range(r, "from", "to", "-1h", "now", &from, &to);
   if (st == 0) st = parse_type(r, &type);
   if (st == 0) st = parse_u64_param(r, "max_nodes", 2000, 0, 1000000, &max_nodes);
   if (st == 0) st = parse_u64_param(r, "limit", 50, 1, 100000, &limit);
+  if (st == 0) st = parse_format(r, &fmt);
   if (st != 0) return st;
-  const char *fv = param(r, "format");
-  size_t fmt = 0;
-  if (fv != NULL) {
-    for (fmt = 0; fmt < sizeof formats / sizeof formats[0]; fmt++) {
-      if (strcmp(fv, formats[fmt].name) == 0) break;
-    }
-    if (fmt == sizeof formats / sizeof formats[0])
-      return fail(r, 400,
-                  "parameter \"format\": \"%.64s\" is not a format; use tree, pprof, folded, "
-                  "speedscope or top",
-                  fv);
-  }
   parse_selector(r, "", NULL, &sel);
   ember_profile_t *p = NULL;
   st = load_profile(r, &sel, from, to, type, &p);
   if (st != 0) return st;
-  const char *tname = vt_api_name(ember_profile_type(p, 0));
-  snprintf(r->disposition, sizeof r->disposition, "%s; filename=\"ember-%s.%s\"",
-           fmt == 1 ? "attachment" : "inline", tname, formats[fmt].ext);
-  int rc = 0;
-  switch (fmt) {
-  case 0: {
-    ember_tree_opts_t o = {.vi = 0, .max_nodes = (size_t)max_nodes};
-    rc = ember_export_tree(p, &o, &r->body);
-    r->ctype = "application/json";
-    break;
-  }
-  case 1:
-    rc = ember_export_pprof(p, &r->body);
-    r->ctype = ember_format_content_type(EMBER_FORMAT_PPROF);
-    break;
-  case 2:
-    rc = ember_export_folded(p, 0, &r->body);
-    r->ctype = ember_format_content_type(EMBER_FORMAT_FOLDED);
-    break;
-  case 3:
-    rc = ember_export_speedscope(p, &r->body);
-    r->ctype = ember_format_content_type(EMBER_FORMAT_SPEEDSCOPE);
-    break;
-  default: st = answer_top(r, p, (size_t)limit); break;
-  }
-  if (fmt != 4) st = rc == 0 ? (r->status = 200) : fail_internal(r, "exporting the profile", rc);
+  st = answer_profile(r, p, fmt, max_nodes, limit, "ember");
   ember_profile_free(p);
   return st;
 }
@@ -912,6 +936,275 @@ static unsigned h_metrics(req_t *r) {
   return rc == 0 ? 200 : fail_internal(r, "rendering metrics", rc);
 }
 
+/* --- on-demand sessions (collector/sessions.h) --- */
+
+static unsigned sessions_error(req_t *r, int rc, const char *err, const char *what) {
+  switch (rc) {
+  case -EINVAL: return fail(r, 400, "%s", err);
+  case EMBER_ENOTFOUND: return fail(r, 404, "%s", err);
+  case -EAGAIN: return fail(r, 429, "%s", err);
+  case -EALREADY: return fail(r, 409, "%s", err);
+  case EMBER_EKAFKA: return fail(r, 503, "%s", err);
+  default: return fail_internal(r, what, rc);
+  }
+}
+
+/* A string field: absent and null are "not set"; anything else must be a
+ * non-empty string. */
+static unsigned body_str(req_t *r, const json_t *doc, const char *key, const char **out) {
+  const json_t *v = json_object_get(doc, key);
+  *out = NULL;
+  if (v == NULL || json_is_null(v)) return 0;
+  if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > 256 ||
+      strlen(json_string_value(v)) != json_string_length(v))
+    return fail(r, 400, "field \"%s\" must be a non-empty string of at most 256 bytes", key);
+  *out = json_string_value(v);
+  return 0;
+}
+
+/* A whole-number field from min up; larger than UINT32_MAX reads as
+ * UINT32_MAX so the cap check names it. */
+static unsigned body_u32(req_t *r, const json_t *doc, const char *key, uint32_t dflt, uint32_t min,
+                         uint32_t *out) {
+  const json_t *v = json_object_get(doc, key);
+  *out = dflt;
+  if (v == NULL || json_is_null(v)) return 0;
+  if (!json_is_integer(v) || json_integer_value(v) < (json_int_t)min)
+    return fail(r, 400, "field \"%s\" must be a whole number of at least %" PRIu32, key, min);
+  json_int_t n = json_integer_value(v);
+  *out = n > (json_int_t)UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+  return 0;
+}
+
+static unsigned h_session_create(req_t *r) {
+  static const char *const fields[] = {"worker", "version",     "actor", "host", "instances",
+                                       "type",   "duration_ms", "hz",    NULL};
+  if (r->in_too_big) return fail(r, 413, "the request body is larger than %zu bytes", MAX_BODY);
+  if (r->in == NULL || r->in_len == 0)
+    return fail(r, 400, "the request needs a JSON body, e.g. {\"worker\": \"api\"}");
+  json_error_t je;
+  json_t *doc = json_loadb(r->in, r->in_len, JSON_REJECT_DUPLICATES, &je);
+  if (doc == NULL)
+    return fail(r, 400, "the body is not valid JSON: %.200s (line %d, column %d)", je.text, je.line,
+                je.column);
+  unsigned st = 0;
+  ember__csession_req_t q = {0};
+  if (!json_is_object(doc)) {
+    st = fail(r, 400, "the body must be a JSON object, e.g. {\"worker\": \"api\"}");
+    goto cleanup;
+  }
+  const char *key;
+  json_t *val;
+  json_object_foreach(doc, key, val) {
+    bool known = false;
+    for (size_t i = 0; fields[i] != NULL && !known; i++) known = strcmp(fields[i], key) == 0;
+    if (!known) {
+      st = fail(r, 400,
+                "unknown field \"%.64s\": a session takes worker, version, actor, host, "
+                "instances, type, duration_ms and hz",
+                key);
+      goto cleanup;
+    }
+  }
+  const char *type = NULL;
+  st = body_str(r, doc, "worker", &q.worker);
+  if (st == 0) st = body_str(r, doc, "version", &q.version);
+  if (st == 0) st = body_str(r, doc, "actor", &q.actor);
+  if (st == 0) st = body_str(r, doc, "host", &q.host);
+  if (st == 0) st = body_str(r, doc, "type", &type);
+  if (st == 0) st = body_u32(r, doc, "instances", 0, 1, &q.instances);
+  /* 0: the defaults, which the sessions keep within their caps. */
+  if (st == 0) st = body_u32(r, doc, "duration_ms", 0, 1, &q.duration_ms);
+  if (st == 0) st = body_u32(r, doc, "hz", 0, 1, &q.hz);
+  if (st != 0) goto cleanup;
+  if (q.worker == NULL && q.actor == NULL) {
+    st = fail(r, 400, "field \"worker\" or \"actor\" is required: which isolates to profile");
+    goto cleanup;
+  }
+  q.type = EMBER_SESSION_CPU;
+  if (type != NULL && strcmp(type, "memory") == 0) {
+    q.type = EMBER_SESSION_MEMORY;
+  } else if (type != NULL && strcmp(type, "cpu") != 0) {
+    st = fail(r, 400, "field \"type\": \"%.64s\" is not a session type; use cpu or memory", type);
+    goto cleanup;
+  }
+  char err[400] = "";
+  json_t *out = NULL;
+  int rc = ember__csessions_create(r->api->sessions, &q, r->now_ns, &out, err, sizeof err);
+  if (rc != 0) {
+    st = sessions_error(r, rc, err, "starting the session");
+    goto cleanup;
+  }
+  st = answer_json(r, out);
+  json_decref(out);
+  if (st == 200) st = r->status = 201;
+cleanup:
+  json_decref(doc);
+  return st;
+}
+
+static unsigned h_session_list(req_t *r) {
+  static const char *const none[] = {NULL};
+  unsigned st = check_params(r, none);
+  if (st != 0) return st;
+  json_t *doc = NULL;
+  int rc = ember__csessions_list(r->api->sessions, r->now_ns, &doc);
+  if (rc != 0) return fail_internal(r, "listing sessions", rc);
+  st = answer_json(r, doc);
+  json_decref(doc);
+  return st;
+}
+
+static unsigned h_session_get(req_t *r, const char *id) {
+  static const char *const none[] = {NULL};
+  unsigned st = check_params(r, none);
+  if (st != 0) return st;
+  json_t *doc = NULL;
+  int rc = ember__csessions_get(r->api->sessions, id, r->now_ns, &doc);
+  if (rc == EMBER_ENOTFOUND)
+    return fail(r, 404,
+                "no session %s: unknown, or finished longer ago than session.keep, or started "
+                "before the collector restarted",
+                id);
+  if (rc != 0) return fail_internal(r, "reading the session", rc);
+  st = answer_json(r, doc);
+  json_decref(doc);
+  return st;
+}
+
+static unsigned h_session_cancel(req_t *r, const char *id) {
+  char err[300] = "";
+  json_t *doc = NULL;
+  int rc = ember__csessions_cancel(r->api->sessions, id, r->now_ns, &doc, err, sizeof err);
+  if (rc == EMBER_ENOTFOUND) return fail(r, 404, "no session %s", id);
+  if (rc != 0) return sessions_error(r, rc, err, "cancelling the session");
+  unsigned st = answer_json(r, doc);
+  json_decref(doc);
+  return st;
+}
+
+/* The merged result of a session in one value type, as load_profile. */
+static unsigned h_session_profile(req_t *r, const char *id) {
+  static const char *const allowed[] = {"type", "format", "max_nodes", "limit", NULL};
+  static const ember_value_type_t vts[] = {EMBER_VT_CPU_NS, EMBER_VT_CPU_SAMPLES,
+                                           EMBER_VT_ALLOC_OBJECTS, EMBER_VT_ALLOC_BYTES};
+  uint64_t max_nodes, limit;
+  api_type_t type;
+  size_t fmt;
+  unsigned st = check_params(r, allowed);
+  if (st == 0) st = parse_type(r, &type);
+  if (st == 0) st = parse_u64_param(r, "max_nodes", 2000, 0, 1000000, &max_nodes);
+  if (st == 0) st = parse_u64_param(r, "limit", 50, 1, 100000, &limit);
+  if (st == 0) st = parse_format(r, &fmt);
+  if (st != 0) return st;
+  char err[300] = "";
+  ember_session_type_t stype = EMBER_SESSION_CPU;
+  int rc = ember__csessions_result_ready(r->api->sessions, id, &stype, err, sizeof err);
+  if (rc == -EAGAIN) return fail(r, 409, "%s", err);
+  bool known = rc == 0;
+  if (rc != 0 && rc != EMBER_ENOTFOUND) return fail_internal(r, "reading the session", rc);
+  if (param(r, "type") == NULL && stype == EMBER_SESSION_MEMORY) type = T_ALLOC_BYTES;
+  ember_profile_t *p = NULL, *samples = NULL;
+  ember_store_session_info_t info = {0};
+  rc = ember_store_session_merge(r->api->store, id, vts[type], &p, &info);
+  if (rc == 0 && type == T_CPU && ember_profile_nstacks(p) == 0) {
+    rc = ember_store_session_merge(r->api->store, id, EMBER_VT_CPU_SAMPLES, &samples, NULL);
+    if (rc == 0 && ember_profile_nstacks(samples) > 0) {
+      ember_profile_free(p);
+      p = NULL;
+      int64_t period = ember_profile_period(samples);
+      if (period > 0) {
+        rc = samples_to_ns(samples, period, &p);
+      } else {
+        p = samples;
+        samples = NULL;
+      }
+    }
+  }
+  ember_profile_free(samples);
+  if (rc != 0) {
+    ember_profile_free(p);
+    return fail_internal(r, "merging the session's results", rc);
+  }
+  /* A session this instance does not know (another instance's, or from
+   * before a restart) is served when the store holds its results. */
+  if (!known && info.results == 0) {
+    ember_profile_free(p);
+    return fail(r, 404, "no session %s and no stored results for it", id);
+  }
+  st = answer_profile(r, p, fmt, max_nodes, limit, "ember-session");
+  ember_profile_free(p);
+  return st;
+}
+
+static bool id_ok(const char *id, size_t len) {
+  if (len == 0 || len > 128) return false;
+  for (size_t i = 0; i < len; i++) {
+    char ch = id[i];
+    if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+          ch == '-' || ch == '_'))
+      return false;
+  }
+  return true;
+}
+
+/* /api/v1/sessions[/ID[/profile|/cancel]]; false when the path is not one. */
+static bool route_sessions(req_t *r) {
+  static const char prefix[] = "/api/v1/sessions";
+  const char *rest = r->url + sizeof prefix - 1;
+  if (strncmp(r->url, prefix, sizeof prefix - 1) != 0 || (*rest != '\0' && *rest != '/'))
+    return false;
+  bool get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
+  bool post = strcmp(r->method, "POST") == 0;
+  if (r->api->sessions == NULL) {
+    fail(r, 503, "sessions are not available on this server (no Kafka producer)");
+    return true;
+  }
+  MHD_get_connection_values(r->c, MHD_GET_ARGUMENT_KIND, collect_param, r);
+  if (*rest == '\0' || strcmp(rest, "/") == 0) {
+    r->allow = "GET, HEAD, POST";
+    if (post)
+      h_session_create(r);
+    else if (get)
+      h_session_list(r);
+    else
+      fail(r, 405, "method %.16s not allowed: use GET or POST", r->method);
+    return true;
+  }
+  rest++;
+  const char *slash = strchr(rest, '/');
+  size_t idlen = slash ? (size_t)(slash - rest) : strlen(rest);
+  char id[129];
+  if (!id_ok(rest, idlen)) {
+    fail(r, 404, "no session %.*s: session ids are 1 to 128 letters, digits, - and _",
+         (int)(idlen > 64 ? 64 : idlen), rest);
+    return true;
+  }
+  memcpy(id, rest, idlen);
+  id[idlen] = '\0';
+  const char *sub = slash ? slash : "";
+  if (sub[0] == '\0') {
+    if (get)
+      h_session_get(r, id);
+    else
+      fail(r, 405, "method %.16s not allowed: use GET", r->method);
+  } else if (strcmp(sub, "/profile") == 0) {
+    if (get)
+      h_session_profile(r, id);
+    else
+      fail(r, 405, "method %.16s not allowed: use GET", r->method);
+  } else if (strcmp(sub, "/cancel") == 0) {
+    r->allow = "POST";
+    if (post)
+      h_session_cancel(r, id);
+    else
+      fail(r, 405, "method %.16s not allowed: use POST", r->method);
+  } else {
+    fail(r, 404, "no such path: %.128s (see docs/api.md, Sessions)", r->url);
+  }
+  return true;
+}
+
 typedef struct route {
   const char *path;
   unsigned (*fn)(req_t *r);
@@ -952,7 +1245,7 @@ static void count_status(ember__api_t *api, unsigned status) {
 static enum MHD_Result send_answer(req_t *r) {
   struct MHD_Response *resp = NULL;
   char errbody[1024];
-  if (r->status == 200) {
+  if (r->status < 300) {
     size_t len = 0;
     char *data = r->fixed_body ? NULL : ember_buf_take(&r->body, &len);
     if (r->fixed_body != NULL) {
@@ -985,7 +1278,8 @@ static enum MHD_Result send_answer(req_t *r) {
     if (resp != NULL) {
       MHD_add_response_header(resp, "Content-Type", "application/json");
       if (r->status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
-      if (r->status == 405) MHD_add_response_header(resp, "Allow", "GET, HEAD");
+      if (r->status == 405)
+        MHD_add_response_header(resp, "Allow", r->allow ? r->allow : "GET, HEAD");
       if (r->status == 503) MHD_add_response_header(resp, "Connection", "close");
     }
   }
@@ -997,25 +1291,31 @@ static enum MHD_Result send_answer(req_t *r) {
   return ret;
 }
 
-static void route(req_t *r, const char *method) {
+static void route(req_t *r) {
   ember__api_t *api = r->api;
   if (atomic_load(&api->stopping)) {
     fail(r, 503, "the server is shutting down");
     return;
   }
-  if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
-    fail(r, 405, "method %.16s not allowed: use GET", method);
-    return;
-  }
-  if (strcmp(r->url, "/healthz") == 0) {
+  bool get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
+  if (strcmp(r->url, "/healthz") == 0 && get) {
     r->status = 200;
     r->ctype = "text/plain";
     r->fixed_body = "ok\n";
     return;
   }
+  if (!get && strcmp(r->method, "POST") != 0) {
+    fail(r, 405, "method %.16s not allowed: use GET (or POST for sessions)", r->method);
+    return;
+  }
   if (api->token != NULL &&
       !token_ok(api, MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Authorization"))) {
     fail(r, 401, "missing or wrong bearer token: send Authorization: Bearer <api.token>");
+    return;
+  }
+  if (route_sessions(r)) return;
+  if (!get) {
+    fail(r, 405, "method %.16s not allowed: use GET", r->method);
     return;
   }
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
@@ -1028,29 +1328,60 @@ static void route(req_t *r, const char *method) {
   fail(r, 404, "no such path: %.128s (the API is under /api/v1/, see docs/api.md)", r->url);
 }
 
+/* The state of a POST while its body arrives. */
+typedef struct post_body {
+  ember_buf_t buf;
+  bool too_big;
+} post_body_t;
+
+static bool is_post_body(const ember__api_t *api, void *con_cls) {
+  return con_cls != NULL && con_cls != api && con_cls != &api->post_oom;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
   (void)version;
-  (void)upload;
   ember__api_t *api = cls;
   if (*con_cls == NULL) {
     /* Counted until on_completed, so stop can wait for the answer to go
      * out, not only for it to be made. */
-    *con_cls = api;
     atomic_fetch_add(&api->inflight, 1);
+    *con_cls = api;
+    if (strcmp(method, "POST") == 0) {
+      /* Answered once the whole body is in (bounded by MAX_BODY); a POST
+       * whose buffer cannot be made is answered 500 then. */
+      post_body_t *pb = ember_calloc(1, sizeof *pb);
+      if (pb != NULL) ember_buf_init(&pb->buf, MAX_BODY);
+      *con_cls = pb != NULL ? (void *)pb : (void *)&api->post_oom;
+      return MHD_YES;
+    }
   }
   if (*upload_size != 0) {
-    *upload_size = 0; /* bodies are not used by any endpoint */
+    if (is_post_body(api, *con_cls)) {
+      post_body_t *pb = *con_cls;
+      if (!pb->too_big && ember_buf_append(&pb->buf, upload, *upload_size) != 0) pb->too_big = true;
+    }
+    *upload_size = 0; /* GET bodies are ignored */
     return MHD_YES;
   }
   int64_t t0 = ember_time_mono_ns();
   ember_metric_add(api->m_requests, 1);
   /* On the stack (about 1.5 KiB), so that even a failing allocator gets
    * an answer. */
-  req_t r = {.api = api, .c = c, .url = url, .now_ns = ember_time_now_ns()};
+  req_t r = {.api = api, .c = c, .url = url, .method = method, .now_ns = ember_time_now_ns()};
   ember_buf_init(&r.body, api->max_response);
-  route(&r, method);
+  if (is_post_body(api, *con_cls)) {
+    post_body_t *pb = *con_cls;
+    r.in = pb->buf.data;
+    r.in_len = pb->buf.len;
+    r.in_too_big = pb->too_big;
+  }
+  if (*con_cls == &api->post_oom) {
+    fail(&r, 500, "internal error: out of memory reading the request body");
+  } else {
+    route(&r);
+  }
   enum MHD_Result ret = send_answer(&r);
   ember_buf_free(&r.body);
   ember_metric_add(api->m_seconds, (double)(ember_time_mono_ns() - t0) / 1e9);
@@ -1063,6 +1394,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   (void)toe;
   ember__api_t *api = cls;
   if (*con_cls != NULL) {
+    if (is_post_body(api, *con_cls)) {
+      post_body_t *pb = *con_cls;
+      ember_buf_free(&pb->buf);
+      ember_free(pb);
+    }
     atomic_fetch_sub(&api->inflight, 1);
     *con_cls = NULL;
   }
@@ -1131,6 +1467,7 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
   api->store = opts->store;
   api->metrics = opts->metrics;
   api->registry = opts->registry;
+  api->sessions = opts->sessions;
   api->max_response = opts->max_response ? opts->max_response : DEFAULT_RESPONSE;
   atomic_init(&api->stopping, false);
   atomic_init(&api->inflight, 0);

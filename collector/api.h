@@ -18,22 +18,25 @@
 #include "ember/metrics.h"
 #include "ember/store.h"
 #include "registry.h"
+#include "sessions.h"
 
 typedef struct ember__api ember__api_t;
 
 typedef struct ember__api_opts {
-  const char *listen;          /* "127.0.0.1:7272" (default when NULL), ":7272" for every
-                                  IPv4 address, "localhost:7272"; port 0 picks one.
-                                  Borrowed for the call. */
-  const char *token;           /* bearer token; NULL or "" = no authentication. Copied. */
-  ember_store_t *store;        /* borrowed; must outlive the server */
-  ember_metrics_t *metrics;    /* rendered at /metrics; NULL = empty. The API
-                                  registers its own request metrics in it at
-                                  start, so start before other threads render it.
+  const char *listen;           /* "127.0.0.1:7272" (default when NULL), ":7272" for every
+                                   IPv4 address, "localhost:7272"; port 0 picks one.
+                                   Borrowed for the call. */
+  const char *token;            /* bearer token; NULL or "" = no authentication. Copied. */
+  ember_store_t *store;         /* borrowed; must outlive the server */
+  ember_metrics_t *metrics;     /* rendered at /metrics; NULL = empty. The API
+                                   registers its own request metrics in it at
+                                   start, so start before other threads render it.
+                                   Borrowed; must outlive the server. */
+  ember__registry_t *registry;  /* served at /api/v1/targets; NULL = none. Borrowed. */
+  ember__csessions_t *sessions; /* /api/v1/sessions; NULL = those routes answer 503.
                                   Borrowed; must outlive the server. */
-  ember__registry_t *registry; /* served at /api/v1/targets; NULL = none. Borrowed. */
-  unsigned threads;            /* worker threads; 0 = 2, at most 64 */
-  size_t max_response;         /* largest response body in bytes; 0 = 64 MiB */
+  unsigned threads;             /* worker threads; 0 = 2, at most 64 */
+  size_t max_response;          /* largest response body in bytes; 0 = 64 MiB */
 } ember__api_opts_t;
 
 /* The config keys the API reads (api.listen, api.token, api.threads), for

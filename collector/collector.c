@@ -26,6 +26,7 @@
 
 #include "api.h"
 #include "collector.h"
+#include "sessions.h"
 #include "ember/codec.h"
 #include "ember/log.h"
 #include "ember/metrics.h"
@@ -47,6 +48,7 @@ const char *const ember__collector_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                     "api.listen",
                                                     "api.token",
                                                     "api.threads",
+                                                    EMBER__CSESSION_CONFIG_KEYS,
                                                     NULL};
 
 /* One consumed message and what became of it. */
@@ -80,9 +82,12 @@ struct ember__collector {
   metrics_set_t m;
   ember__api_t *api;
   ember__registry_t *registry;
-  rd_kafka_t *consumer, *dlq, *targets;
-  pthread_t ingest_thread, registry_thread;
-  bool ingest_started, registry_started;
+  ember__csessions_t *sessions;
+  ember__csessions_opts_t session_opts;
+  /* dlq also carries the session commands (ember.commands). */
+  rd_kafka_t *consumer, *dlq, *targets, *events;
+  pthread_t ingest_thread, registry_thread, events_thread;
+  bool ingest_started, registry_started, events_started;
   atomic_bool stop;
 
   size_t batch_max, batch_max_bytes;
@@ -171,6 +176,38 @@ static void count_result(ember__collector_t *c, ember_profile_t *const *ps, size
   ember_metric_add(c->m.samples, samples);
 }
 
+/* Session results of a batch: stored (or found duplicate) together, or,
+ * when the store refuses one as input, one at a time so the bad one goes
+ * to the DLQ. Each one stored is reported to the sessions. */
+static int store_session_results(ember__collector_t *c, ember_profile_t **ps, size_t n) {
+  ember_store_write_result_t res = {0};
+  int rc = ember_store_session_add(c->store, ps, n, &res);
+  if (rc == 0) {
+    count_result(c, ps, n, &res);
+    for (size_t i = 0; i < n; i++) ember__csessions_result(c->sessions, ps[i]);
+    return 0;
+  }
+  if (!is_input_error(rc) && rc != EMBER_ETOOBIG) return rc;
+  batch_t *b = &c->batch;
+  for (size_t i = 0; i < b->n; i++) {
+    item_t *it = &b->items[i];
+    if (it->profile == NULL || it->stored || ember_profile_session_id(it->profile) == NULL)
+      continue;
+    rc = ember_store_session_add(c->store, &it->profile, 1, &res);
+    if (rc == 0) {
+      count_result(c, &it->profile, 1, &res);
+      ember__csessions_result(c->sessions, it->profile);
+      it->stored = true;
+    } else if (is_input_error(rc) || rc == EMBER_ETOOBIG) {
+      set_malformed(c, it,
+                    "the store refused it: a session result with a bad session id or window");
+    } else {
+      return rc;
+    }
+  }
+  return 0;
+}
+
 /* Step 1. Returns 0 when every profile is stored (or found malformed), or
  * an error when stopping before the store accepted the batch. */
 static int store_batch(ember__collector_t *c) {
@@ -180,7 +217,29 @@ static int store_batch(ember__collector_t *c) {
   int backoff_ms = 100;
   int rc;
   for (;;) {
+    /* Session results first, to their own table: in the series they would
+     * count twice (the agents' continuous windows cover the same time). */
     size_t n = 0;
+    for (size_t i = 0; i < b->n; i++)
+      if (b->items[i].profile != NULL && !b->items[i].stored &&
+          ember_profile_session_id(b->items[i].profile) != NULL)
+        ps[n++] = b->items[i].profile;
+    rc = n > 0 ? store_session_results(c, ps, n) : 0;
+    if (rc != 0) {
+      ember_metric_add(c->m.store_errors, 1);
+      EMBER_ERROR("collector",
+                  "cannot write %zu session results to the store: %s; retrying in %d ms", n,
+                  ember_strerror(rc), backoff_ms);
+      if (atomic_load(&c->stop)) break;
+      nap(c, backoff_ms);
+      if (atomic_load(&c->stop)) break;
+      if (backoff_ms < 5000) backoff_ms *= 2;
+      continue;
+    }
+    for (size_t i = 0; i < b->n; i++)
+      if (b->items[i].profile != NULL && ember_profile_session_id(b->items[i].profile) != NULL)
+        b->items[i].stored = true;
+    n = 0;
     for (size_t i = 0; i < b->n; i++)
       if (b->items[i].profile != NULL && !b->items[i].stored) ps[n++] = b->items[i].profile;
     if (n == 0) {
@@ -438,6 +497,38 @@ static void *registry_main(void *arg) {
   return NULL;
 }
 
+/* ---- sessions thread ------------------------------------------------- */
+
+static void *events_main(void *arg) {
+  ember__collector_t *c = arg;
+  int64_t last_log = 0;
+  uint64_t unlogged = 0;
+  while (!atomic_load(&c->stop)) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(c->events, 200);
+    if (m != NULL && m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      char err[256] = "";
+      if (ember__csessions_event(c->sessions, m->payload, m->len, err, sizeof err) != 0) {
+        /* Counted by the sessions; logged at most once a second. */
+        int64_t now = ember_time_mono_ns();
+        if (now - last_log >= NS_PER_S) {
+          EMBER_WARN("collector",
+                     "skipped event %s[%" PRId32 "]@%" PRId64 ": %s (%" PRIu64 " more not logged)",
+                     rd_kafka_topic_name(m->rkt), m->partition, m->offset, err, unlogged);
+          last_log = now;
+          unlogged = 0;
+        } else {
+          unlogged++;
+        }
+      }
+    } else if (m != NULL) {
+      EMBER_WARN("collector", "events consumer: %s", rd_kafka_message_errstr(m));
+    }
+    if (m != NULL) rd_kafka_message_destroy(m);
+    ember__csessions_tick(c->sessions, ember_time_now_ns());
+  }
+  return NULL;
+}
+
 /* ---- start / stop ---------------------------------------------------- */
 
 static void register_metrics(ember__collector_t *c) {
@@ -500,6 +591,21 @@ static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *e
     rc = ember_config_get_duration_ns(cfg, "retention_interval", 600 * NS_PER_S, NS_PER_S,
                                       86400 * NS_PER_S, &c->retention_every_ns, err, n);
   ember_codec_limits_default(&c->lim);
+  int64_t max_dur = 0, keep = 0;
+  uint64_t max_hz = 0, max_active = 0;
+  if (rc == 0)
+    rc = ember_config_get_duration_ns(cfg, "session.max_duration", 60 * NS_PER_S, NS_PER_S / 1000,
+                                      3600 * NS_PER_S, &max_dur, err, n);
+  if (rc == 0) rc = ember_config_get_u64(cfg, "session.max_hz", 1000, 1, 100000, &max_hz, err, n);
+  if (rc == 0)
+    rc = ember_config_get_u64(cfg, "session.max_active", 100, 1, 100000, &max_active, err, n);
+  if (rc == 0)
+    rc = ember_config_get_duration_ns(cfg, "session.keep", 86400 * NS_PER_S, NS_PER_S,
+                                      30 * 86400 * NS_PER_S, &keep, err, n);
+  c->session_opts = (ember__csessions_opts_t){.max_duration_ms = (uint32_t)(max_dur / 1000000),
+                                              .max_hz = (uint32_t)max_hz,
+                                              .max_active = (size_t)max_active,
+                                              .keep_ns = keep};
   return rc;
 }
 
@@ -555,8 +661,24 @@ static int make_consumers(ember__collector_t *c, const ember_config_t *cfg, char
   if (rc != 0) return rc;
   rd_kafka_conf_set_dr_msg_cb(pconf, on_dlq_delivery);
   rc = ember_kafka_producer_new(c->kafka, pconf, &c->dlq, err, n);
-  if (rc == 0) EMBER_INFO("collector", "consuming %s in group %s", EMBER_TOPIC_PROFILES, group);
-  return rc;
+  if (rc != 0) return rc;
+  EMBER_INFO("collector", "consuming %s in group %s", EMBER_TOPIC_PROFILES, group);
+
+  /* Session events: every instance follows all of them from now on (its
+   * own sessions may be answered on any partition), in a group of its own,
+   * never committed. */
+  char egroup[160];
+  snprintf(egroup, sizeof egroup, "ember-events.%s.%d.%lld", host, (int)getpid(),
+           (long long)(ember_time_now_ns() / 1000000));
+  rd_kafka_conf_t *econf = NULL;
+  rc = ember_kafka_consumer_conf(c->kafka, egroup, &econf, err, n);
+  if (rc != 0) return rc;
+  if (rd_kafka_conf_set(econf, "auto.offset.reset", "latest", err, n) != RD_KAFKA_CONF_OK) {
+    rd_kafka_conf_destroy(econf);
+    return EMBER_EKAFKA;
+  }
+  const char *events[] = {EMBER_TOPIC_EVENTS};
+  return ember_kafka_consumer_new(c->kafka, egroup, econf, events, 1, &c->events, err, n);
 }
 
 int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
@@ -585,6 +707,12 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
   if (rc == 0) rc = open_store(c, cfg, errbuf, errbuf_size);
   if (rc == 0) rc = make_consumers(c, cfg, errbuf, errbuf_size);
   if (rc == 0) {
+    c->session_opts.registry = c->registry;
+    c->session_opts.producer = c->dlq;
+    c->session_opts.metrics = c->metrics;
+    rc = ember__csessions_new(&c->session_opts, &c->sessions);
+  }
+  if (rc == 0) {
     uint64_t threads;
     rc = ember_config_get_u64(cfg, "api.threads", 2, 1, 64, &threads, errbuf, errbuf_size);
     ember__api_opts_t ao = {.listen = ember_config_get_str(cfg, "api.listen", "127.0.0.1:7272"),
@@ -592,6 +720,7 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
                             .store = c->store,
                             .metrics = c->metrics,
                             .registry = c->registry,
+                            .sessions = c->sessions,
                             .threads = (unsigned)threads};
     if (rc == 0) rc = ember__api_start(&ao, &c->api, errbuf, errbuf_size);
     if (rc == 0)
@@ -601,7 +730,8 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
   if (rc == 0) {
     c->ingest_started = pthread_create(&c->ingest_thread, NULL, ingest_main, c) == 0;
     c->registry_started = pthread_create(&c->registry_thread, NULL, registry_main, c) == 0;
-    if (!c->ingest_started || !c->registry_started) {
+    c->events_started = pthread_create(&c->events_thread, NULL, events_main, c) == 0;
+    if (!c->ingest_started || !c->registry_started || !c->events_started) {
       snprintf(errbuf, errbuf_size, "cannot start the collector's threads");
       rc = -EAGAIN;
     }
@@ -626,6 +756,7 @@ void ember__collector_stop(ember__collector_t *c) {
   atomic_store(&c->stop, true);
   if (c->ingest_started) pthread_join(c->ingest_thread, NULL);
   if (c->registry_started) pthread_join(c->registry_thread, NULL);
+  if (c->events_started) pthread_join(c->events_thread, NULL);
   if (c->consumer != NULL) {
     /* Leaves the group; the revoke callback finds the batch already empty. */
     rd_kafka_consumer_close(c->consumer);
@@ -635,6 +766,10 @@ void ember__collector_stop(ember__collector_t *c) {
     rd_kafka_consumer_close(c->targets);
     rd_kafka_destroy(c->targets);
   }
+  if (c->events != NULL) {
+    rd_kafka_consumer_close(c->events);
+    rd_kafka_destroy(c->events);
+  }
   if (c->dlq != NULL) {
     rd_kafka_flush(c->dlq, 5000);
     rd_kafka_destroy(c->dlq);
@@ -643,6 +778,7 @@ void ember__collector_stop(ember__collector_t *c) {
   ember_free(c->batch.items);
   ember_store_close(c->store);
   if (c->own_kafka) ember_kafka_free(c->kafka);
+  ember__csessions_free(c->sessions);
   ember__registry_free(c->registry);
   ember_metrics_free(c->metrics);
   EMBER_INFO("collector", "stopped");

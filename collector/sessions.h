@@ -1,0 +1,98 @@
+/* On-demand profiling sessions (docs/internals/collector.md, "Sessions").
+ *
+ * A session asks the agents of some hosts to profile a worker or an actor
+ * for a while, on top of their continuous windows. This module routes a new
+ * session from the target registry (one START command per host on
+ * ember.commands), follows the agents' events (ember.events) and the
+ * results that ingest stores, and decides the session's state:
+ *
+ *   pending  -> running   the first host accepted or reported progress
+ *   running  -> done      every host answered (DONE, FAILED or REJECTED), at
+ *                         least one DONE, and the results of the DONE hosts
+ *                         arrived (or a grace period passed after the last
+ *                         answer: the results may have been ingested by
+ *                         another collector instance)
+ *            -> failed    every host answered and none with DONE
+ *            -> expired   ends + 30 s passed without that
+ *            -> cancelled cancel was asked: at once when no host had
+ *                         started, else when every host answered
+ *
+ * Sessions live in memory only: a restarted collector forgets them (their
+ * results stay in the store). Thread-safe: one mutex guards everything;
+ * nothing blocks while holding it. */
+#ifndef EMBER_COLLECTOR_SESSIONS_H
+#define EMBER_COLLECTOR_SESSIONS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+
+#include "ember/codec.h"
+#include "ember/metrics.h"
+#include "registry.h"
+
+typedef struct ember__csessions ember__csessions_t;
+
+typedef struct ember__csessions_opts {
+  ember__registry_t *registry; /* borrowed; routing source */
+  rd_kafka_t *producer;        /* borrowed; commands go out through it */
+  ember_metrics_t *metrics;    /* borrowed; NULL = none */
+  uint32_t max_duration_ms;    /* session.max_duration; 0 = 60000 */
+  uint32_t max_hz;             /* session.max_hz; 0 = 1000 */
+  size_t max_active;           /* session.max_active; 0 = 100 */
+  int64_t keep_ns;             /* session.keep; 0 = 24 h */
+} ember__csessions_opts_t;
+
+/* The session config keys, with their defaults. */
+#define EMBER__CSESSION_CONFIG_KEYS                                                                \
+  "session.max_duration", "session.max_hz", "session.max_active", "session.keep"
+
+int ember__csessions_new(const ember__csessions_opts_t *opts, ember__csessions_t **out);
+void ember__csessions_free(ember__csessions_t *s);
+
+/* What a client asks for (strings borrowed for the call; NULL = not set). */
+typedef struct ember__csession_req {
+  const char *worker, *version, *actor, *host;
+  uint32_t instances; /* 0 = every matching host */
+  ember_session_type_t type;
+  uint32_t duration_ms, hz; /* 0 = 5000 ms and 1000 Hz, or the caps when lower */
+} ember__csession_req_t;
+
+/* Route and start a session: *out gets its JSON document (new reference).
+ * Returns 0; -EINVAL (over a cap), EMBER_ENOTFOUND (no active isolate),
+ * -EAGAIN (session.max_active sessions are active), EMBER_EKAFKA (a command
+ * could not be queued), -ENOMEM; errbuf gets a sentence for a client. */
+int ember__csessions_create(ember__csessions_t *s, const ember__csession_req_t *req, int64_t now_ns,
+                            json_t **out, char *errbuf, size_t errbuf_size);
+
+/* The session's document, or the list of all (newest first), as new
+ * references. Return 0, EMBER_ENOTFOUND, -ENOMEM. */
+int ember__csessions_get(ember__csessions_t *s, const char *id, int64_t now_ns, json_t **out);
+int ember__csessions_list(ember__csessions_t *s, int64_t now_ns, json_t **out);
+
+/* Can the session's result be served? 0 when done or cancelled (*type
+ * gets its type), EMBER_ENOTFOUND, or -EAGAIN with the state in errbuf. */
+int ember__csessions_result_ready(ember__csessions_t *s, const char *id, ember_session_type_t *type,
+                                  char *errbuf, size_t errbuf_size);
+
+/* Send STOP to the hosts still running; the document as in _get. Returns 0,
+ * EMBER_ENOTFOUND, -EALREADY (already finished: errbuf says how),
+ * -ENOMEM. */
+int ember__csessions_cancel(ember__csessions_t *s, const char *id, int64_t now_ns, json_t **out,
+                            char *errbuf, size_t errbuf_size);
+
+/* One ember.events message. Returns 0 (applied, or for a session this
+ * instance does not know), or EMBER_ECORRUPT / EMBER_EVERSION with a
+ * sentence (counted as malformed). */
+int ember__csessions_event(ember__csessions_t *s, const void *data, size_t len, char *errbuf,
+                           size_t errbuf_size);
+
+/* A result profile stored by ingest (borrowed for the call). */
+void ember__csessions_result(ember__csessions_t *s, const ember_profile_t *p);
+
+/* Time passes: expiry, grace periods, forgetting old sessions. */
+void ember__csessions_tick(ember__csessions_t *s, int64_t now_ns);
+
+#endif
