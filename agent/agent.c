@@ -17,6 +17,7 @@
 #include "htab.h"
 #include "publish.h"
 #include "sampler.h"
+#include "alloc.h"
 #include "session.h"
 #include "symbolize.h"
 #include "window.h"
@@ -42,6 +43,7 @@ const char *const ember__agent_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                 "session.max_concurrent",
                                                 "session.max_duration",
                                                 "session.max_hz",
+                                                "session.alloc_sample_bytes",
                                                 NULL};
 
 #define MAX_PENDING_WINDOWS 4
@@ -87,6 +89,7 @@ typedef struct job {
   /* An on-demand session's result (session_id != NULL): published with
    * the session id and its own rate, then DONE or FAILED is reported. */
   char *session_id;
+  bool memory; /* an allocation session: values are objects and bytes */
   uint32_t hz, ntargets;
   uint64_t samples;
   job_pid_t *pids;
@@ -106,6 +109,7 @@ typedef struct agent {
   int64_t targets_refresh_ns;
   uint64_t max_stacks;
   uint32_t session_max_concurrent, session_max_hz;
+  uint64_t session_alloc_sample_bytes;
   int64_t session_max_duration_ns;
   pid_t self;
 
@@ -295,16 +299,18 @@ static void on_session_stack(void *ctx, const ember__raw_sample_t *s) {
 static int publish_pid(agent_t *a, const job_t *j, const job_pid_t *jp,
                        const ember__window_stack_t *stacks, size_t n, ember_frame_t *frames,
                        size_t cap, ember_buf_t *buf) {
-  static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
+  static const ember_value_type_t cpu[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
+  static const ember_value_type_t alloc[] = {EMBER_VT_ALLOC_OBJECTS, EMBER_VT_ALLOC_BYTES};
   ember_profile_t *p = NULL;
-  int rc = ember_profile_new(types, 2, &p);
+  int rc = ember_profile_new(j->memory ? alloc : cpu, 2, &p);
   if (rc != 0) return rc;
   ember_labels_t l = {jp->worker, jp->version, a->host_id, jp->actor, jp->pid};
   int64_t start, end;
   ember__window_bounds(j->window, &start, &end);
   rc = ember_profile_set_labels(p, &l);
   if (rc == 0) rc = ember_profile_set_window(p, start, end);
-  ember_profile_set_period(p, 1000000000LL / (j->session_id ? j->hz : a->hz));
+  uint32_t hz = j->session_id ? j->hz : a->hz;
+  ember_profile_set_period(p, hz ? 1000000000LL / hz : 0);
   if (rc == 0) rc = ember_profile_set_origin(p, a->agent_id, a->seq, j->session_id);
   for (size_t i = 0; rc == 0 && i < n; i++) {
     size_t nf = 0;
@@ -589,6 +595,7 @@ static int on_session_finish(void *ctx, ember__session_result_t *r) {
   j->session_id = r->session_id;
   j->hz = r->hz;
   j->samples = r->samples;
+  j->memory = r->memory;
   j->ntargets = (uint32_t)r->ntargets;
   r->window = NULL;
   r->session_id = NULL;
@@ -741,13 +748,17 @@ static int read_config(agent_t *a, const ember_config_t *cfg, char *err, size_t 
   if (rc == 0)
     rc = ember_config_get_u64(cfg, "max_stacks_per_window", 200000, 1, 50000000, &max_stacks, err,
                               errsz);
-  uint64_t sk = 2, shz = 1000;
+  uint64_t sk = 2, shz = 1000, sab = EMBER__ALLOC_DEFAULT_SAMPLE_BYTES;
   int64_t sdur = 60000000000LL;
   if (rc == 0) rc = ember_config_get_u64(cfg, "session.max_concurrent", 2, 0, 64, &sk, err, errsz);
   if (rc == 0)
     rc = ember_config_get_duration_ns(cfg, "session.max_duration", 60000000000LL, 100000000LL,
                                       3600000000000LL, &sdur, err, errsz);
   if (rc == 0) rc = ember_config_get_u64(cfg, "session.max_hz", 1000, 1, 1000000, &shz, err, errsz);
+  if (rc == 0)
+    rc = ember_config_get_u64(cfg, "session.alloc_sample_bytes", EMBER__ALLOC_DEFAULT_SAMPLE_BYTES,
+                              1, (uint64_t)1 << 40, &sab, err, errsz);
+  a->session_alloc_sample_bytes = sab;
   a->session_max_concurrent = (uint32_t)sk;
   a->session_max_duration_ns = sdur;
   a->session_max_hz = (uint32_t)shz;
@@ -865,6 +876,7 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
         .max_hz = a->session_max_hz,
         .kernel = kernel,
         .max_stacks = (size_t)a->max_stacks,
+        .alloc_sample_bytes = a->session_alloc_sample_bytes,
         .m = a->sm,
         .hooks = {.ctx = a, .new_stack = on_session_stack, .finish = on_session_finish}};
     rc = ember__sessions_start(&sess, &a->sessions, err, sizeof err);

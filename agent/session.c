@@ -16,6 +16,7 @@
 #include "ember/codec.h"
 #include "ember/log.h"
 #include "ember/parse.h"
+#include "alloc.h"
 #include "session.h"
 
 #define TICK_MS             50
@@ -50,6 +51,11 @@ typedef struct session {
   uint64_t threads_skipped;
   ember__window_t *w;
   ember__sampler_stats_t stats;
+  /* Memory sessions: one allocation session per target (alloc.h). */
+  bool memory;
+  ember__alloc_session_t **allocs;
+  uint32_t *alloc_pids; /* the pid of allocs[i] */
+  size_t nallocs;
 } session_t;
 
 struct ember__sessions {
@@ -276,6 +282,9 @@ static void session_free(session_t *se) {
     }
   }
   ember_free(se->evs);
+  for (size_t i = 0; i < se->nallocs; i++) ember__alloc_stop(se->allocs[i], NULL, NULL);
+  ember_free(se->allocs);
+  ember_free(se->alloc_pids);
   for (size_t i = 0; i < se->ntargets; i++) {
     ember_free(se->targets[i].worker);
     ember_free(se->targets[i].version);
@@ -285,6 +294,91 @@ static void session_free(session_t *se) {
   ember__window_free(se->w);
   ember_free(se->id);
   ember_free(se);
+}
+
+/* --- memory sessions --- */
+
+typedef struct alloc_ctx {
+  session_t *se;
+  uint32_t pid;
+} alloc_ctx_t;
+
+/* One aggregated allocation stack of a target: objects and bytes into the
+ * window's two value slots, and its mappings captured like a CPU stack's. */
+static void on_alloc_stack(void *ctx, const uint64_t *ips, size_t n, int64_t objects,
+                           int64_t bytes) {
+  alloc_ctx_t *a = ctx;
+  session_t *se = a->se;
+  if (n == 0 || n > UINT32_MAX) return;
+  bool is_new = false;
+  if (ember__window_add_values(se->w, a->pid, ips, (uint32_t)n, objects, bytes, &is_new) != 0)
+    return;
+  if (is_new && se->owner->o.hooks.new_stack) {
+    ember__raw_sample_t rs = {.pid = a->pid, .tid = a->pid, .ips = ips, .nips = (uint32_t)n};
+    se->owner->o.hooks.new_stack(se->owner->o.hooks.ctx, &rs);
+  }
+}
+
+static uint64_t alloc_samples(const session_t *se) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < se->nallocs; i++) {
+    ember__alloc_stats_t st;
+    ember__alloc_stats(se->allocs[i], &st);
+    n += st.samples;
+  }
+  return n;
+}
+
+/* Stop every allocation session of `se` and fold their stacks in. */
+static void collect_allocs(session_t *se) {
+  for (size_t i = 0; i < se->nallocs; i++) ember__alloc_poll(se->allocs[i]);
+  se->samples = alloc_samples(se);
+  for (size_t i = 0; i < se->nallocs; i++) {
+    ember__alloc_stats_t st;
+    ember__alloc_stats(se->allocs[i], &st);
+    if (st.lost > 0)
+      EMBER_WARN("session", "session %s: %" PRIu64 " allocation samples were lost (ring full)",
+                 se->id, st.lost);
+    alloc_ctx_t a = {se, se->alloc_pids[i]};
+    ember__alloc_stop(se->allocs[i], on_alloc_stack, &a);
+  }
+  se->nallocs = 0;
+}
+
+/* Start an allocation session on every target of `se`: the preload
+ * library's sampler where the process runs with it, else uprobes on its
+ * libc. Notes which method each got into `notes`. Returns how many
+ * started; `err` gets the first failure. */
+static size_t start_allocs(ember__sessions_t *s, session_t *se, char *notes, size_t notes_size,
+                           char *err, size_t err_size) {
+  se->allocs = ember_calloc(se->ntargets, sizeof *se->allocs);
+  se->alloc_pids = ember_calloc(se->ntargets, sizeof *se->alloc_pids);
+  if (se->allocs == NULL || se->alloc_pids == NULL) {
+    snprintf(err, err_size, "out of memory");
+    return 0;
+  }
+  size_t npre = 0, nup = 0;
+  for (size_t t = 0; t < se->ntargets; t++) {
+    pid_t pid = (pid_t)se->targets[t].pid;
+    ember__alloc_method_t m =
+        ember__alloc_preload_present(pid) ? EMBER__ALLOC_PRELOAD : EMBER__ALLOC_UPROBE;
+    char why[256] = "";
+    ember__alloc_session_t *a = NULL;
+    if (ember__alloc_start(pid, m, s->o.alloc_sample_bytes, &a, why, sizeof why) != 0) {
+      if (err[0] == '\0') snprintf(err, err_size, "pid %d: %s", (int)pid, why);
+      continue;
+    }
+    se->alloc_pids[se->nallocs] = (uint32_t)pid;
+    se->allocs[se->nallocs++] = a;
+    if (m == EMBER__ALLOC_PRELOAD)
+      npre++;
+    else
+      nup++;
+  }
+  size_t l = strlen(notes);
+  snprintf(notes + l, notes_size - l, "; %zu by the preload sampler, %zu by uprobes on malloc",
+           npre, nup);
+  return se->nallocs;
 }
 
 /* Stop sampling `se`, remove it from the running set and hand its result
@@ -298,6 +392,7 @@ static void session_end(ember__sessions_t *s, session_t *se, const char *why) {
       break;
     }
   }
+  if (se->memory) collect_allocs(se);
   int64_t end = ember_time_now_ns();
   ember__window_set_bounds(se->w, se->start_ns, end < se->start_ns ? se->start_ns : end);
   if (se->stats.lost > 0)
@@ -311,7 +406,8 @@ static void session_end(ember__sessions_t *s, session_t *se, const char *why) {
                                .samples = se->samples,
                                .targets = se->targets,
                                .ntargets = se->ntargets,
-                               .window = se->w};
+                               .window = se->w,
+                               .memory = se->memory};
   int rc = s->o.hooks.finish(s->o.hooks.ctx, &r);
   if (rc == 0) {
     se->id = NULL; /* now the result's */
@@ -392,7 +488,7 @@ static const char *str_or(const char *s, const char *def) {
   return s != NULL && s[0] != '\0' ? s : def;
 }
 
-static void start_cpu(ember__sessions_t *s, const ember_command_t *c) {
+static void start_session(ember__sessions_t *s, const ember_command_t *c) {
   char msg[512];
   if (find_session(s, c->session_id) != NULL) {
     reject(s, c->session_id, "a session with this id is already running on this host");
@@ -443,10 +539,12 @@ static void start_cpu(ember__sessions_t *s, const ember_command_t *c) {
     }
   }
 
-  /* The rate: the asked one, within session.max_hz and the kernel's cap. */
+  /* The rate: the asked one, within session.max_hz and the kernel's cap.
+   * Memory sessions have none: every call (uprobe) or by bytes (preload). */
   char notes[256] = "";
-  uint32_t hz = c->hz ? c->hz : DEFAULT_HZ;
-  if (c->hz == 0) snprintf(notes, sizeof notes, "; no hz given: %u Hz", hz);
+  bool memory = c->type == EMBER_SESSION_MEMORY;
+  uint32_t hz = memory ? 0 : c->hz ? c->hz : DEFAULT_HZ;
+  if (!memory && c->hz == 0) snprintf(notes, sizeof notes, "; no hz given: %u Hz", hz);
   if (hz > s->o.max_hz) {
     size_t l = strlen(notes);
     snprintf(notes + l, sizeof notes - l, "; %u Hz capped to session.max_hz %u", hz, s->o.max_hz);
@@ -491,12 +589,22 @@ static void start_cpu(ember__sessions_t *s, const ember_command_t *c) {
   se->deadline_mono = now + dur;
   se->next_running = now + RUNNING_EVERY_NS;
   se->next_rescan = now + RESCAN_NS;
+  se->memory = memory;
+  if (memory) {
+    char why[300] = "";
+    if (start_allocs(s, se, notes, sizeof notes, why, sizeof why) == 0) {
+      snprintf(msg, sizeof msg, "cannot profile allocations: %s", why);
+      ember_metric_add(s->o.m.failed, 1);
+      send_event(s, se->id, EMBER_EV_FAILED, (uint32_t)se->ntargets, 0, 0, msg);
+      goto cleanup;
+    }
+  }
   int err = 0;
-  for (size_t t = 0; t < se->ntargets; t++) {
+  for (size_t t = 0; t < se->ntargets && !memory; t++) {
     int rc = scan_tasks(se, se->targets[t].pid);
     if (rc != 0 && err == 0) err = rc;
   }
-  if (se->nevs == 0) {
+  if (!memory && se->nevs == 0) {
     snprintf(msg, sizeof msg, "cannot open perf events on the targets' threads: %s",
              err ? strerror(-err) : "no thread left");
     ember_metric_add(s->o.m.failed, 1);
@@ -511,9 +619,13 @@ static void start_cpu(ember__sessions_t *s, const ember_command_t *c) {
   }
   s->running = nr;
   s->running[s->nrunning++] = se;
-  snprintf(msg, sizeof msg, "sampling %zu process%s (%zu threads) at %u Hz for %lld ms%s",
-           se->ntargets, se->ntargets == 1 ? "" : "es", se->nevs, hz, (long long)(dur / 1000000),
-           notes);
+  if (memory)
+    snprintf(msg, sizeof msg, "profiling the allocations of %zu process%s for %lld ms%s",
+             se->nallocs, se->nallocs == 1 ? "" : "es", (long long)(dur / 1000000), notes);
+  else
+    snprintf(msg, sizeof msg, "sampling %zu process%s (%zu threads) at %u Hz for %lld ms%s",
+             se->ntargets, se->ntargets == 1 ? "" : "es", se->nevs, hz, (long long)(dur / 1000000),
+             notes);
   ember_metric_add(s->o.m.started, 1);
   send_event(s, se->id, EMBER_EV_ACCEPTED, (uint32_t)se->ntargets, hz, 0, msg);
   EMBER_INFO("session", "session %s accepted: %s", se->id, msg);
@@ -551,12 +663,10 @@ static void handle_command(ember__sessions_t *s, const rd_kafka_message_t *m) {
       session_end(s, se, "stopped by command");
     else
       EMBER_DEBUG("session", "STOP for session %s, which is not running here", c.session_id);
-  } else if (c.type == EMBER_SESSION_MEMORY) {
-    reject(s, c.session_id, "memory sessions are not available in this agent yet");
-  } else if (c.type != EMBER_SESSION_CPU) {
+  } else if (c.type != EMBER_SESSION_CPU && c.type != EMBER_SESSION_MEMORY) {
     reject(s, c.session_id, "unknown session type");
   } else {
-    start_cpu(s, &c);
+    start_session(s, &c);
   }
 cleanup:
   ember_command_clear(&c);
@@ -634,11 +744,15 @@ static void on_tick(uv_timer_t *t) {
   for (size_t i = s->nrunning; i-- > 0;) {
     session_t *se = s->running[i];
     for (size_t k = 0; k < se->nevs; k++) drain_ev(se, &se->evs[k]);
+    if (se->memory) {
+      for (size_t k = 0; k < se->nallocs; k++) ember__alloc_poll(se->allocs[k]);
+      se->samples = alloc_samples(se);
+    }
     if (now >= se->deadline_mono) {
       session_end(s, se, "duration reached");
       continue;
     }
-    if (now >= se->next_rescan) {
+    if (!se->memory && now >= se->next_rescan) {
       rescan(se);
       se->next_rescan = now + RESCAN_NS;
     }

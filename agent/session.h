@@ -70,6 +70,8 @@ typedef struct ember__session_result {
   ember__session_target_t *targets;
   size_t ntargets;
   ember__window_t *window; /* raw stacks of every target, bounds set */
+  bool memory;             /* allocation session: the window's samples/cpu_ns slots hold
+                              objects/bytes (EMBER_VT_ALLOC_OBJECTS/_BYTES) */
 } ember__session_result_t;
 
 void ember__session_result_clear(ember__session_result_t *r);
@@ -86,16 +88,17 @@ typedef struct ember__session_hooks {
 
 typedef struct ember__sessions_opts {
   uv_loop_t *loop;
-  const ember_kafka_t *kafka; /* borrowed; outlives the module */
-  ember__discovery_t *disc;   /* borrowed; loop thread */
-  const char *host_id;        /* copied */
-  const char *agent_id;       /* copied */
-  uint32_t max_concurrent;    /* sessions per host */
-  int64_t max_duration_ns;    /* longer ones are cut to this */
-  uint32_t max_hz;            /* faster ones are slowed to this */
-  bool kernel;                /* kernel callchains too */
-  size_t max_stacks;          /* distinct stacks per session */
-  ember__session_metrics_t m; /* from ember__sessions_register_metrics */
+  const ember_kafka_t *kafka;  /* borrowed; outlives the module */
+  ember__discovery_t *disc;    /* borrowed; loop thread */
+  const char *host_id;         /* copied */
+  const char *agent_id;        /* copied */
+  uint32_t max_concurrent;     /* sessions per host */
+  int64_t max_duration_ns;     /* longer ones are cut to this */
+  uint32_t max_hz;             /* faster ones are slowed to this */
+  bool kernel;                 /* kernel callchains too */
+  size_t max_stacks;           /* distinct stacks per session */
+  uint64_t alloc_sample_bytes; /* preload method: mean bytes between samples */
+  ember__session_metrics_t m;  /* from ember__sessions_register_metrics */
   ember__session_hooks_t hooks;
 } ember__sessions_opts_t;
 

@@ -78,16 +78,23 @@ static uint64_t entry_hash(const void *ctx, uint32_t idx) {
 
 int ember__window_add(ember__window_t *w, uint32_t pid, const uint64_t *ips, uint32_t nips,
                       uint64_t period_ns, bool *is_new) {
-  if (nips == 0 || ips == NULL) return -EINVAL;
+  int64_t ns = period_ns > INT64_MAX ? INT64_MAX : (int64_t)period_ns;
+  return ember__window_add_values(w, pid, ips, nips, 1, ns, is_new);
+}
+
+static int64_t sat_add(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
+
+int ember__window_add_values(ember__window_t *w, uint32_t pid, const uint64_t *ips, uint32_t nips,
+                             int64_t v0, int64_t v1, bool *is_new) {
+  if (nips == 0 || ips == NULL || v0 < 0 || v1 < 0) return -EINVAL;
   uint64_t h = ember__hash_mix(0x3a11, pid);
   for (uint32_t i = 0; i < nips; i++) h = ember__hash_mix(h, ips[i]);
   stack_key_t key = {w, pid, nips, ips};
   int64_t found = ember__htab_find(&w->index, h, entry_eq, &key);
-  int64_t ns = period_ns > INT64_MAX ? INT64_MAX : (int64_t)period_ns;
   if (found >= 0) {
     entry_t *e = &w->entries[found];
-    e->samples++;
-    e->cpu_ns = e->cpu_ns > INT64_MAX - ns ? INT64_MAX : e->cpu_ns + ns;
+    e->samples = sat_add(e->samples, v0);
+    e->cpu_ns = sat_add(e->cpu_ns, v1);
     if (is_new) *is_new = false;
     return 0;
   }
@@ -111,7 +118,7 @@ int ember__window_add(ember__window_t *w, uint32_t pid, const uint64_t *ips, uin
     w->cappool = cap;
   }
   memcpy(w->pool + w->npool, ips, nips * sizeof *ips);
-  w->entries[w->n] = (entry_t){pid, nips, w->npool, h, 1, ns, (uint32_t)w->n};
+  w->entries[w->n] = (entry_t){pid, nips, w->npool, h, v0, v1, (uint32_t)w->n};
   if (ember__htab_insert(&w->index, h, (uint32_t)w->n, entry_hash, &key) != 0) return -ENOMEM;
   w->npool += nips;
   w->n++;

@@ -35,6 +35,11 @@ void ember__window_reset(ember__window_t *w);
  * counted in dropped). */
 int ember__window_add(ember__window_t *w, uint32_t pid, const uint64_t *ips, uint32_t nips,
                       uint64_t period_ns, bool *is_new);
+/* Add arbitrary non-negative values to a (pid, stack): `v0` to its
+ * `samples` and `v1` to its `cpu_ns` slots (saturating). Allocation
+ * sessions keep objects and bytes there. Same returns as _add. */
+int ember__window_add_values(ember__window_t *w, uint32_t pid, const uint64_t *ips, uint32_t nips,
+                             int64_t v0, int64_t v1, bool *is_new);
 void ember__window_set_max_stacks(ember__window_t *w, size_t max_stacks);
 
 void ember__window_set_bounds(ember__window_t *w, int64_t start_ns, int64_t end_ns);
