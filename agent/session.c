@@ -465,16 +465,18 @@ static void resolve_each(void *ctx, const ember__target_t *t) {
   if (target_matches(r->c, t) && kill(t->pid, 0) == 0) resolve_add(r, (uint32_t)t->pid);
 }
 
+/* The command's pids are the registry's view, which lags: a process that
+ * restarted since has a new pid. When none of them is a live match, every
+ * live process here with the command's labels is taken instead (the
+ * collector sent the command to this host because the worker, version or
+ * actor runs here). */
 static void resolve_targets(ember__sessions_t *s, const ember_command_t *c, resolve_t *r) {
   r->c = c;
-  if (c->npids == 0) {
-    ember__discovery_each(s->o.disc, resolve_each, r);
-    return;
-  }
   for (size_t i = 0; i < c->npids; i++) {
     const ember__target_t *t = ember__discovery_get(s->o.disc, (pid_t)c->pids[i]);
     if (target_matches(c, t) && kill((pid_t)c->pids[i], 0) == 0) resolve_add(r, c->pids[i]);
   }
+  if (r->n == 0 && r->err == 0) ember__discovery_each(s->o.disc, resolve_each, r);
 }
 
 static session_t *find_session(ember__sessions_t *s, const char *id) {
@@ -519,10 +521,9 @@ static void start_session(ember__sessions_t *s, const ember_command_t *c) {
   }
   if (r.n == 0) {
     snprintf(msg, sizeof msg,
-             "no target on host %s matches worker=%s version=%s actor=%s%s (live, selected "
+             "no target on host %s matches worker=%s version=%s actor=%s (live, selected "
              "processes only)",
-             s->host_id, str_or(c->worker, "*"), str_or(c->version, "*"), str_or(c->actor, "*"),
-             c->npids ? " and the given pids" : "");
+             s->host_id, str_or(c->worker, "*"), str_or(c->version, "*"), str_or(c->actor, "*"));
     reject(s, c->session_id, msg);
     goto cleanup;
   }
