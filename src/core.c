@@ -1,6 +1,7 @@
 /* Errors, the allocation wrappers with their failure-injection hook, and
  * clocks. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,29 +29,32 @@ const char *ember_strerror(int err) {
   return "unknown error";
 }
 
-/* Failure injection. `fail_budget` < 0 means off. These are plain globals
- * because the hook is only for single-threaded tests (see ember.h). */
-static long fail_budget = -1;
-static long alloc_count;
+/* Failure injection. `fail_budget` < 0 means off. Atomic, because tests of
+ * servers arm it in the test thread while the server's threads allocate:
+ * a reset must not be undone by a decrement that read the budget before
+ * it (that re-armed the hook behind the test's back). */
+static _Atomic long fail_budget = -1;
+static _Atomic long alloc_count;
 
 static int alloc_should_fail(void) {
-  alloc_count++;
-  if (fail_budget < 0) return 0;
-  if (fail_budget == 0) return 1;
-  fail_budget--;
-  return 0;
+  atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed);
+  long b = atomic_load_explicit(&fail_budget, memory_order_relaxed);
+  while (b > 0) {
+    if (atomic_compare_exchange_weak_explicit(&fail_budget, &b, b - 1, memory_order_relaxed,
+                                              memory_order_relaxed))
+      return 0;
+  }
+  return b == 0;
 }
 
 void ember_alloc_fail_after(long n) {
-  fail_budget = n;
-  alloc_count = 0;
+  atomic_store(&alloc_count, 0);
+  atomic_store(&fail_budget, n);
 }
 
 long ember_alloc_fail_reset(void) {
-  long n = alloc_count;
-  fail_budget = -1;
-  alloc_count = 0;
-  return n;
+  atomic_store(&fail_budget, -1);
+  return atomic_exchange(&alloc_count, 0);
 }
 
 void *ember_malloc(size_t size) {

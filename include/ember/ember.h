@@ -42,8 +42,9 @@ EMBER_API char *ember_strndup(const char *s, size_t n);
 EMBER_API void ember_free(void *p);
 
 /* Test hook: after `n` more successful allocations, every further one fails
- * until ember_alloc_fail_reset(). n < 0 disables. Not thread-safe: call it
- * only from single-threaded tests. Returns the number of allocations made
+ * until ember_alloc_fail_reset(). n < 0 disables. The hook is atomic, so a
+ * test may arm it while a server's threads allocate (which allocation fails
+ * then depends on their timing). Returns the number of allocations made
  * since the last reset, so a test can find how many a scenario needs. */
 EMBER_API void ember_alloc_fail_after(long n);
 EMBER_API long ember_alloc_fail_reset(void);
