@@ -25,9 +25,12 @@ set_property(TEST test_collector_outage APPEND PROPERTY ENVIRONMENT
   EMBER_TEST_BROKER_SH=${PROJECT_SOURCE_DIR}/tests/kafka/broker.sh)
 
 # On-demand sessions: collector + two agents + `ember profile`, CPU and
-# memory (uprobe and preload), against the real broker.
+# memory (uprobe and preload), against the real broker. It keeps a CPU
+# burner and two allocating programs busy for a minute, which would starve
+# the timing-sensitive tests beside it, so it runs alone.
 ember_test(integration test_session_e2e integration)
 add_dependencies(test_session_e2e ember-collector ember_agent ember_cli ember_alloc_preload)
-set_tests_properties(test_session_e2e PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 300)
+set_tests_properties(test_session_e2e PROPERTIES FIXTURES_REQUIRED kafka_broker RUN_SERIAL TRUE
+  TIMEOUT 300)
 set_property(TEST test_session_e2e APPEND PROPERTY
   ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)

@@ -114,10 +114,10 @@ static void test_session_e2e(void **state) {
   snprintf(e_cpu, sizeof e_cpu, "EMBER_WORKER=%s-cpu", tag);
   snprintf(e_mem, sizeof e_mem, "EMBER_WORKER=%s-mem", tag);
   snprintf(e_pre, sizeof e_pre, "EMBER_WORKER=%s-mempre", tag);
-  const char *burn_argv[] = {EMBER_TEST_PROGRAMS "/burn", "40", NULL};
+  const char *burn_argv[] = {EMBER_TEST_PROGRAMS "/burn", "120", NULL};
   const char *burn_env[] = {e_cpu, "EMBER_ACTOR=B", NULL};
   pid_t burn = tu_spawn(burn_argv, burn_env, NULL);
-  const char *alloc_argv[] = {EMBER_TEST_PROGRAMS "/alloc", "40", "20", NULL};
+  const char *alloc_argv[] = {EMBER_TEST_PROGRAMS "/alloc", "120", "20", NULL};
   const char *alloc_env[] = {e_mem, "EMBER_ACTOR=A", NULL};
   pid_t alloc = tu_spawn(alloc_argv, alloc_env, NULL);
   const char *pre_env[] = {e_pre, "EMBER_ACTOR=C",
