@@ -243,7 +243,8 @@ static void test_alloc_bad_args(void **state) {
  * what was aggregated. */
 static void test_alloc_uprobe_process_exits(void **state) {
   (void)state;
-  const char *argv[] = {ALLOC_PROG, "0.5", "5", NULL};
+  /* Long enough to be running still when the session starts under load. */
+  const char *argv[] = {ALLOC_PROG, "2", "5", NULL};
   pid_t pid = tu_spawn(argv, NULL, NULL);
   wait_ready(pid, false);
   ember__alloc_session_t *s = NULL;
