@@ -737,6 +737,26 @@ static int samples_to_ns(const ember_profile_t *src, int64_t period, ember_profi
  * nanoseconds where the agents sent them; when the selection holds only
  * samples, samples times the period (or plain samples when the period is
  * unknown, which the answer's "type" then says). */
+/* type=cpu over data that has CPU samples but no CPU time (`*p`, empty):
+ * replace *p with `samples` x their period, or the samples themselves when
+ * the period is mixed. Takes `samples`. */
+static int cpu_from_samples(ember_profile_t **p, ember_profile_t *samples) {
+  int rc = 0;
+  if (ember_profile_nstacks(samples) > 0) {
+    ember_profile_free(*p);
+    *p = NULL;
+    int64_t period = ember_profile_period(samples);
+    if (period > 0) {
+      rc = samples_to_ns(samples, period, p);
+    } else {
+      *p = samples;
+      samples = NULL;
+    }
+  }
+  ember_profile_free(samples);
+  return rc;
+}
+
 static unsigned load_profile(req_t *r, const ember_store_selector_t *sel, int64_t from, int64_t to,
                              api_type_t type, ember_profile_t **out) {
   static const ember_value_type_t vts[] = {EMBER_VT_CPU_NS, EMBER_VT_CPU_SAMPLES,
@@ -745,19 +765,8 @@ static unsigned load_profile(req_t *r, const ember_store_selector_t *sel, int64_
   int rc = ember_store_merge(r->api->store, sel, from, to, vts[type], &p);
   if (rc == 0 && type == T_CPU && ember_profile_nstacks(p) == 0) {
     rc = ember_store_merge(r->api->store, sel, from, to, EMBER_VT_CPU_SAMPLES, &samples);
-    if (rc == 0 && ember_profile_nstacks(samples) > 0) {
-      ember_profile_free(p);
-      p = NULL;
-      int64_t period = ember_profile_period(samples);
-      if (period > 0) {
-        rc = samples_to_ns(samples, period, &p);
-      } else {
-        p = samples;
-        samples = NULL;
-      }
-    }
+    if (rc == 0) rc = cpu_from_samples(&p, samples);
   }
-  ember_profile_free(samples);
   if (rc != 0) {
     ember_profile_free(p);
     return fail_internal(r, "merging profiles from the store", rc);
@@ -1109,19 +1118,8 @@ static unsigned h_session_profile(req_t *r, const char *id) {
   rc = ember_store_session_merge(r->api->store, id, vts[type], &p, &info);
   if (rc == 0 && type == T_CPU && ember_profile_nstacks(p) == 0) {
     rc = ember_store_session_merge(r->api->store, id, EMBER_VT_CPU_SAMPLES, &samples, NULL);
-    if (rc == 0 && ember_profile_nstacks(samples) > 0) {
-      ember_profile_free(p);
-      p = NULL;
-      int64_t period = ember_profile_period(samples);
-      if (period > 0) {
-        rc = samples_to_ns(samples, period, &p);
-      } else {
-        p = samples;
-        samples = NULL;
-      }
-    }
+    if (rc == 0) rc = cpu_from_samples(&p, samples);
   }
-  ember_profile_free(samples);
   if (rc != 0) {
     ember_profile_free(p);
     return fail_internal(r, "merging the session's results", rc);
