@@ -621,9 +621,48 @@ static void on_window_timer(uv_timer_t *t) {
   uv_timer_start(&a->window_timer, on_window_timer, (uint64_t)(delay / 1000000) + 1, 0);
 }
 
+typedef struct {
+  uint32_t *pids;
+  size_t n, cap;
+} pid_list_t;
+
+static void collect_actor(void *ctx, const ember__target_t *t) {
+  pid_list_t *l = ctx;
+  if (!t->selected || t->exited || t->actor == NULL) return;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 16;
+    uint32_t *np = ember_realloc(l->pids, cap * sizeof *np);
+    if (np == NULL) return; /* the next scan tries again */
+    l->pids = np;
+    l->cap = cap;
+  }
+  l->pids[l->n++] = (uint32_t)t->pid;
+}
+
+/* Actors are announced on ember.targets as soon as they are found, not when
+ * they are first sampled as other targets are: a named actor is what a
+ * session asks for by name, and an idle one (no sample at 19 Hz for a
+ * while) must still be reachable for the traffic it is about to get.
+ * Plain workers stay sample-driven, so a broad selector does not put every
+ * sleeping process of a host into the registry. */
+static void announce_actors(agent_t *a) {
+  pid_list_t l = {0};
+  /* Collected first: pidinfo_get may read /proc through discovery, which
+   * must not change under ember__discovery_each. */
+  ember__discovery_each(a->disc, collect_actor, &l);
+  for (size_t i = 0; i < l.n; i++) {
+    pidinfo_t *p = pidinfo_get(a, l.pids[i]);
+    if (p == NULL || p->announced || !p->selected) continue;
+    send_target(a, p, ember__discovery_get(a->disc, (pid_t)p->pid));
+    p->announced = true;
+  }
+  ember_free(l.pids);
+}
+
 static void on_scan_timer(uv_timer_t *t) {
   agent_t *a = t->data;
   ember__discovery_scan(a->disc);
+  announce_actors(a);
 }
 
 static void on_netlink(uv_poll_t *h, int status, int events) {

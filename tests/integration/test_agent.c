@@ -100,8 +100,8 @@ static double metric_value(const char *text, const char *name) {
 }
 
 typedef struct targets_seen {
-  uint32_t burn_pid, short_pid;
-  bool burn_record, short_record, short_tombstone;
+  uint32_t burn_pid, short_pid, idle_pid;
+  bool burn_record, short_record, short_tombstone, idle_record, idle_tombstone;
 } targets_seen_t;
 
 static void on_target(void *ctx, const char *key, const void *value, size_t len) {
@@ -113,6 +113,7 @@ static void on_target(void *ctx, const char *key, const void *value, size_t len)
   uint32_t pid = (uint32_t)pid64;
   if (value == NULL) {
     if (pid == t->short_pid) t->short_tombstone = true;
+    if (pid == t->idle_pid) t->idle_tombstone = true;
     return;
   }
   ember_target_record_t r;
@@ -125,6 +126,7 @@ static void on_target(void *ctx, const char *key, const void *value, size_t len)
     t->burn_record = true;
   if (pid == t->short_pid && r.worker && strcmp(r.worker, "ember-it-short") == 0)
     t->short_record = true;
+  if (pid == t->idle_pid && r.actor && strcmp(r.actor, "actor-idle") == 0) t->idle_record = true;
   ember_target_record_clear(&r);
 }
 
@@ -143,6 +145,11 @@ static void test_agent_profiles_real_programs(void **state) {
   const char *short_argv[] = {EMBER_TEST_PROGRAMS "/shortlived", "1500", NULL};
   const char *short_env[] = {"EMBER_WORKER=ember-it-short", NULL};
   pid_t shortp = tu_spawn(short_argv, short_env, NULL);
+  /* An actor that never runs: announced all the same (sessions must reach
+   * an idle actor), then tombstoned when it exits. */
+  const char *idle_argv[] = {"/bin/sleep", "4", NULL};
+  const char *idle_env[] = {"EMBER_WORKER=ember-it-idle", "EMBER_ACTOR=actor-idle", NULL};
+  pid_t idle = tu_spawn(idle_argv, idle_env, NULL);
   char node[512];
   bool have_node = tu_which("node", node, sizeof node);
   pid_t nodep = -1;
@@ -158,6 +165,7 @@ static void test_agent_profiles_real_programs(void **state) {
   }
   assert_true(tu_wait(shortp, 20000) != -1);
   assert_true(tu_wait(burn, 20000) != -1);
+  assert_true(tu_wait(idle, 20000) != -1);
   if (nodep > 0) assert_true(tu_wait(nodep, 30000) != -1);
   sleep(3); /* the last windows close */
   char text[1 << 16];
@@ -223,11 +231,14 @@ static void test_agent_profiles_real_programs(void **state) {
    * "host/pid"; the process that exited got its tombstone. */
   char prefix[160];
   snprintf(prefix, sizeof prefix, "%s/", host_id);
-  targets_seen_t seen = {.burn_pid = (uint32_t)burn, .short_pid = (uint32_t)shortp};
+  targets_seen_t seen = {
+      .burn_pid = (uint32_t)burn, .short_pid = (uint32_t)shortp, .idle_pid = (uint32_t)idle};
   tu_consume_targets(brokers, prefix, 4000, 30000, on_target, &seen);
   assert_true(seen.burn_record);
   assert_true(seen.short_record);
   assert_true(seen.short_tombstone);
+  assert_true(seen.idle_record);
+  assert_true(seen.idle_tombstone);
 }
 
 int main(void) {
