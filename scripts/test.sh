@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Ember's whole test suite, from a fresh Debian 12 machine:
-#   install packages -> style checks -> fetch the Kafka broker jars ->
+#   install packages -> style checks -> browser test packages (npm) ->
+#   fetch the Kafka broker jars ->
 #   build (normal, ASan+UBSan, libFuzzer) -> ctest on both trees (unit and
 #   integration; the integration tests start and stop a real Kafka 4.x
 #   broker through CTest fixtures) -> fuzz the wire decoder -> summary.
@@ -21,6 +22,9 @@ step "style: banned functions, clang-format"
 mapfile -t sources < <(git ls-files --cached --others --exclude-standard -- '*.c' '*.h')
 clang-format --dry-run --Werror "${sources[@]}"
 echo "clang-format: ${#sources[@]} files formatted"
+
+step "browser test packages (tests/browser: npm ci)"
+./scripts/browser-deps.sh
 
 step "Kafka broker jars"
 ./tests/kafka/broker.sh fetch
