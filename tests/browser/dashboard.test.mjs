@@ -1,0 +1,362 @@
+// Ember's dashboard in Debian's headless chromium, driven by playwright-core.
+// Run by tests/integration/test_dashboard.c, which starts a collector fed by
+// a real agent and passes:
+//
+//   node dashboard.test.mjs --url=http://127.0.0.1:PORT/ --worker=W --app=A
+//        --actor=ACTOR --host=HOST --shots=DIR
+//
+// W is a `burn` worker (burn_hot:burn_cold = 3:1) running as ACTOR, A a
+// worker with versions 1.0 (shared_work, old_path) and 2.0 (shared_work,
+// new_path), all on HOST. Each view is a step; a failing step saves
+// DIR/failed-<step>.png and the run goes on with the next view, so one run
+// tells every broken view. A full-page screenshot of each view goes to DIR
+// (explore.png, explore-zoom.png, explore-search.png, compare.png,
+// session.png). Exit status 0 only when every step passed and the page
+// threw nothing.
+import assert from 'node:assert/strict';
+import { mkdir } from 'node:fs/promises';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const args = Object.fromEntries(
+  process.argv.slice(2).map((a) => {
+    const m = /^--([a-z]+)=(.*)$/.exec(a);
+    if (!m) throw new Error(`unknown argument ${a}`);
+    return [m[1], m[2]];
+  }),
+);
+for (const k of ['url', 'worker', 'app', 'actor', 'host', 'shots']) {
+  if (!args[k]) {
+    console.error(`usage: node dashboard.test.mjs --url= --worker= --app= --actor= --host= --shots= (missing --${k})`);
+    process.exit(2);
+  }
+}
+const base = new URL(args.url);
+// The workers share the prefix the harness gives its run (`<tag>-`).
+const prefix = args.worker.slice(0, args.worker.lastIndexOf('-') + 1);
+await mkdir(args.shots, { recursive: true });
+
+const t0 = Date.now();
+const log = (...a) => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)}s]`, ...a);
+const tid = (id) => `[data-testid="${id}"]`;
+
+const browser = await chromium.launch({
+  executablePath: '/usr/bin/chromium',
+  headless: true,
+  // The machine's network is closed: keep chromium from reaching out.
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+context.setDefaultTimeout(15000);
+const page = await context.newPage();
+
+// Everything the page says went wrong. Page errors (uncaught exceptions,
+// unhandled rejections) fail the run; so do requests to the collector that
+// fail outright or answer 5xx. Console errors and 4xx answers are printed.
+const pageErrors = [];
+const consoleErrors = [];
+const badRequests = [];
+const notes = [];
+page.on('pageerror', (e) => pageErrors.push(`${e.name}: ${e.message}\n${e.stack ?? ''}`));
+page.on('console', (m) => {
+  if (m.type() === 'error') consoleErrors.push(`${m.text()} (${m.location().url ?? ''})`);
+});
+page.on('requestfailed', (r) => {
+  const why = r.failure()?.errorText ?? '';
+  // The UI aborts fetches it no longer needs (a newer selection): fine.
+  if (why.includes('ERR_ABORTED')) return;
+  badRequests.push(`${r.method()} ${r.url()}: ${why}`);
+});
+page.on('response', (r) => {
+  if (r.status() >= 500) badRequests.push(`${r.request().method()} ${r.url()}: ${r.status()}`);
+  else if (r.status() >= 400) notes.push(`${r.request().method()} ${r.url()}: ${r.status()}`);
+});
+
+// --- helpers ---------------------------------------------------------------
+
+async function shot(name) {
+  const file = path.join(args.shots, name);
+  await page.screenshot({ path: file, fullPage: true });
+  log(`screenshot ${file}`);
+}
+
+// Poll fn(arg) in the page until it returns something truthy; the failure
+// names what was awaited and the last value seen.
+async function until(what, fn, arg, timeout = 20000) {
+  const end = Date.now() + timeout;
+  let last;
+  for (;;) {
+    try {
+      last = await page.evaluate(fn, arg);
+      if (last) return last;
+    } catch (e) {
+      last = `threw ${e.message.split('\n')[0]}`;
+    }
+    if (Date.now() > end) {
+      throw new Error(`timed out after ${timeout} ms waiting for ${what} (last: ${JSON.stringify(last)})`);
+    }
+    await page.waitForTimeout(150);
+  }
+}
+
+// The drawn frames of a flame container ([data-testid=ID]).
+async function frames(id) {
+  return page.evaluate((sel) => {
+    const el = document.querySelector(sel);
+    if (!el || !el.flame || typeof el.flame.frames !== 'function') return null;
+    return el.flame.frames().map((f) => ({ name: f.name, x: f.x, y: f.y, w: f.w, h: f.h,
+      depth: f.depth, self: f.self, total: f.total }));
+  }, tid(id));
+}
+
+// Wait until flame container ID has drawn frames named by every entry of
+// `names`; returns the frames.
+async function flameWith(id, names, timeout = 20000) {
+  await until(`${id} to draw ${names.join(', ')}`, ({ sel, names: want }) => {
+    const el = document.querySelector(sel);
+    if (!el || !el.flame) return false;
+    const got = new Set(el.flame.frames().map((f) => f.name));
+    return want.every((n) => got.has(n));
+  }, { sel: tid(id), names }, timeout);
+  return frames(id);
+}
+
+// No visible API error on the page.
+async function noVisibleError() {
+  const err = page.locator(tid('error'));
+  if ((await err.count()) === 0) return;
+  const visible = await err.first().isVisible();
+  const text = (await err.first().textContent())?.trim() ?? '';
+  assert.ok(!visible || text === '', `the error element shows: ${text}`);
+}
+
+async function options(id) {
+  return page.locator(`${tid(id)} option`).evaluateAll((os) => os.map((o) => o.value));
+}
+
+async function waitOption(id, value) {
+  await until(`${id} to offer ${value}`, ({ sel, value: v }) =>
+    [...document.querySelectorAll(`${sel} option`)].some((o) => o.value === v),
+  { sel: tid(id), value });
+}
+
+const hash = () => page.evaluate(() => decodeURIComponent(location.hash));
+
+const results = [];
+// Run step `name`; `needs` names a step whose state it starts from, and
+// when that one failed this one is reported as skipped, not run.
+async function step(name, fn, needs) {
+  const s = Date.now();
+  log(`--- ${name}`);
+  if (needs && !results.some((r) => r[0] === needs && r[1] === 'ok')) {
+    results.push([name, 'SKIPPED', 0]);
+    log(`SKIPPED ${name}: it starts from ${needs}, which failed`);
+    return;
+  }
+  try {
+    await fn();
+    results.push([name, 'ok', Date.now() - s]);
+    log(`ok ${name} (${Date.now() - s} ms)`);
+  } catch (e) {
+    results.push([name, 'FAILED', Date.now() - s]);
+    log(`FAILED ${name}: ${e.stack ?? e}`);
+    await page.screenshot({ path: path.join(args.shots, `failed-${name}.png`), fullPage: true })
+      .catch(() => {});
+  }
+}
+
+// --- explore ---------------------------------------------------------------
+
+await step('explore', async () => {
+  await page.goto(base.href);
+  await page.locator(tid('nav-explore')).click();
+  // The worker list shows the test's workers, and the search filters it.
+  await page.locator(tid('worker-search')).fill(prefix);
+  const items = page.locator(`${tid('worker-list')} ${tid('worker-item')}`);
+  await until(`worker-list to show ${args.worker} and ${args.app}`, ({ sel, want }) => {
+    const texts = [...document.querySelectorAll(sel)].map((e) => e.textContent);
+    return want.every((w) => texts.some((t) => t.includes(w)));
+  }, { sel: `${tid('worker-list')} ${tid('worker-item')}`, want: [args.worker, args.app] });
+  const shown = await items.allTextContents();
+  assert.ok(shown.every((t) => t.includes(prefix)),
+    `worker-search "${prefix}" leaves other workers: ${JSON.stringify(shown)}`);
+  await page.locator(tid('worker-search')).fill(args.worker);
+  await until('worker-search to leave only the burn worker', ({ sel, w }) => {
+    const texts = [...document.querySelectorAll(sel)].map((e) => e.textContent);
+    return texts.length === 1 && texts[0].includes(w);
+  }, { sel: `${tid('worker-list')} ${tid('worker-item')}`, w: args.worker });
+  await items.filter({ hasText: args.worker }).first().click();
+
+  // The selection is in the URL and the flamegraph has burn's functions.
+  await until('the hash to name the worker', (w) =>
+    location.hash.startsWith('#/explore') && decodeURIComponent(location.hash).includes(`worker=${w}`),
+  args.worker);
+  const fr = await flameWith('flame', ['main', 'burn_loop', 'burn_hot', 'burn_cold']);
+  const hot = fr.find((f) => f.name === 'burn_hot');
+  const cold = fr.find((f) => f.name === 'burn_cold');
+  const ratio = hot.total / cold.total;
+  log(`flame: ${fr.length} frames, burn_hot:burn_cold = ${ratio.toFixed(2)}`);
+  assert.ok(ratio > 2 && ratio < 4.5, `burn_hot:burn_cold is ${ratio}, not about 3`);
+  assert.ok(hot.w > cold.w, 'burn_hot is drawn narrower than burn_cold');
+  const nodes = Number(await page.locator(tid('flame')).getAttribute('data-nodes'));
+  assert.ok(nodes >= 4, `data-nodes is ${nodes}`);
+  await page.locator(`${tid('flame')} ${tid('flame-canvas')}`).waitFor();
+
+  // The selects offer this worker's labels.
+  await waitOption('version-select', '1.0');
+  await waitOption('host-select', args.host);
+  await waitOption('actor-select', args.actor);
+  for (const id of ['type-select', 'range-select']) {
+    assert.ok((await options(id)).length >= 2, `${id} offers fewer than 2 choices`);
+  }
+  await page.locator(tid('timeline')).waitFor();
+
+  // The top table: burn_hot has the most self time.
+  await page.locator(`${tid('top-table')} th[data-sort="self"]`).click();
+  await until('top-table to list burn_hot first by self', (sel) => {
+    const rows = [...document.querySelectorAll(`${sel} tbody tr`)];
+    const names = rows.map((r) => r.cells[0]?.textContent.trim() ?? '');
+    return names[0]?.includes('burn_hot') && names.some((n) => n.includes('burn_cold'));
+  }, tid('top-table'));
+  await page.locator(`${tid('top-table')} th[data-sort="name"]`).click();
+  await until('top-table to sort by name', (sel) => {
+    const names = [...document.querySelectorAll(`${sel} tbody tr`)]
+      .map((r) => r.cells[0]?.textContent.trim() ?? '');
+    const sorted = [...names].sort((a, b) => a.localeCompare(b));
+    const rev = [...sorted].reverse();
+    return names.length > 1 && (names.join() === sorted.join() || names.join() === rev.join());
+  }, tid('top-table'));
+  await noVisibleError();
+  await shot('explore.png');
+});
+
+await step('explore-zoom', async () => {
+  const fr = await flameWith('flame', ['burn_hot']);
+  const hot = fr.find((f) => f.name === 'burn_hot');
+  const canvas = page.locator(`${tid('flame')} ${tid('flame-canvas')}`);
+  const box = await canvas.boundingBox();
+  await page.mouse.click(box.x + hot.x + hot.w / 2, box.y + hot.y + hot.h / 2);
+  await until('data-zoom to end with burn_hot', (sel) =>
+    (document.querySelector(sel).getAttribute('data-zoom') ?? '').endsWith('burn_hot'), tid('flame'));
+  const zoomed = (await frames('flame')).find((f) => f.name === 'burn_hot');
+  const cw = (await canvas.boundingBox()).width;
+  assert.ok(zoomed && zoomed.w >= 0.95 * cw,
+    `zoomed burn_hot is ${zoomed?.w} px wide on a ${cw} px canvas`);
+  assert.ok(!(await frames('flame')).some((f) => f.name === 'burn_cold' && f.w >= 1),
+    'burn_cold is still drawn after zooming into burn_hot');
+  await noVisibleError();
+  await shot('explore-zoom.png');
+  await page.keyboard.press('Escape');
+  await until('Escape to reset the zoom', (sel) =>
+    document.querySelector(sel).getAttribute('data-zoom') === '', tid('flame'));
+}, 'explore');
+
+await step('explore-search', async () => {
+  // `/` focuses the search box (from anywhere but an input).
+  await page.locator(tid('timeline')).click({ position: { x: 2, y: 2 } }).catch(() => {});
+  await page.locator('body').press('/');
+  await until('"/" to focus flame-search', (sel) =>
+    document.activeElement === document.querySelector(sel), tid('flame-search'));
+  await page.locator(tid('flame-search')).fill('burn_cold');
+  await until('data-search-matches >= 1', (sel) =>
+    Number(document.querySelector(sel).getAttribute('data-search-matches')) >= 1, tid('flame'));
+  await noVisibleError();
+  await shot('explore-search.png');
+  await page.locator(tid('flame-search')).fill('no_such_function_anywhere');
+  await until('data-search-matches to be 0', (sel) =>
+    document.querySelector(sel).getAttribute('data-search-matches') === '0', tid('flame'));
+  await page.locator(tid('flame-search')).fill('');
+}, 'explore');
+
+await step('explore-reload', async () => {
+  // The hash alone restores the view.
+  const h = await hash();
+  await page.reload();
+  await flameWith('flame', ['burn_hot', 'burn_cold']);
+  assert.equal(await hash(), h);
+}, 'explore');
+
+// --- compare ---------------------------------------------------------------
+
+await step('compare', async () => {
+  await page.locator(tid('nav-compare')).click();
+  await until('the hash to be #/compare', () => location.hash.startsWith('#/compare'));
+  await waitOption('compare-worker', args.app);
+  await page.locator(tid('compare-worker')).selectOption(args.app);
+  await waitOption('compare-a-version', '1.0');
+  await waitOption('compare-b-version', '2.0');
+  await page.locator(tid('compare-a-version')).selectOption('1.0');
+  await page.locator(tid('compare-b-version')).selectOption('2.0');
+  await until('the hash to hold both versions', (app) => {
+    const h = decodeURIComponent(location.hash);
+    return h.includes(`worker=${app}`) && h.includes('a.version=1.0') && h.includes('b.version=2.0');
+  }, args.app);
+  const fr = await flameWith('diff-flame', ['shared_work', 'new_path', 'old_path']);
+  log(`diff-flame: ${fr.length} frames`);
+  await until('diff-table to list new_path', (sel) =>
+    [...document.querySelectorAll(`${sel} tr`)].some((r) => r.textContent.includes('new_path')),
+  tid('diff-table'));
+  await noVisibleError();
+  await shot('compare.png');
+});
+
+// --- sessions --------------------------------------------------------------
+
+await step('session', async () => {
+  await page.locator(tid('nav-sessions')).click();
+  await until('the hash to be #/sessions', () => location.hash.startsWith('#/sessions'));
+  await page.locator(tid('session-kind')).selectOption('actor');
+  await page.locator(tid('session-name')).fill(args.actor);
+  await page.locator(tid('session-type')).selectOption('cpu');
+  await page.locator(tid('session-duration')).fill('2000');
+  await page.locator(tid('session-start')).click();
+  const id = await until('the hash to name the new session', () =>
+    /^#\/sessions\/([0-9a-f]+)/.exec(location.hash)?.[1]);
+  log(`session ${id}`);
+  const state = await until('session-state to say done', (sel) => {
+    const t = document.querySelector(sel)?.textContent ?? '';
+    if (/failed|expired|cancelled/i.test(t)) return `ended: ${t}`;
+    return /done/i.test(t) && t;
+  }, tid('session-state'), 40000);
+  assert.ok(!state.startsWith('ended:'), `the session did not complete: ${state}`);
+  await flameWith('session-flame', ['burn_hot', 'burn_cold']);
+  await until('session-list to show the session', ({ sel, actor }) =>
+    [...document.querySelectorAll(`${sel} tr, ${sel} li, ${sel} [data-testid]`)]
+      .some((r) => r.textContent.includes(actor)), { sel: tid('session-list'), actor: args.actor });
+  for (const [dl, format] of [['dl-pprof', 'pprof'], ['dl-folded', 'folded'],
+    ['dl-speedscope', 'speedscope']]) {
+    const href = await page.locator(tid(dl)).getAttribute('href');
+    const want = `/api/v1/sessions/${id}/profile?format=${format}`;
+    assert.ok(href && new URL(href, base).href.endsWith(want), `${dl} links ${href}, not ${want}`);
+  }
+  const folded = await page.request.get(new URL(`/api/v1/sessions/${id}/profile?format=folded`, base).href);
+  assert.equal(folded.status(), 200);
+  assert.match(await folded.text(), /burn_hot/);
+  const pprof = await page.request.get(new URL(await page.locator(tid('dl-pprof')).getAttribute('href'), base).href);
+  assert.equal(pprof.status(), 200);
+  assert.ok((await pprof.body()).length > 100, 'the pprof download is nearly empty');
+  await noVisibleError();
+  await shot('session.png');
+});
+
+await browser.close();
+
+// --- verdict ---------------------------------------------------------------
+
+for (const n of notes) log(`note: 4xx answer: ${n}`);
+for (const c of consoleErrors) log(`note: console error: ${c}`);
+let failed = results.filter((r) => r[1] !== 'ok').length;
+for (const e of pageErrors) {
+  log(`FAILED: page error: ${e}`);
+  failed++;
+}
+for (const r of badRequests) {
+  log(`FAILED: request: ${r}`);
+  failed++;
+}
+log('summary:');
+for (const [name, verdict, ms] of results) log(`  ${verdict.padEnd(6)} ${name} (${ms} ms)`);
+const passed = results.length - results.filter((r) => r[1] !== 'ok').length;
+console.log(`${passed} passed, ${results.length - passed} failed`);
+process.exit(failed === 0 ? 0 : 1);

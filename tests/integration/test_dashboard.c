@@ -1,0 +1,171 @@
+/* The dashboard (issue 6) in a real browser, every part a real process:
+ * ember-collector serves web/ and the API; one ember-agent (2 s windows at
+ * 199 Hz, selecting only this test's workers) profiles `burn` (worker
+ * <tag>-burn, actor <tag>-room-1) and two versions of `versioned` (worker
+ * <tag>-app, versions 1.0 and 2.0) through the real broker. Once the store
+ * holds each of them, tests/browser/dashboard.test.mjs drives Debian's
+ * headless chromium through the explore, compare and sessions views (a
+ * session started from the page included) and saves a screenshot of each
+ * in EMBER_TEST_TMP/screenshots-<tag>/. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/testutil.h"
+#include "ember/ember.h"
+
+#define CHROMIUM    "/usr/bin/chromium"
+#define BROWSER_DIR EMBER_SOURCE_DIR "/tests/browser"
+
+static char tag[96], log_path[600];
+/* Every process the test starts, so a failure half-way still ends them
+ * (teardown); -1 once stopped or never started. */
+static pid_t col = -1, agent = -1, burn = -1, v1 = -1, v2 = -1;
+
+/* Does `port` answer `path` with 200 and a body holding every string in
+ * `needles` (NULL-terminated)? */
+static bool api_has(unsigned port, const char *path, const char *const *needles) {
+  static char body[1 << 20];
+  if (tu_http_get(port, path, body, sizeof body) != 200) return false;
+  for (size_t i = 0; needles[i] != NULL; i++)
+    if (strstr(body, needles[i]) == NULL) return false;
+  return true;
+}
+
+/* The browser test needs things no CMake step builds: say which script
+ * provides them rather than skip. */
+static void require_browser(char *node, size_t size) {
+  if (access(CHROMIUM, X_OK) != 0)
+    fail_msg("%s is missing: run scripts/deps.sh (Debian's chromium package)", CHROMIUM);
+  struct stat st;
+  if (stat(BROWSER_DIR "/node_modules/playwright-core/package.json", &st) != 0)
+    fail_msg("%s/node_modules has no playwright-core: run scripts/browser-deps.sh", BROWSER_DIR);
+  if (!tu_which("node", node, size)) fail_msg("node is not on PATH: run scripts/deps.sh");
+}
+
+static void test_dashboard_views(void **state) {
+  (void)state;
+  int64_t t0 = ember_time_now_ns();
+  snprintf(tag, sizeof tag, "dash-%d-%lld", (int)getpid(), (long long)(t0 / 1000000 % 100000000));
+  snprintf(log_path, sizeof log_path, "%s/%s.log", EMBER_TEST_TMP, tag);
+  char node[512];
+  require_browser(node, sizeof node);
+  const char *brokers = tu_bootstrap();
+
+  char dir[600], group[160], shots[700];
+  snprintf(dir, sizeof dir, "%s/%s", EMBER_TEST_TMP, tag);
+  snprintf(group, sizeof group, "g-%s", tag);
+  snprintf(shots, sizeof shots, "%s/screenshots-%s", EMBER_TEST_TMP, tag);
+  print_message("logs: %s\nscreenshots: %s/\n", log_path, shots);
+  unsigned port = tu_free_port();
+  col = tu_start_collector(brokers, dir, group, port, NULL, log_path);
+
+  char a_brokers[512], a_host[160], a_spool[700], a_sel[200];
+  snprintf(a_brokers, sizeof a_brokers, "brokers=%s", brokers);
+  snprintf(a_host, sizeof a_host, "host_id=%s-host", tag);
+  snprintf(a_spool, sizeof a_spool, "spool_dir=%s/spool", dir);
+  snprintf(a_sel, sizeof a_sel, "selector=worker=%s-*", tag);
+  const char *agent_argv[] = {EMBER_BINARY_DIR "/agent/ember-agent",
+                              a_brokers,
+                              a_host,
+                              a_spool,
+                              a_sel,
+                              "window=2s",
+                              "continuous_hz=199",
+                              "scan_interval=1s",
+                              "targets_refresh=2s",
+                              "metrics_listen=",
+                              NULL};
+  agent = tu_spawn(agent_argv, NULL, log_path);
+
+  /* The programs outlive any run of the test; teardown kills them. */
+  char burn_w[160], app_w[160], actor[160], e_burn[200], e_app[200], e_actor[200];
+  snprintf(burn_w, sizeof burn_w, "%s-burn", tag);
+  snprintf(app_w, sizeof app_w, "%s-app", tag);
+  snprintf(actor, sizeof actor, "%s-room-1", tag);
+  snprintf(e_burn, sizeof e_burn, "EMBER_WORKER=%s", burn_w);
+  snprintf(e_app, sizeof e_app, "EMBER_WORKER=%s", app_w);
+  snprintf(e_actor, sizeof e_actor, "EMBER_ACTOR=%s", actor);
+  const char *burn_argv[] = {EMBER_TEST_PROGRAMS "/burn", "300", NULL};
+  const char *burn_env[] = {e_burn, "EMBER_VERSION=1.0", e_actor, NULL};
+  burn = tu_spawn(burn_argv, burn_env, NULL);
+  const char *v1_argv[] = {EMBER_TEST_PROGRAMS "/versioned", "v1", "300", NULL};
+  const char *v1_env[] = {e_app, "EMBER_VERSION=1.0", NULL};
+  v1 = tu_spawn(v1_argv, v1_env, NULL);
+  const char *v2_argv[] = {EMBER_TEST_PROGRAMS "/versioned", "v2", "300", NULL};
+  const char *v2_env[] = {e_app, "EMBER_VERSION=2.0", NULL};
+  v2 = tu_spawn(v2_argv, v2_env, NULL);
+
+  /* Wait until the store has every function the browser will look for,
+   * so the page never races the first windows. */
+  char p_burn[400], p_v1[400], p_v2[400];
+  snprintf(p_burn, sizeof p_burn, "/api/v1/profile?worker=%s&from=-5m&format=top&limit=100",
+           burn_w);
+  snprintf(p_v1, sizeof p_v1, "/api/v1/profile?worker=%s&version=1.0&from=-5m&format=top&limit=100",
+           app_w);
+  snprintf(p_v2, sizeof p_v2, "/api/v1/profile?worker=%s&version=2.0&from=-5m&format=top&limit=100",
+           app_w);
+  const char *n_burn[] = {"\"burn_hot\"", "\"burn_cold\"", NULL};
+  const char *n_v1[] = {"\"shared_work\"", "\"old_path\"", NULL};
+  const char *n_v2[] = {"\"shared_work\"", "\"new_path\"", NULL};
+  bool ready = false;
+  for (int t = 0; t < 600 && !ready; t++) {
+    ready = api_has(port, p_burn, n_burn) && api_has(port, p_v1, n_v1) && api_has(port, p_v2, n_v2);
+    if (!ready) usleep(100000);
+  }
+  if (!ready) fail_msg("the store had no profiles of %s-* after 60 s (log %s)", tag, log_path);
+  print_message("data in the store after %.1f s\n", (double)(ember_time_now_ns() - t0) / 1e9);
+
+  /* timeout(1) bounds a hung browser; the script bounds each step itself. */
+  static char out[1 << 18];
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "cd %s && timeout -k 5 150 %s dashboard.test.mjs --url=http://127.0.0.1:%u/ "
+           "--worker=%s --app=%s --actor=%s --host=%s-host --shots=%s 2>&1",
+           BROWSER_DIR, node, port, burn_w, app_w, actor, tag, shots);
+  int64_t b0 = ember_time_now_ns();
+  int rc = tu_sh(cmd, out, sizeof out);
+  /* print_message truncates long text: the script's output goes whole. */
+  print_message("$ %s\n", cmd);
+  fputs(out, stdout);
+  print_message("-> exit %d after %.1f s\n", rc, (double)(ember_time_now_ns() - b0) / 1e9);
+  fflush(stdout);
+
+  pid_t *progs[] = {&burn, &v1, &v2};
+  for (size_t i = 0; i < 3; i++) {
+    tu_kill(*progs[i]);
+    *progs[i] = -1;
+  }
+  /* A clean stop is part of the test: the ASan tree's collector reports
+   * leaks by its exit status. */
+  pid_t a = agent, c = col;
+  agent = col = -1;
+  tu_stop_daemon(a, "ember-agent", log_path);
+  tu_stop_daemon(c, "ember-collector", log_path);
+  if (rc != 0) fail_msg("the browser test failed (exit %d): see its output above", rc);
+  print_message("screenshots: %s/\n", shots);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  pid_t *all[] = {&burn, &v1, &v2, &agent, &col};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+    tu_kill(*all[i]);
+    *all[i] = -1;
+  }
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test_teardown(test_dashboard_views, teardown)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
