@@ -23,6 +23,7 @@
 #include <jansson.h>
 
 #include "api.h"
+#include "ui.h"
 #include "ember/export.h"
 #include "ember/log.h"
 #include "ember/parse.h"
@@ -93,6 +94,8 @@ typedef struct req {
   size_t in_len;
   bool in_too_big;   /* the body passed MAX_BODY and was cut */
   const char *allow; /* the Allow header of a 405 */
+  const ember__ui_asset_t *asset; /* a dashboard file to send (status 200 or 304) */
+  ember_top_order_t top_by;       /* format=top: sort=self (default) or total */
   char disposition[96];
   char err[512];
 } req_t;
@@ -788,7 +791,7 @@ static const char *vt_api_name(ember_value_type_t vt) {
 static unsigned answer_top(req_t *r, const ember_profile_t *p, size_t limit) {
   ember_top_entry_t *e = NULL;
   size_t n = 0;
-  int rc = ember_profile_top(p, 0, EMBER_TOP_BY_SELF, limit, &e, &n);
+  int rc = ember_profile_top(p, 0, r->top_by, limit, &e, &n);
   if (rc != 0) return fail_internal(r, "ranking functions", rc);
   ember_value_type_t vt = ember_profile_type(p, 0);
   json_t *doc = json_object(), *fns = NULL;
@@ -821,6 +824,18 @@ static const struct {
                {"speedscope", "speedscope.json"},
                {"top", "json"}};
 enum { FMT_TREE, FMT_PPROF, FMT_FOLDED, FMT_SPEEDSCOPE, FMT_TOP };
+
+/* sort=self|total, for format=top. */
+static unsigned parse_sort(req_t *r) {
+  const char *v = param(r, "sort");
+  r->top_by = EMBER_TOP_BY_SELF;
+  if (v == NULL || strcmp(v, "self") == 0) return 0;
+  if (strcmp(v, "total") == 0) {
+    r->top_by = EMBER_TOP_BY_TOTAL;
+    return 0;
+  }
+  return fail(r, 400, "parameter \"sort\": \"%.64s\" is not an order; use self or total", v);
+}
 
 static unsigned parse_format(req_t *r, size_t *out) {
   const char *fv = param(r, "format");
@@ -870,8 +885,8 @@ static unsigned answer_profile(req_t *r, const ember_profile_t *p, size_t fmt, u
 }
 
 static unsigned h_profile(req_t *r) {
-  static const char *const allowed[] = {"worker", "version", "host",      "actor", "from", "to",
-                                        "type",   "format",  "max_nodes", "limit", NULL};
+  static const char *const allowed[] = {"worker", "version",   "host",  "actor", "from", "to",
+                                        "type",   "format",    "max_nodes", "limit", "sort", NULL};
   int64_t from, to;
   uint64_t max_nodes, limit;
   api_type_t type;
@@ -883,6 +898,7 @@ static unsigned h_profile(req_t *r) {
   if (st == 0) st = parse_u64_param(r, "max_nodes", 2000, 0, 1000000, &max_nodes);
   if (st == 0) st = parse_u64_param(r, "limit", 50, 1, 100000, &limit);
   if (st == 0) st = parse_format(r, &fmt);
+  if (st == 0) st = parse_sort(r);
   if (st != 0) return st;
   parse_selector(r, "", NULL, &sel);
   ember_profile_t *p = NULL;
@@ -1094,7 +1110,7 @@ static unsigned h_session_cancel(req_t *r, const char *id) {
 
 /* The merged result of a session in one value type, as load_profile. */
 static unsigned h_session_profile(req_t *r, const char *id) {
-  static const char *const allowed[] = {"type", "format", "max_nodes", "limit", NULL};
+  static const char *const allowed[] = {"type", "format", "max_nodes", "limit", "sort", NULL};
   static const ember_value_type_t vts[] = {EMBER_VT_CPU_NS, EMBER_VT_CPU_SAMPLES,
                                            EMBER_VT_ALLOC_OBJECTS, EMBER_VT_ALLOC_BYTES};
   uint64_t max_nodes, limit;
@@ -1105,6 +1121,7 @@ static unsigned h_session_profile(req_t *r, const char *id) {
   if (st == 0) st = parse_u64_param(r, "max_nodes", 2000, 0, 1000000, &max_nodes);
   if (st == 0) st = parse_u64_param(r, "limit", 50, 1, 100000, &limit);
   if (st == 0) st = parse_format(r, &fmt);
+  if (st == 0) st = parse_sort(r);
   if (st != 0) return st;
   char err[300] = "";
   ember_session_type_t stype = EMBER_SESSION_CPU;
@@ -1230,8 +1247,9 @@ static bool token_ok(const ember__api_t *api, const char *hdr) {
   return diff == 0;
 }
 
+/* A 304 (a dashboard file the browser has) counts as a success. */
 static void count_status(ember__api_t *api, unsigned status) {
-  if (status < 300) {
+  if (status < 400) {
     ember_metric_add(api->m_2xx, 1);
   } else if (status < 500) {
     ember_metric_add(api->m_4xx, 1);
@@ -1240,9 +1258,57 @@ static void count_status(ember__api_t *api, unsigned status) {
   }
 }
 
+/* The dashboard: / is its page, /ui/NAME its other files. They are code,
+ * not data, so they are served without the token: the page asks for the
+ * token itself and sends it with its API calls. */
+static bool route_ui(req_t *r) {
+  const char *name = NULL;
+  if (strcmp(r->url, "/") == 0 || strcmp(r->url, "/index.html") == 0) {
+    name = "index.html";
+  } else if (strncmp(r->url, "/ui/", 4) == 0) {
+    name = r->url + 4;
+  } else {
+    return false;
+  }
+  for (const ember__ui_asset_t *a = ember__ui_assets; a->name != NULL; a++) {
+    if (strcmp(a->name, name) != 0) continue;
+    const char *inm = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "If-None-Match");
+    r->asset = a;
+    r->status = inm != NULL && strstr(inm, a->etag) != NULL ? 304 : 200;
+    r->ctype = a->ctype;
+    return true;
+  }
+  fail(r, 404, "no such dashboard file: %.128s", r->url);
+  return true;
+}
+
+/* Sent with the dashboard's files: they may load only from this server,
+ * in no frame, and the browser must not guess types. */
+static void ui_headers(struct MHD_Response *resp, const ember__ui_asset_t *a) {
+  MHD_add_response_header(resp, "ETag", a->etag);
+  MHD_add_response_header(resp, "Cache-Control", "no-cache");
+  MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+  MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+  MHD_add_response_header(resp, "Content-Security-Policy",
+                          "default-src 'self'; img-src 'self' data:; object-src 'none'; "
+                          "base-uri 'none'; frame-ancestors 'none'");
+}
+
 static enum MHD_Result send_answer(req_t *r) {
   struct MHD_Response *resp = NULL;
   char errbody[1024];
+  if (r->asset != NULL && r->status < 400) {
+    size_t len = r->status == 200 ? r->asset->len : 0;
+    resp = MHD_create_response_from_buffer(len, (void *)(uintptr_t)r->asset->data,
+                                           MHD_RESPMEM_PERSISTENT);
+    if (resp == NULL) return MHD_NO;
+    if (r->status == 200) MHD_add_response_header(resp, "Content-Type", r->ctype);
+    ui_headers(resp, r->asset);
+    count_status(r->api, r->status);
+    enum MHD_Result ret = MHD_queue_response(r->c, r->status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+  }
   if (r->status < 300) {
     size_t len = 0;
     char *data = r->fixed_body ? NULL : ember_buf_take(&r->body, &len);
@@ -1302,6 +1368,7 @@ static void route(req_t *r) {
     r->fixed_body = "ok\n";
     return;
   }
+  if (get && route_ui(r)) return;
   if (!get && strcmp(r->method, "POST") != 0) {
     fail(r, 405, "method %.16s not allowed: use GET (or POST for sessions)", r->method);
     return;

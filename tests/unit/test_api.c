@@ -462,6 +462,14 @@ static void test_api_profile_top_folded_speedscope(void **state) {
   assert_string_equal(sval(json_array_get(json_object_get(j, "functions"), 0), "name"),
                       "malloc_heavy");
   json_decref(j);
+  /* By total: main and serve hold everything, then hot (35 of 85). */
+  j = get_json("/api/v1/profile?worker=api&format=top&sort=total&" RANGE);
+  f = json_object_get(j, "functions");
+  assert_string_equal(sval(json_array_get(f, 0), "name"), "main");
+  assert_int_equal(ival(json_array_get(f, 0), "total"), V1_NS + V2_NS);
+  assert_string_equal(sval(json_array_get(f, 1), "name"), "serve");
+  assert_string_equal(sval(json_array_get(f, 2), "name"), "hot");
+  json_decref(j);
   j = get_json("/api/v1/profile?worker=api&format=top&limit=1&" RANGE);
   assert_int_equal(json_array_size(json_object_get(j, "functions")), 1);
   json_decref(j);
@@ -541,6 +549,7 @@ static const struct {
   const char *needle; /* in the error sentence */
 } bad[] = {
     {"/api/v1/profile?wokrer=api", 400, "unknown parameter \"wokrer\""},
+    {"/api/v1/profile?format=top&sort=name", 400, "\"sort\": \"name\" is not an order"},
     {"/api/v1/profile?worker=a&worker=b", 400, "\"worker\" is given more than once"},
     {"/api/v1/profile?worker=", 400, "\"worker\" needs a value"},
     {"/api/v1/series?host", 400, "\"host\" needs a value"},
@@ -570,7 +579,7 @@ static const struct {
      400, "too many parameters"},
     {"/api/v1/nope", 404, "no such path: /api/v1/nope"},
     {"/api/v2/workers", 404, "no such path"},
-    {"/", 404, "no such path"},
+    {"/api/v1", 404, "no such path"},
 };
 
 static void test_api_bad_requests(void **state) {
@@ -636,7 +645,73 @@ static void test_api_token(void **state) {
   r = http(port, "GET", "/healthz", NULL);
   assert_int_equal(r.status, 200);
   resp_free(&r);
+  /* The dashboard's files carry no data: served without the token (the
+   * page asks for it and sends it with its API calls). */
+  r = http(port, "GET", "/", NULL);
+  assert_int_equal(r.status, 200);
+  resp_free(&r);
+  r = http(port, "GET", "/ui/app.js", NULL);
+  assert_int_equal(r.status, 200);
+  resp_free(&r);
   ember__api_stop(api);
+}
+
+/* The dashboard's files are compiled in and served at / and /ui/NAME, with
+ * an ETag the browser revalidates (304), a strict CSP, and no token. */
+static void test_api_dashboard(void **state) {
+  (void)state;
+  resp_t r = get("/");
+  assert_int_equal(r.status, 200);
+  assert_non_null(strstr(r.head, "Content-Type: text/html; charset=utf-8"));
+  assert_non_null(strstr(r.head, "Content-Security-Policy: default-src 'self'"));
+  assert_non_null(strstr(r.head, "X-Content-Type-Options: nosniff"));
+  assert_non_null(strstr(r.body, "<title>Ember</title>"));
+  assert_non_null(strstr(r.body, "/ui/app.js"));
+  const char *e = strstr(r.head, "ETag: \"");
+  assert_non_null(e);
+  char etag[64], hdr[128];
+  assert_int_equal(sscanf(e, "ETag: %63s", etag), 1);
+  resp_free(&r);
+
+  /* Every file the page names is there, with its type. */
+  static const struct {
+    const char *path, *ctype, *needle;
+  } files[] = {{"/ui/app.js", "text/javascript", "import"},
+               {"/ui/flame.js", "text/javascript", "export class FlameGraph"},
+               {"/ui/style.css", "text/css", "{"}};
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    r = get(files[i].path);
+    if (r.status != 200) fail_msg("GET %s: %d", files[i].path, r.status);
+    assert_non_null(strstr(r.head, files[i].ctype));
+    assert_non_null(strstr(r.body, files[i].needle));
+    assert_true(r.len > 100);
+    resp_free(&r);
+  }
+  /* Revalidation: the same ETag gets 304 without a body; another, 200. */
+  snprintf(hdr, sizeof hdr, "If-None-Match: %s\r\n", etag);
+  r = http(fx.port, "GET", "/", hdr);
+  assert_int_equal(r.status, 304);
+  assert_int_equal(r.len, 0);
+  assert_non_null(strstr(r.head, etag));
+  resp_free(&r);
+  r = http(fx.port, "GET", "/", "If-None-Match: \"stale\"\r\n");
+  assert_int_equal(r.status, 200);
+  resp_free(&r);
+  r = http(fx.port, "HEAD", "/ui/app.js", NULL);
+  assert_int_equal(r.status, 200);
+  assert_int_equal(r.len, 0);
+  resp_free(&r);
+  /* Unknown files and escapes are 404s; the files take no POST. */
+  static const char *const missing[] = {"/ui/", "/ui/nope.js", "/ui/../api.c", "/ui/app.js/x"};
+  for (size_t i = 0; i < sizeof missing / sizeof missing[0]; i++) {
+    r = get(missing[i]);
+    if (r.status != 404) fail_msg("GET %s: %d, want 404", missing[i], r.status);
+    assert_non_null(strstr(r.body, "no such dashboard file"));
+    resp_free(&r);
+  }
+  r = http(fx.port, "POST", "/ui/app.js", NULL);
+  assert_int_equal(r.status, 405);
+  resp_free(&r);
 }
 
 static void test_api_response_cap(void **state) {
@@ -802,6 +877,7 @@ int main(void) {
       cmocka_unit_test(test_api_diff),
       cmocka_unit_test(test_api_bad_requests),
       cmocka_unit_test(test_api_token),
+      cmocka_unit_test(test_api_dashboard),
       cmocka_unit_test(test_api_response_cap),
       cmocka_unit_test(test_api_alloc_failures),
       cmocka_unit_test(test_api_stop_with_idle_connection),
