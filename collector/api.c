@@ -92,8 +92,8 @@ typedef struct req {
   const char *method;
   const char *in; /* the request body (POST), NUL-terminated; NULL = none */
   size_t in_len;
-  bool in_too_big;   /* the body passed MAX_BODY and was cut */
-  const char *allow; /* the Allow header of a 405 */
+  bool in_too_big;                /* the body passed MAX_BODY and was cut */
+  const char *allow;              /* the Allow header of a 405 */
   const ember__ui_asset_t *asset; /* a dashboard file to send (status 200 or 304) */
   ember_top_order_t top_by;       /* format=top: sort=self (default) or total */
   char disposition[96];
@@ -885,8 +885,8 @@ static unsigned answer_profile(req_t *r, const ember_profile_t *p, size_t fmt, u
 }
 
 static unsigned h_profile(req_t *r) {
-  static const char *const allowed[] = {"worker", "version",   "host",  "actor", "from", "to",
-                                        "type",   "format",    "max_nodes", "limit", "sort", NULL};
+  static const char *const allowed[] = {"worker", "version", "host",      "actor", "from", "to",
+                                        "type",   "format",  "max_nodes", "limit", "sort", NULL};
   int64_t from, to;
   uint64_t max_nodes, limit;
   api_type_t type;
