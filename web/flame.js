@@ -58,18 +58,18 @@ function hashName(s) {
   return h >>> 0;
 }
 
-// One palette for both modes: entries are CSS colours plus whether a label
-// on them reads better in white. Frames store an index into it (Uint8), so
+// One palette for both modes: entries are CSS colours plus the label colour
+// that reads on each. Frames store an index into it (Uint8), so
 // a draw can bucket frames by colour and fill each bucket as one path.
 function buildPalette() {
   const fill = [];
-  const light = []; // true: dark text
+  const text = []; // label colour on each fill: index into TEXT
   for (let k = 0; k < FAMILY.length; k++) {
     const f = FAMILY[k];
     for (let i = 0; i < SHADES; i++) {
       const t = i / (SHADES - 1);
       fill.push(hsl(f.h0 + (f.h1 - f.h0) * t, f.s, f.l0 + (f.l1 - f.l0) * ((i * 7) % SHADES) / (SHADES - 1)));
-      light.push(true);
+      text.push(0);
     }
   }
   const diff0 = fill.length;
@@ -78,23 +78,24 @@ function buildPalette() {
     const a = Math.abs(s) / DIFF_STEPS;
     if (s === 0) fill.push('hsl(0,0%,86%)');
     else fill.push(hsl(s > 0 ? 0 : 215, Math.round(45 + 40 * a), Math.round(88 - 36 * a)));
-    light.push(a < 0.75);
+    text.push(a < 0.75 ? 0 : 1);
   }
   const special = {};
-  const add = (name, c, isLight) => {
+  const add = (name, c, t) => {
     special[name] = fill.length;
     fill.push(c);
-    light.push(isLight);
+    text.push(t);
   };
-  add('added', '#c4161c', false); // only in the second selection
-  add('removed', '#1c5fc4', false); // only in the first
-  add('ancestor', '#d4d4d4', true); // above the zoomed frame
-  add('match', '#e536d9', false); // search hit
-  add('dim', '#e4e4e4', true); // search miss
-  return { fill, light, diff0, special };
+  add('added', '#c4161c', 1); // only in the second selection
+  add('removed', '#1c5fc4', 1); // only in the first
+  add('ancestor', '#d4d4d4', 2); // above the zoomed frame
+  add('match', '#e536d9', 1); // search hit
+  add('dim', '#e8e8e8', 2); // search miss
+  return { fill, text, diff0, special };
 }
 
 const PALETTE = buildPalette();
+const TEXT = ['#1b1b1b', '#ffffff', '#737373']; // dark, white, greyed
 
 // Formats a value of the profile's unit for people: 3 significant digits,
 // trailing zeros dropped ("1.2 s", "850 ms", "12.3 MB", "4.5k").
@@ -653,12 +654,12 @@ export class FlameGraph {
     }
     const cw = this._charW;
     const names = this.names, nameIdx = this.nameIdx;
-    for (let pass = 0; pass < 2; pass++) {
-      const wantLight = pass === 0; // dark text on light fills first
-      ctx.fillStyle = wantLight ? '#1b1b1b' : '#ffffff';
+    const textOf = PALETTE.text;
+    for (let t = 0; t < TEXT.length; t++) {
+      ctx.fillStyle = TEXT[t];
       for (let d = 0; d < nd; d++) {
         const w = dW[d];
-        if (w < LABEL_MIN || PALETTE.light[dC[d]] !== wantLight) continue;
+        if (w < LABEL_MIN || textOf[dC[d]] !== t) continue;
         const max = Math.floor((w - 2 * PAD) / cw);
         if (max < 2) continue;
         let s = names[nameIdx[dIdx[d]]];
