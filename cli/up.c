@@ -154,11 +154,13 @@ static void print_banner(const ember_config_t *cfg, unsigned port) {
   char server[320] = "";
   if (strcmp(url, "http://127.0.0.1:7272") != 0)
     snprintf(server, sizeof server, " --server %s", url);
-  printf("\nEmber is up: profiling this machine; API at %s/api/v1\n"
+  printf("\nEmber is up: profiling this machine.\n"
+         "  dashboard  %s/\n"
+         "  API        %s/api/v1\n"
          "  ember workers%s\n"
          "  ember query --worker NAME --from -5m --format top%s\n"
          "Ctrl-C stops.\n",
-         url, server, server);
+         url, url, server, server);
   fflush(stdout);
 }
 

@@ -70,6 +70,14 @@ function rangeParams(p, prefix = '') {
   return { from: '-' + (p.get(prefix + 'range') || p.get('range') || '1h'), to: 'now' };
 }
 
+// [from, to] in Unix ms of what rangeParams gives.
+function rangeMsOf(r) {
+  if (/^\d+$/.test(r.from)) return [Number(r.from) * 1000, Number(r.to) * 1000];
+  const m = /^-(\d+)([smhd])$/.exec(r.from);
+  const unit = { s: 1e3, m: 60e3, h: 3600e3, d: 86400e3 };
+  return [Date.now() - (m ? Number(m[1]) * unit[m[2]] : 3600e3), Date.now()];
+}
+
 function rangeLabel(p, prefix = '') {
   const from = p.get(prefix + 'from'), to = p.get(prefix + 'to');
   if (from && to) return `${fmtDateTime.format(from * 1000)} – ${fmtTime.format(to * 1000)}`;
@@ -290,14 +298,15 @@ const PALETTE = ['#e4572e', '#4e79a7', '#59a14f', '#edc948', '#b07aa1', '#76b7b2
 
 // Cores over time, one stacked band per version, with a brush: dragging
 // picks [from, to) (onBrush gets Unix seconds); a double click resets.
-function timeline(onBrush) {
+function timeline(onBrush, hint = 'drag to pick a range, double-click to go back') {
   const canvas = h('canvas', { testid: 'timeline-canvas' });
   const legend = h('div', { class: 'legend' });
   const tip = h('div', { class: 'tip', hidden: true });
   const empty = h('div', { class: 'empty' }, 'Loading the timeline…');
   const wrap = h('div', { class: 'timeline-wrap' }, canvas, tip);
-  const el = h('section', { class: 'panel timeline', testid: 'timeline' }, h('div', { class: 'toolbar' }, h('strong', {}, 'CPU'), h('span', { class: 'hint' }, ' cores, by version · drag to pick a range, double-click to go back'), h('span', { class: 'spacer' }), legend), empty, wrap);
+  const el = h('section', { class: 'panel timeline', testid: 'timeline' }, h('div', { class: 'toolbar' }, h('strong', {}, 'CPU'), h('span', { class: 'hint' }, ` cores, by version · ${hint}`), h('span', { class: 'spacer' }), legend), empty, wrap);
   let data = null, drag = null, layout = null;
+  let marks = []; // [{from, to (ms), color}]: ranges chosen elsewhere, shaded
   const PAD = { l: 44, r: 8, t: 8, b: 22 };
 
   function draw() {
@@ -365,6 +374,17 @@ function timeline(onBrush) {
       const tw = g.measureText(label).width;
       g.fillText(label, Math.min(Math.max(xx - tw / 2, PAD.l), w - PAD.r - tw), hgt - 6);
     }
+    for (const [mi, m] of marks.entries()) {
+      const a = Math.max(PAD.l, PAD.l + ((m.from - from) / span) * pw);
+      const b = Math.min(w - PAD.r, PAD.l + ((m.to - from) / span) * pw);
+      if (b <= a) continue;
+      g.globalAlpha = 0.18;
+      g.fillStyle = m.color;
+      g.fillRect(a, PAD.t, b - a, ph);
+      g.globalAlpha = 1;
+      g.fillStyle = m.color;
+      g.fillText(m.label, a + 3, PAD.t + 11 + 12 * mi);
+    }
     if (drag) {
       const a = Math.min(drag.x0, drag.x1), b = Math.max(drag.x0, drag.x1);
       g.fillStyle = 'rgba(30, 90, 200, 0.15)';
@@ -419,6 +439,10 @@ function timeline(onBrush) {
     loading(text) {
       empty.textContent = text;
       empty.hidden = false;
+    },
+    setMarks(m) {
+      marks = m;
+      draw();
     },
     // tl: the /api/v1/timeline answer; `version`: the one selected (others dimmed).
     set(tl, version) {
@@ -686,17 +710,30 @@ function compareView() {
     const version = h('select', { testid: `compare-${k}-version` });
     const range = h('select', { testid: `compare-${k}-range` });
     version.addEventListener('change', () => set({ [`${k}.version`]: version.value, zoom: null }));
-    range.addEventListener('change', () => set({ [`${k}.range`]: range.value, zoom: null }));
+    range.addEventListener('change', () => {
+      if (range.value !== 'brushed') set({ [`${k}.range`]: range.value, [`${k}.from`]: null, [`${k}.to`]: null, zoom: null });
+    });
     return { version, range, el: h('fieldset', { class: `side side-${k}` }, h('legend', {}, label), h('label', {}, 'Version ', version), h('label', {}, 'Range ', range)) };
   };
   const A = side('a', 'A (base)'), B = side('b', 'B (compared)');
+  // A timeline of the worker (all versions) over `range`; a drag sets the
+  // range of the side chosen in `brushFor`, to compare two periods.
+  const brushFor = h('select', { testid: 'compare-brush', title: 'What a drag on the timeline sets' }, option('a', 'sets A', true), option('b', 'sets B'));
+  const tlRange = h('select', { testid: 'compare-range', title: 'Timeline range' });
+  tlRange.addEventListener('change', () => set({ range: tlRange.value }));
+  const tl = timeline((from, to) => {
+    const k = brushFor.value;
+    set({ [`${k}.from`]: from, [`${k}.to`]: to, zoom: null });
+  }, 'drag to set the range of A or B (Brush)');
   workerSel.addEventListener('change', () => set({ worker: workerSel.value, 'a.version': null, 'b.version': null, zoom: null }));
   typeSel.addEventListener('change', () => set({ type: typeSel.value, zoom: null }));
   const flame = flamePanel('diff-flame', { searchId: 'diff-search', onState: (s) => set(s, { replace: true }) });
   const table = h('table', { class: 'diff-table', testid: 'diff-table' });
   const tableEmpty = h('div', { class: 'empty' }, 'Pick two selections.');
   const el = h('div', { class: 'compare' },
-    h('div', { class: 'controls' }, h('h1', { class: 'title' }, 'Compare'), h('label', {}, 'Worker ', workerSel), h('label', {}, 'Type ', typeSel)),
+    h('div', { class: 'controls' }, h('h1', { class: 'title' }, 'Compare'), h('label', {}, 'Worker ', workerSel), h('label', {}, 'Type ', typeSel),
+      h('label', {}, 'Timeline ', tlRange), h('label', {}, 'Brush ', brushFor)),
+    tl.el,
     h('div', { class: 'sides' }, A.el, h('span', { class: 'vs' }, 'vs'), B.el,
       h('p', { class: 'hint legend-diff' }, h('span', { class: 'swatch worse' }), 'larger share in B ', h('span', { class: 'swatch better' }), 'smaller share in B · width: the larger of the two')),
     flame.el,
@@ -716,7 +753,7 @@ function compareView() {
   }
 
   async function load() {
-    const key = JSON.stringify(['worker', 'type', 'a.version', 'b.version', 'a.range', 'b.range', 'a.from', 'a.to', 'b.from', 'b.to'].map((k) => params.get(k)));
+    const key = JSON.stringify(['worker', 'type', 'range', 'a.version', 'b.version', 'a.range', 'b.range', 'a.from', 'a.to', 'b.from', 'b.to'].map((k) => params.get(k)));
     if (key === loaded) return;
     if (ctl) ctl.abort();
     ctl = new AbortController();
@@ -724,7 +761,11 @@ function compareView() {
     loaded = key;
     const type = params.get('type') || 'cpu';
     fillSelect(typeSel, TYPES, type);
-    for (const [s, k] of [[A, 'a'], [B, 'b']]) fillSelect(s.range, RANGES, params.get(`${k}.range`) || params.get('range') || '1h');
+    for (const [s, k] of [[A, 'a'], [B, 'b']]) {
+      const brushed = params.get(`${k}.from`) && params.get(`${k}.to`);
+      fillSelect(s.range, [...RANGES, ...(brushed ? [['brushed', rangeLabel(params, `${k}.`)]] : [])], brushed ? 'brushed' : params.get(`${k}.range`) || params.get('range') || '1h');
+    }
+    fillSelect(tlRange, RANGES, params.get('range') || '1h');
     try {
       setBusy('compare', 'Loading workers…');
       const wideFrom = '-7d';
@@ -762,7 +803,14 @@ function compareView() {
       }
       setBusy('compare', `Comparing ${worker} ${av || 'all'} with ${bv || 'all'}…`);
       flame.loading('Loading the diff…');
-      const tree = await api('/api/v1/diff', q, { signal });
+      const tlSpan = rangeParams(params);
+      const [tree, tlData] = await Promise.all([
+        api('/api/v1/diff', q, { signal }),
+        api('/api/v1/timeline', { worker, from: tlSpan.from, to: tlSpan.to, limit: 50 }, { signal }),
+      ]);
+      tl.set(tlData, null);
+      const mark = (r, label, color) => { const [f, t] = rangeMsOf(r); return { from: f, to: t, label, color }; };
+      tl.setMarks([mark(a, 'A', '#1f77b4'), mark(b, 'B', '#d62728')]);
       flame.show(tree, { zoom: params.get('zoom') || '', q: params.get('q') || '', emptyText: `Neither selection of ${worker} has ${type} data.` });
       renderTable(tree);
       setBusy('compare', null);

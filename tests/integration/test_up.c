@@ -80,6 +80,9 @@ static void test_up_profiles_this_machine(void **state) {
   snprintf(url, sizeof url, "%s/api/v1", server);
   if (strstr(text, url) == NULL)
     fail_msg("ember up did not print its URL %s (log %s)", url, log_path);
+  snprintf(url, sizeof url, "dashboard  %s/\n", server);
+  if (strstr(text, url) == NULL)
+    fail_msg("ember up did not print the dashboard's URL %s (log %s)", url, log_path);
   char spool[700];
   snprintf(spool, sizeof spool, "%s/spool", data);
   assert_int_equal(access(spool, F_OK), 0); /* the data folder holds the spool */
