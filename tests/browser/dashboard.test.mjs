@@ -100,6 +100,24 @@ async function until(what, fn, arg, timeout = 20000) {
   }
 }
 
+// Poll get() (in node) until check(value) holds; returns the value.
+async function poll(what, get, check, timeout = 20000) {
+  const end = Date.now() + timeout;
+  for (;;) {
+    const v = await get();
+    if (check(v)) return v;
+    if (Date.now() > end) {
+      throw new Error(`timed out after ${timeout} ms waiting for ${what} (last: ${JSON.stringify(v)})`);
+    }
+    await page.waitForTimeout(150);
+  }
+}
+
+// The first cell's own text of each row of `sel` (a module name after the
+// function name is a child element, left out).
+const firstCells = (sel) => page.locator(`${sel} tr`).evaluateAll((rs) =>
+  rs.map((r) => (r.cells[0]?.firstChild?.textContent ?? '').trim()));
+
 // The drawn frames of a flame container ([data-testid=ID]).
 async function frames(id) {
   return page.evaluate((sel) => {
@@ -212,21 +230,17 @@ await step('explore', async () => {
   }
   await page.locator(tid('timeline')).waitFor();
 
-  // The top table: burn_hot has the most self time.
-  await page.locator(`${tid('top-table')} th[data-sort="self"]`).click();
-  await until('top-table to list burn_hot first by self', (sel) => {
-    const rows = [...document.querySelectorAll(`${sel} tbody tr`)];
-    const names = rows.map((r) => r.cells[0]?.textContent.trim() ?? '');
-    return names[0]?.includes('burn_hot') && names.some((n) => n.includes('burn_cold'));
-  }, tid('top-table'));
-  await page.locator(`${tid('top-table')} th[data-sort="name"]`).click();
-  await until('top-table to sort by name', (sel) => {
-    const names = [...document.querySelectorAll(`${sel} tbody tr`)]
-      .map((r) => r.cells[0]?.textContent.trim() ?? '');
-    const sorted = [...names].sort((a, b) => a.localeCompare(b));
-    const rev = [...sorted].reverse();
-    return names.length > 1 && (names.join() === sorted.join() || names.join() === rev.join());
-  }, tid('top-table'));
+  // The top table sorts by each header (a second click on the sorted
+  // column reverses it): by self, burn_hot first; by name, in order.
+  const sortBy = async (key, what, check) => {
+    await page.locator(`${tid('top-table')} th[data-sort="${key}"]`).click();
+    await poll(what, () => firstCells(`${tid('top-table')} tbody`), (n) => n.length > 1 && check(n));
+  };
+  await sortBy('total', 'top-table sorted by total', (n) => n.includes('burn_hot'));
+  await sortBy('self', 'top-table to list burn_hot first by self',
+    (n) => n[0] === 'burn_hot' && n.includes('burn_cold'));
+  const inOrder = (n, dir) => n.every((x, i) => i === 0 || dir * n[i - 1].localeCompare(x) <= 0);
+  await sortBy('name', 'top-table sorted by name', (n) => inOrder(n, 1) || inOrder(n, -1));
   await noVisibleError();
   await shot('explore.png');
 });
@@ -254,8 +268,8 @@ await step('explore-zoom', async () => {
 
 await step('explore-search', async () => {
   // `/` focuses the search box (from anywhere but an input).
-  await page.locator(tid('timeline')).click({ position: { x: 2, y: 2 } }).catch(() => {});
-  await page.locator('body').press('/');
+  await page.evaluate(() => document.activeElement?.blur());
+  await page.keyboard.press('/');
   await until('"/" to focus flame-search', (sel) =>
     document.activeElement === document.querySelector(sel), tid('flame-search'));
   await page.locator(tid('flame-search')).fill('burn_cold');
@@ -292,11 +306,14 @@ await step('compare', async () => {
     const h = decodeURIComponent(location.hash);
     return h.includes(`worker=${app}`) && h.includes('a.version=1.0') && h.includes('b.version=2.0');
   }, args.app);
-  const fr = await flameWith('diff-flame', ['shared_work', 'new_path', 'old_path']);
+  const fr = await flameWith('diff-flame', ['main', 'run', 'shared_work', 'new_path', 'old_path']);
   log(`diff-flame: ${fr.length} frames`);
-  await until('diff-table to list new_path', (sel) =>
-    [...document.querySelectorAll(`${sel} tr`)].some((r) => r.textContent.includes('new_path')),
-  tid('diff-table'));
+  // v2 adds new_path (a larger self share in B) and drops old_path.
+  const group = (g) => firstCells(`${tid('diff-table')} ${tid(g)}`);
+  await poll('diff-table to list new_path among the regressions', () => group('regressions'),
+    (n) => n.includes('new_path'));
+  await poll('diff-table to list old_path among the improvements', () => group('improvements'),
+    (n) => n.includes('old_path'));
   await noVisibleError();
   await shot('compare.png');
 });

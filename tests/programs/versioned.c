@@ -1,6 +1,6 @@
 /* Two versions of one program, for comparing versions (the dashboard's
  * compare view): both run shared_work, v1 also old_path, v2 instead
- * new_path, in 1 ms slices of thread CPU time:
+ * new_path, in slices of thread CPU time:
  *
  *   versioned v1 SECONDS   shared_work:old_path = 3:1
  *   versioned v2 SECONDS   shared_work:new_path = 1:3
@@ -11,7 +11,7 @@
  * rates and leaves room for the rest of the test on a small machine.
  *
  * Built with frame pointers and no inlining (tests/CMakeLists.txt), so a
- * sampled stack reads main -> run_v1|run_v2 -> shared_work|old_path|new_path. */
+ * sampled stack reads main -> run -> shared_work|old_path|new_path. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,35 +32,36 @@ static int64_t wall_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void spin(int64_t ns, uint64_t k) {
-  int64_t end = cpu_ns() + ns;
-  while (cpu_ns() < end) {
-    for (int i = 0; i < 1000; i++) sink += (uint64_t)i * k;
-  }
-}
-
 static void rest(int64_t ns) {
   struct timespec ts = {.tv_sec = 0, .tv_nsec = ns};
   /* An interrupted sleep only shortens the rest: nothing to retry. */
   nanosleep(&ts, NULL);
 }
 
-__attribute__((noinline)) void shared_work(int64_t ns) { spin(ns, 5); }
-__attribute__((noinline)) void old_path(int64_t ns) { spin(ns, 11); }
-__attribute__((noinline)) void new_path(int64_t ns) { spin(ns, 13); }
+/* The loop is written out in each function (not a shared helper) so that
+ * each one's self time is its own: a diff by self share shows new_path. */
+#define SPIN(ns, k)                                                                                \
+  do {                                                                                             \
+    int64_t end_ = cpu_ns() + (ns);                                                                \
+    while (cpu_ns() < end_) {                                                                      \
+      for (int i_ = 0; i_ < 1000; i_++) sink += (uint64_t)i_ * (k);                                \
+    }                                                                                              \
+  } while (0)
 
-__attribute__((noinline)) void run_v1(int64_t end) {
-  while (wall_ns() < end) {
-    shared_work(3000000);
-    old_path(1000000);
-    rest(4000000);
-  }
-}
+__attribute__((noinline)) void shared_work(int64_t ns) { SPIN(ns, 5); }
+__attribute__((noinline)) void old_path(int64_t ns) { SPIN(ns, 11); }
+__attribute__((noinline)) void new_path(int64_t ns) { SPIN(ns, 13); }
 
-__attribute__((noinline)) void run_v2(int64_t end) {
+/* One call path for both versions, as in two builds of one program. */
+__attribute__((noinline)) void run(int v2, int64_t end) {
   while (wall_ns() < end) {
-    shared_work(1000000);
-    new_path(3000000);
+    if (v2) {
+      shared_work(1000000);
+      new_path(3000000);
+    } else {
+      shared_work(3000000);
+      old_path(1000000);
+    }
     rest(4000000);
   }
 }
@@ -76,9 +77,6 @@ int main(int argc, char **argv) {
   printf("ready\n");
   fflush(stdout);
   int64_t end = wall_ns() + (int64_t)seconds * 1000000000;
-  if (argv[1][1] == '1')
-    run_v1(end);
-  else
-    run_v2(end);
+  run(argv[1][1] == '2', end);
   return 0;
 }
