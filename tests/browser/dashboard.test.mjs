@@ -7,12 +7,17 @@
 //
 // W is a `burn` worker (burn_hot:burn_cold = 3:1) running as ACTOR, A a
 // worker with versions 1.0 (shared_work, old_path) and 2.0 (shared_work,
-// new_path), all on HOST. Each view is a step; a failing step saves
-// DIR/failed-<step>.png and the run goes on with the next view, so one run
-// tells every broken view. A full-page screenshot of each view goes to DIR
-// (explore.png, explore-zoom.png, explore-search.png, compare.png,
-// session.png). Exit status 0 only when every step passed and the page
-// threw nothing.
+// new_path), all on HOST. The steps: explore (worker list and filter,
+// flamegraph, selects, top table), explore-zoom, explore-search,
+// explore-reload (the hash restores the view), explore-range (preset,
+// timeline brush, version), explore-error (an API error reaches the
+// banner), compare (1.0 against 2.0: diff flamegraph and table), session
+// (started from the page, its flamegraph and downloads). A failing step
+// saves DIR/failed-<step>.png and the run goes on with the next view (steps
+// that start from a failed one are skipped), so one run tells every broken
+// view. A full-page screenshot of each view goes to DIR (explore.png,
+// explore-zoom.png, explore-search.png, compare.png, session.png). Exit
+// status 0 only when every step passed and the page threw nothing.
 import assert from 'node:assert/strict';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
@@ -140,6 +145,14 @@ async function flameWith(id, names, timeout = 20000) {
   return frames(id);
 }
 
+// The view has finished loading (the global status line is empty again)
+// and shows no API error.
+async function settled() {
+  await poll('the status line to clear', async () => (await page.locator(tid('status')).textContent())?.trim(),
+    (t) => t === '');
+  await noVisibleError();
+}
+
 // No visible API error on the page.
 async function noVisibleError() {
   const err = page.locator(tid('error'));
@@ -199,6 +212,8 @@ await step('explore', async () => {
   const shown = await items.allTextContents();
   assert.ok(shown.every((t) => t.includes(prefix)),
     `worker-search "${prefix}" leaves other workers: ${JSON.stringify(shown)}`);
+  await page.locator(tid('worker-search')).fill(`${prefix}no-such-worker`);
+  await poll('worker-search to leave no worker', () => items.count(), (n) => n === 0);
   await page.locator(tid('worker-search')).fill(args.worker);
   await until('worker-search to leave only the burn worker', ({ sel, w }) => {
     const texts = [...document.querySelectorAll(sel)].map((e) => e.textContent);
@@ -241,7 +256,7 @@ await step('explore', async () => {
     (n) => n[0] === 'burn_hot' && n.includes('burn_cold'));
   const inOrder = (n, dir) => n.every((x, i) => i === 0 || dir * n[i - 1].localeCompare(x) <= 0);
   await sortBy('name', 'top-table sorted by name', (n) => inOrder(n, 1) || inOrder(n, -1));
-  await noVisibleError();
+  await settled();
   await shot('explore.png');
 });
 
@@ -259,7 +274,7 @@ await step('explore-zoom', async () => {
     `zoomed burn_hot is ${zoomed?.w} px wide on a ${cw} px canvas`);
   assert.ok(!(await frames('flame')).some((f) => f.name === 'burn_cold' && f.w >= 1),
     'burn_cold is still drawn after zooming into burn_hot');
-  await noVisibleError();
+  await settled();
   await shot('explore-zoom.png');
   await page.keyboard.press('Escape');
   await until('Escape to reset the zoom', (sel) =>
@@ -275,7 +290,7 @@ await step('explore-search', async () => {
   await page.locator(tid('flame-search')).fill('burn_cold');
   await until('data-search-matches >= 1', (sel) =>
     Number(document.querySelector(sel).getAttribute('data-search-matches')) >= 1, tid('flame'));
-  await noVisibleError();
+  await settled();
   await shot('explore-search.png');
   await page.locator(tid('flame-search')).fill('no_such_function_anywhere');
   await until('data-search-matches to be 0', (sel) =>
@@ -289,6 +304,57 @@ await step('explore-reload', async () => {
   await page.reload();
   await flameWith('flame', ['burn_hot', 'burn_cold']);
   assert.equal(await hash(), h);
+}, 'explore');
+
+await step('explore-range', async () => {
+  // A preset, then a brushed range on the timeline, then back.
+  await page.locator(tid('range-select')).selectOption('5m');
+  await until('the hash to hold range=5m', () => location.hash.includes('range=5m'));
+  await flameWith('flame', ['burn_hot', 'burn_cold']);
+  const canvas = page.locator(`${tid('timeline')} canvas`).first();
+  await until('the timeline to draw', (sel) => {
+    const c = document.querySelector(`${sel} canvas`);
+    return c && c.width > 0 && c.height > 0;
+  }, tid('timeline'));
+  const box = await canvas.boundingBox();
+  const y = box.y + box.height / 2;
+  // The last two fifths of 5 minutes hold every window of this run.
+  await page.mouse.move(box.x + box.width * 0.6, y);
+  await page.mouse.down();
+  await page.mouse.move(box.x + box.width * 0.8, y, { steps: 4 });
+  await page.mouse.move(box.x + box.width - 1, y, { steps: 4 });
+  await page.mouse.up();
+  const h = await until('the brush to put from and to in the hash', () => {
+    const p = new URLSearchParams(location.hash.split('?')[1] ?? '');
+    return p.get('from') && p.get('to') && location.hash;
+  });
+  log(`brushed: ${h}`);
+  await flameWith('flame', ['burn_hot', 'burn_cold']);
+  await settled();
+  await canvas.dblclick({ position: { x: box.width / 2, y: box.height / 2 } });
+  await until('a double-click to drop the brushed range', () => !/[?&]from=/.test(location.hash));
+  await flameWith('flame', ['burn_hot', 'burn_cold']);
+  // Narrowing to one version keeps the profile (it has only 1.0).
+  await page.locator(tid('version-select')).selectOption('1.0');
+  await until('the hash to hold version=1.0', () => location.hash.includes('version=1.0'));
+  await flameWith('flame', ['burn_hot', 'burn_cold']);
+  await settled();
+}, 'explore');
+
+await step('explore-error', async () => {
+  // An API error reaches the banner (so the checks that it stays hidden
+  // elsewhere mean something), and the banner can be dismissed.
+  await page.goto(new URL(`#/explore?worker=${encodeURIComponent(args.worker)}&range=bogus`, base).href);
+  const banner = page.locator(tid('error'));
+  await banner.waitFor({ state: 'visible' });
+  const text = (await banner.textContent()).trim();
+  log(`error banner: ${text}`);
+  assert.match(text, /bogus/, 'the banner does not quote the bad value');
+  await banner.locator('button').first().click();
+  await banner.waitFor({ state: 'hidden' });
+  await page.goto(new URL(`#/explore?worker=${encodeURIComponent(args.worker)}`, base).href);
+  await flameWith('flame', ['burn_hot']);
+  await settled();
 }, 'explore');
 
 // --- compare ---------------------------------------------------------------
@@ -314,7 +380,7 @@ await step('compare', async () => {
     (n) => n.includes('new_path'));
   await poll('diff-table to list old_path among the improvements', () => group('improvements'),
     (n) => n.includes('old_path'));
-  await noVisibleError();
+  await settled();
   await shot('compare.png');
 });
 
@@ -353,7 +419,7 @@ await step('session', async () => {
   const pprof = await page.request.get(new URL(await page.locator(tid('dl-pprof')).getAttribute('href'), base).href);
   assert.equal(pprof.status(), 200);
   assert.ok((await pprof.body()).length > 100, 'the pprof download is nearly empty');
-  await noVisibleError();
+  await settled();
   await shot('session.png');
 });
 
