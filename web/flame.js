@@ -7,9 +7,25 @@
 // root is narrower than MIN_W: values nest, so its descendants are narrower
 // still. No recursion anywhere: a 1000-deep stack must not overflow ours.
 //
-// Cost model: setTree is O(nodes); a draw is O(frames wide enough to see),
-// one canvas path per colour and one fillText per frame wide enough for a
-// label. Hover and click are a binary search in one row of what was drawn.
+// Cost model: setTree is O(nodes); a draw is O(frames wide enough to see):
+// one fillRect each, grouped by colour, on whole device pixels (Chromium's
+// software rasterizer fills those several times faster than a path of
+// fractional rects), and one fillText per frame wide enough for a label.
+// Hover and click are a binary search in one row of what was drawn.
+//
+// API (web/app.js and tests/browser depend on it):
+//   new FlameGraph(container, {onZoom(path), onSelect(frame)})
+//   setTree(json)      profile or diff tree (diff when root.base is set)
+//   zoomToPath(names)  silent; resetZoom() tells onZoom([])
+//   setSearch(text)    substring or /regex/, case-insensitive;
+//                      returns {matches, total} (diff: total in vs, + base)
+//   frames()           drawn frames, CSS px relative to the canvas; in a
+//                      diff total/self are the vs side, base/baseSelf the
+//                      other; also kind, path and (searching) match
+//   resize(), destroy(), lastRenderMs (setTree + draw), lastDrawMs,
+//   lastFlattenMs, lastSearchMs
+// The container gets .flame and data-zoom, data-search-matches,
+// data-nodes, data-render-ms; the canvas data-testid="flame-canvas".
 //
 // Names come from profiled programs: they only ever reach the DOM through
 // textContent, never innerHTML.
@@ -190,14 +206,15 @@ export class FlameGraph {
     this.canvas.addEventListener('mouseleave', this._onLeave);
     this.canvas.addEventListener('click', this._onClick);
 
-    // Relayout on width changes only: our own height change also resizes a
-    // growing container, and must not loop back into a redraw.
+    // Relayout on width (or pixel ratio: browser zoom) changes only: our own
+    // height change also resizes a growing container, and must not loop
+    // back into a redraw.
     this._raf = 0;
     this._ro = new ResizeObserver(() => {
       if (this._raf) return;
       this._raf = requestAnimationFrame(() => {
         this._raf = 0;
-        if (this.container.clientWidth !== this._cssW) this.resize();
+        if (this.container.clientWidth !== this._cssW || (window.devicePixelRatio || 1) !== this._dpr) this.resize();
       });
     });
     this._ro.observe(container);
@@ -581,6 +598,7 @@ export class FlameGraph {
 
   _sizeCanvas(cssW, cssH) {
     const dpr = window.devicePixelRatio || 1;
+    this._dpr = dpr;
     let s = dpr;
     if (cssW > 0 && cssH > 0) {
       s = Math.min(dpr, MAX_SIDE / cssW, MAX_SIDE / cssH, Math.sqrt(MAX_AREA / (cssW * cssH)));
