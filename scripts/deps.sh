@@ -12,8 +12,8 @@ packages=(
   # tests: cmocka, the fuzzer toolchain, the formatter, Kafka tooling, ss
   libcmocka-dev clang libclang-rt-14-dev clang-format kcat iproute2 procps
   # the dashboard's browser test drives Debian's chromium (/usr/bin/chromium)
-  # with playwright-core (scripts/browser-deps.sh); curl polls the API
-  chromium curl
+  # with playwright-core (scripts/browser-deps.sh)
+  chromium
 )
 
 # The real Kafka broker runs on Java 17 and is fetched with Maven; pprof
