@@ -10,9 +10,10 @@
 // new_path), all on HOST. The steps: explore (worker list and filter,
 // flamegraph, selects, top table), explore-zoom, explore-search,
 // explore-reload (the hash restores the view), explore-range (preset,
-// timeline brush, version), explore-error (an API error reaches the
-// banner), compare (1.0 against 2.0: diff flamegraph and table), session
-// (started from the page, its flamegraph and downloads). A failing step
+// timeline brush, version, Back), explore-error (an API error reaches the
+// banner), compare (1.0 against 2.0: diff flamegraph and table; its link
+// in a new page), session (started from the page, its flamegraph,
+// downloads and link), session-error (a 404 reaches the banner). A failing step
 // saves DIR/failed-<step>.png and the run goes on with the next view (steps
 // that start from a failed one are skipped), so one run tells every broken
 // view. A full-page screenshot of each view goes to DIR (explore.png,
@@ -63,20 +64,23 @@ const pageErrors = [];
 const consoleErrors = [];
 const badRequests = [];
 const notes = [];
-page.on('pageerror', (e) => pageErrors.push(`${e.name}: ${e.message}\n${e.stack ?? ''}`));
-page.on('console', (m) => {
-  if (m.type() === 'error') consoleErrors.push(`${m.text()} (${m.location().url ?? ''})`);
-});
-page.on('requestfailed', (r) => {
-  const why = r.failure()?.errorText ?? '';
-  // The UI aborts fetches it no longer needs (a newer selection): fine.
-  if (why.includes('ERR_ABORTED')) return;
-  badRequests.push(`${r.method()} ${r.url()}: ${why}`);
-});
-page.on('response', (r) => {
-  if (r.status() >= 500) badRequests.push(`${r.request().method()} ${r.url()}: ${r.status()}`);
-  else if (r.status() >= 400) notes.push(`${r.request().method()} ${r.url()}: ${r.status()}`);
-});
+function watch(p) {
+  p.on('pageerror', (e) => pageErrors.push(`${e.name}: ${e.message}\n${e.stack ?? ''}`));
+  p.on('console', (m) => {
+    if (m.type() === 'error') consoleErrors.push(`${m.text()} (${m.location().url ?? ''})`);
+  });
+  p.on('requestfailed', (r) => {
+    const why = r.failure()?.errorText ?? '';
+    // The UI aborts fetches it no longer needs (a newer selection): fine.
+    if (why.includes('ERR_ABORTED')) return;
+    badRequests.push(`${r.method()} ${r.url()}: ${why}`);
+  });
+  p.on('response', (r) => {
+    if (r.status() >= 500) badRequests.push(`${r.request().method()} ${r.url()}: ${r.status()}`);
+    else if (r.status() >= 400) notes.push(`${r.request().method()} ${r.url()}: ${r.status()}`);
+  });
+}
+watch(page);
 
 // --- helpers ---------------------------------------------------------------
 
@@ -339,6 +343,13 @@ await step('explore-range', async () => {
   await until('the hash to hold version=1.0', () => location.hash.includes('version=1.0'));
   await flameWith('flame', ['burn_hot', 'burn_cold']);
   await settled();
+  // Back undoes the choice, in the URL and in the select.
+  await page.goBack();
+  await until('Back to drop version=1.0', () => !location.hash.includes('version=1.0'));
+  await poll('version-select to follow Back', () => page.locator(tid('version-select')).inputValue(),
+    (v) => v === '');
+  await flameWith('flame', ['burn_hot', 'burn_cold']);
+  await settled();
 }, 'explore');
 
 await step('explore-error', async () => {
@@ -382,6 +393,21 @@ await step('compare', async () => {
     (n) => n.includes('old_path'));
   await settled();
   await shot('compare.png');
+  // The hash alone opens the same comparison in a new page.
+  const link = page.url();
+  const fresh = await context.newPage();
+  watch(fresh);
+  try {
+    await fresh.goto(link);
+    await fresh.waitForFunction((sel) => {
+      const el = document.querySelector(sel);
+      return el && el.flame && el.flame.frames().some((f) => f.name === 'new_path');
+    }, tid('diff-flame'), { timeout: 20000 });
+    assert.equal(await fresh.locator(tid('compare-a-version')).inputValue(), '1.0');
+    assert.equal(await fresh.locator(tid('compare-b-version')).inputValue(), '2.0');
+  } finally {
+    await fresh.close();
+  }
 });
 
 // --- sessions --------------------------------------------------------------
@@ -421,6 +447,37 @@ await step('session', async () => {
   assert.ok((await pprof.body()).length > 100, 'the pprof download is nearly empty');
   await settled();
   await shot('session.png');
+  // The session's own link opens it in a new page.
+  const fresh = await context.newPage();
+  watch(fresh);
+  try {
+    await fresh.goto(new URL(`#/sessions/${id}`, base).href);
+    await fresh.waitForFunction((sel) => /done/i.test(document.querySelector(sel)?.textContent ?? ''),
+      tid('session-state'), { timeout: 20000 });
+    await fresh.waitForFunction((sel) => {
+      const el = document.querySelector(sel);
+      return el && el.flame && el.flame.frames().some((f) => f.name === 'burn_hot');
+    }, tid('session-flame'), { timeout: 20000 });
+  } finally {
+    await fresh.close();
+  }
+});
+
+await step('session-error', async () => {
+  // A session nobody can run: the API's 404 sentence reaches the banner.
+  await page.goto(new URL('#/sessions', base).href);
+  const nobody = `${prefix}nobody`;
+  await page.locator(tid('session-kind')).selectOption('actor');
+  await page.locator(tid('session-name')).fill(nobody);
+  await page.locator(tid('session-duration')).fill('1000');
+  await page.locator(tid('session-start')).click();
+  const banner = page.locator(tid('error'));
+  await banner.waitFor({ state: 'visible' });
+  const text = (await banner.textContent()).trim();
+  log(`error banner: ${text}`);
+  assert.ok(text.includes(nobody), `the banner does not name ${nobody}: ${text}`);
+  await banner.locator('button').first().click();
+  await banner.waitFor({ state: 'hidden' });
 });
 
 await browser.close();
