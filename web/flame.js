@@ -294,6 +294,7 @@ export class FlameGraph {
     const modules = (this.modules = ['']);
     const nameShade = [];
     const kindCode = { native: 0, kernel: 1, jit: 2, interpreted: 3 };
+    let lastMod = null, lastMi = 0;
 
     const stack = [root];
     const stackPar = [-1];
@@ -330,13 +331,16 @@ export class FlameGraph {
       nameIdx[i] = ni;
       const mod = node.module;
       if (mod) {
-        let mi = modMap.get(mod);
+        // A caller and its callee often share a module: skip the hash.
+        let mi = mod === lastMod ? lastMi : modMap.get(mod);
         if (mi === undefined) {
           mi = modules.length;
           modMap.set(mod, mi);
           modules.push(String(mod));
         }
         modIdx[i] = mi;
+        lastMod = mod;
+        lastMi = mi;
       }
       const k = kindCode[node.kind] ?? 4;
       kind[i] = k;
