@@ -22,6 +22,10 @@ step "style: banned functions, clang-format"
 mapfile -t sources < <(git ls-files --cached --others --exclude-standard -- '*.c' '*.h')
 clang-format --dry-run --Werror "${sources[@]}"
 echo "clang-format: ${#sources[@]} files formatted"
+# The dashboard's modules are compiled into the collector as they are: a
+# syntax error would only show in a browser, so Node parses them here.
+for f in web/*.js; do node --check "$f"; done
+echo "node --check: web/*.js parse"
 
 step "browser test packages (tests/browser: npm ci)"
 ./scripts/browser-deps.sh

@@ -249,10 +249,14 @@ function flamePanel(testid, { searchId = null, onState = () => {} } = {}) {
         (total ? ` (${((100 * r.total) / total).toFixed(1)}%)` : '')
       : '';
   };
-  search.addEventListener('input', () => {
+  const onSearch = () => {
     applySearch();
     onState({ q: search.value });
-  });
+  };
+  search.addEventListener('input', onSearch);
+  // Chromium clears a search field on Escape and by its clear button
+  // without an input event: 'search' tells.
+  search.addEventListener('search', onSearch);
   reset.addEventListener('click', () => fg.resetZoom());
   return {
     el: panel, fg, search,
@@ -523,6 +527,8 @@ function exploreView() {
   workerSearch.addEventListener('input', () => renderWorkers());
 
   const flame = flamePanel('flame', { searchId: 'flame-search', onState: (s) => set(s, { replace: true }) });
+  // The preset stays in the URL beside a brushed from/to (which win), so a
+  // double-click goes back to it.
   const tl = timeline((from, to) => set({ from, to, zoom: null }));
 
   const el = h('div', { class: 'explore' },
@@ -556,7 +562,12 @@ function exploreView() {
     const unit = top.unit;
     const head = h('tr', {}, ...[['name', 'Function'], ['self', 'Self'], ['total', 'Total']].map(([k, label]) => h('th', {
       'data-sort': k, class: sort.key === k ? `sorted ${sort.dir}` : null, tabindex: '0', title: `Sort by ${label.toLowerCase()}`,
-      onclick: () => set({ sort: sort.key === k && sort.dir === 'desc' ? `${k}:asc` : `${k}:desc` }, { replace: true }),
+      // Numbers sort largest first, names A to Z; a second click reverses.
+      onclick: () => {
+        const first = k === 'name' ? 'asc' : 'desc';
+        const dir = sort.key === k ? (sort.dir === 'asc' ? 'desc' : 'asc') : first;
+        set({ sort: `${k}:${dir}` }, { replace: true });
+      },
     }, label)));
     const rows = [...top.functions];
     const dir = sort.dir === 'asc' ? 1 : -1;
@@ -841,12 +852,14 @@ function sessionsView() {
   const nameIn = h('input', { testid: 'session-name', list: 'session-names', placeholder: 'worker or actor name', required: true, spellcheck: 'false' });
   const names = h('datalist', { id: 'session-names' });
   const typeSel = h('select', { testid: 'session-type' }, option('cpu', 'CPU', true), option('memory', 'memory (allocations)'));
-  const durIn = h('input', { testid: 'session-duration', type: 'number', min: '100', max: '60000', step: '100', value: '5000' });
-  const hzIn = h('input', { testid: 'session-hz', type: 'number', min: '1', max: '1000', value: '1000', title: 'CPU sampling rate' });
+  const durIn = h('input', { testid: 'session-duration', type: 'number', min: '1', max: '60000', step: '1', value: '5000', placeholder: '5000' });
+  const hzIn = h('input', { testid: 'session-hz', type: 'number', min: '1', max: '1000', value: '1000', placeholder: '1000', title: 'CPU sampling rate' });
+  const hzLabel = h('label', {}, 'Rate (Hz) ', hzIn);
+  typeSel.addEventListener('change', () => { hzLabel.hidden = typeSel.value !== 'cpu'; });
   const startBtn = h('button', { type: 'submit', testid: 'session-start', class: 'primary' }, 'Start');
   const form = h('form', { class: 'session-form' },
     h('label', {}, 'Profile ', kindSel), nameIn, names, h('label', {}, 'Type ', typeSel),
-    h('label', {}, 'Duration (ms) ', durIn), h('label', {}, 'Rate (Hz) ', hzIn), startBtn);
+    h('label', {}, 'Duration (ms) ', durIn), hzLabel, startBtn);
   const detail = h('section', { class: 'panel session-detail', testid: 'session-detail', hidden: true });
   const list = h('table', { class: 'sessions', testid: 'session-list' });
   const listEmpty = h('div', { class: 'empty' }, 'Loading sessions…');
@@ -860,8 +873,10 @@ function sessionsView() {
 
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
-    const body = { [kindSel.value]: nameIn.value.trim(), type: typeSel.value, duration_ms: Number(durIn.value) };
-    if (typeSel.value === 'cpu' && hzIn.value) body.hz = Number(hzIn.value);
+    const body = { [kindSel.value]: nameIn.value.trim(), type: typeSel.value };
+    // Empty fields are left out: the server's defaults apply (5000 ms, 1000 Hz).
+    if (durIn.value.trim()) body.duration_ms = Number(durIn.value);
+    if (typeSel.value === 'cpu' && hzIn.value.trim()) body.hz = Number(hzIn.value);
     startBtn.disabled = true;
     try {
       setBusy('sessions', 'Starting the session…');
@@ -935,7 +950,13 @@ function sessionsView() {
         flame.el.hidden = false;
         flame.loading('Loading the result…');
         const tree = await api(s.result.tree, { max_nodes: MAX_NODES }, { signal: ctl.signal });
-        if (id === current) flame.show(tree, { emptyText: 'The session finished with no samples (was the target busy?).' });
+        if (id === current) {
+          flame.show(tree, {
+            emptyText: s.type === 'memory'
+              ? 'The session finished with no allocation sampled (did the target allocate in that window?).'
+              : 'The session finished with no samples (was the target on a CPU in that window?).',
+          });
+        }
       } else {
         flame.el.hidden = true;
       }
@@ -991,9 +1012,28 @@ function sessionsView() {
 const views = { explore: exploreView, compare: compareView, sessions: sessionsView };
 let mounted = null; // {name, view}
 
+// Where each view was last, so the tabs return to it; a view not opened yet
+// gets the worker (and range) of the one in use.
+const lastHash = {};
+
+function onNav(ev) {
+  const to = ev.currentTarget.dataset.view;
+  ev.preventDefault();
+  if (lastHash[to]) {
+    history.pushState(null, '', lastHash[to]);
+    route();
+    return;
+  }
+  const { params } = parseHash();
+  const carry = new URLSearchParams();
+  if (to !== 'sessions') for (const k of ['worker', 'range', 'type']) if (params.get(k)) carry.set(k, params.get(k));
+  navigate(to, carry, null);
+}
+
 function route() {
   const { view, arg, params } = parseHash();
   const name = views[view] ? view : 'explore';
+  lastHash[name] = location.hash;
   if (!mounted || mounted.name !== name) {
     if (mounted) mounted.view.destroy();
     const v = views[name]();
@@ -1030,9 +1070,15 @@ function init() {
       activeFlame.search.select();
     } else if (ev.key === 'Escape' && activeFlame) {
       if (typing) ev.target.blur();
+      if (ev.target === activeFlame.search && activeFlame.search.value) {
+        // Esc in the search box clears the search (and its URL state).
+        activeFlame.search.value = '';
+        activeFlame.search.dispatchEvent(new Event('input'));
+      }
       activeFlame.fg.resetZoom();
     }
   });
+  for (const a of document.querySelectorAll('nav a')) a.addEventListener('click', onNav);
   window.addEventListener('popstate', route);
   window.addEventListener('hashchange', route);
   window.addEventListener('unhandledrejection', (ev) => showError(ev.reason));
