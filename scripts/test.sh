@@ -24,7 +24,13 @@ clang-format --dry-run --Werror "${sources[@]}"
 echo "clang-format: ${#sources[@]} files formatted"
 # The dashboard's modules are compiled into the collector as they are: a
 # syntax error would only show in a browser, so Node parses them here.
-for f in web/*.js; do node --check "$f"; done
+# (As .mjs: an older Node would read .js as CommonJS.)
+jsdir=$(mktemp -d)
+for f in web/*.js; do
+  cp "$f" "$jsdir/$(basename "$f" .js).mjs"
+  node --check "$jsdir/$(basename "$f" .js).mjs"
+done
+rm -rf "$jsdir"
 echo "node --check: web/*.js parse"
 
 step "browser test packages (tests/browser: npm ci)"
