@@ -213,6 +213,16 @@ function hashOf(view, params, arg) {
   return `#/${view}${arg ? '/' + encodeURIComponent(arg) : ''}${qs ? '?' + qs : ''}`;
 }
 
+// params with `changes` applied: null, undefined or '' removes a key.
+function withChanges(params, changes) {
+  const p = new URLSearchParams(params);
+  for (const [k, v] of Object.entries(changes)) {
+    if (v === null || v === undefined || v === '') p.delete(k);
+    else p.set(k, v);
+  }
+  return p;
+}
+
 // push: a new history entry (a choice the user may go back from); replace:
 // the same entry (zoom, search, typing).
 function navigate(view, params, arg, { replace = false } = {}) {
@@ -494,14 +504,7 @@ function exploreView() {
   let loaded = ''; // the state the data on screen is for
   let topData = null; // the last top-functions answer, re-sorted locally
 
-  const set = (changes, opts) => {
-    const p = new URLSearchParams(params);
-    for (const [k, v] of Object.entries(changes)) {
-      if (v === null || v === undefined || v === '') p.delete(k);
-      else p.set(k, v);
-    }
-    navigate('explore', p, null, opts);
-  };
+  const set = (changes, opts) => navigate('explore', withChanges(params, changes), null, opts);
 
   const workerSearch = h('input', { type: 'search', placeholder: 'Filter workers', testid: 'worker-search', spellcheck: 'false' });
   const workerList = h('ul', { class: 'worker-list', testid: 'worker-list' });
@@ -707,14 +710,7 @@ function compareView() {
   let ctl = null;
   let loaded = '';
   let workers = [];
-  const set = (changes, opts) => {
-    const p = new URLSearchParams(params);
-    for (const [k, v] of Object.entries(changes)) {
-      if (v === null || v === undefined || v === '') p.delete(k);
-      else p.set(k, v);
-    }
-    navigate('compare', p, null, opts);
-  };
+  const set = (changes, opts) => navigate('compare', withChanges(params, changes), null, opts);
   const workerSel = h('select', { testid: 'compare-worker' });
   const typeSel = h('select', { testid: 'compare-type' });
   const side = (k, label) => {
