@@ -157,6 +157,38 @@ static int fetch(const char *cmd, const opts_t *o, const char *path, const ember
   return rc != 0 ? EXIT_FAILED : status_exit;
 }
 
+/* The query's parameters could not be written (values too long for the
+ * 8 KiB query, or no memory): says so; returns the exit status. */
+static int query_error(const char *cmd, int rc) {
+  fprintf(stderr, "ember %s: cannot build the request: %s%s\n", cmd, ember_strerror(rc),
+          rc == -ENOMEM ? "" : " (are the --worker/... values too long?)");
+  return rc == -ENOMEM ? EXIT_FAILED : EXIT_USAGE;
+}
+
+/* GET a list endpoint (`workers`, `versions`...) for the range, with the
+ * selector when `selector`: *doc is the answer and *list its `key` array.
+ * Prints what went wrong; returns the exit status. */
+static int fetch_list(const char *cmd, const opts_t *o, const char *path, const range_t *r,
+                      bool selector, const char *key, ember_buf_t *body, json_t **doc,
+                      const json_t **list) {
+  ember_buf_t q;
+  ember_buf_init(&q, 8192);
+  int rc = selector ? add_selector(&q, o) : 0;
+  if (rc == 0) rc = add_time(&q, "from", r->from_ns);
+  if (rc == 0) rc = add_time(&q, "to", r->to_ns);
+  int st = rc != 0 ? query_error(cmd, rc) : fetch(cmd, o, path, &q, EMBER__MAX_JSON_BODY, body);
+  ember_buf_free(&q);
+  if (st != 0) return st;
+  *doc = json_loadb(body->data ? body->data : "", body->len, 0, NULL);
+  *list = json_object_get(*doc, key);
+  if (!json_is_array(*list)) {
+    char what[48];
+    snprintf(what, sizeof what, "no \"%s\" list", key);
+    return ember__malformed(cmd, path, what);
+  }
+  return 0;
+}
+
 static void fmt_ago(int64_t now_ns, int64_t last_ms, char *buf, size_t size) {
   int64_t s = (now_ns / 1000000 - last_ms) / 1000;
   if (s < 0) s = 0;
@@ -196,28 +228,17 @@ int ember__cmd_workers(int argc, char **argv) {
   range_t r;
   if (st == 0) st = parse_range(cmd, &o, &r);
   if (st != 0) return st;
-  ember_buf_t q, body, out, cell;
-  ember_buf_init(&q, 8192);
+  ember_buf_t body, out, cell;
   ember_buf_init(&body, EMBER__MAX_JSON_BODY);
   ember_buf_init(&out, EMBER__MAX_JSON_BODY);
   ember_buf_init(&cell, 65536);
   static const bool right[5] = {false, false, false, false, true};
   ember__table_t t = {.ncols = 5, .right = right};
   json_t *doc = NULL;
-  int rc = add_time(&q, "from", r.from_ns);
-  if (rc == 0) rc = add_time(&q, "to", r.to_ns);
-  if (rc != 0) {
-    st = EXIT_FAILED;
-    goto cleanup;
-  }
-  st = fetch(cmd, &o, path, &q, EMBER__MAX_JSON_BODY, &body);
+  const json_t *workers = NULL;
+  int rc = 0;
+  st = fetch_list(cmd, &o, path, &r, false, "workers", &body, &doc, &workers);
   if (st != 0) goto cleanup;
-  doc = json_loadb(body.data ? body.data : "", body.len, 0, NULL);
-  const json_t *workers = json_object_get(doc, "workers");
-  if (!json_is_array(workers)) {
-    st = ember__malformed(cmd, path, "no \"workers\" list");
-    goto cleanup;
-  }
   if (o.json != NULL) {
     st = ember__print_out(&body);
   } else if (json_array_size(workers) > 0) {
@@ -253,7 +274,6 @@ int ember__cmd_workers(int argc, char **argv) {
 cleanup:
   json_decref(doc);
   ember__table_free(&t);
-  ember_buf_free(&q);
   ember_buf_free(&body);
   ember_buf_free(&out);
   ember_buf_free(&cell);
@@ -275,29 +295,16 @@ int ember__cmd_labels(const char *which, int argc, char **argv) {
   if (st != 0) return st;
   char path[64];
   snprintf(path, sizeof path, "/api/v1/%s", which);
-  ember_buf_t q, body, out;
-  ember_buf_init(&q, 8192);
+  ember_buf_t body, out;
   ember_buf_init(&body, EMBER__MAX_JSON_BODY);
   ember_buf_init(&out, EMBER__MAX_JSON_BODY);
   static const bool right[3] = {false, true, true};
   ember__table_t t = {.ncols = 3, .right = right};
   json_t *doc = NULL;
-  int rc = add_selector(&q, &o);
-  if (rc == 0) rc = add_time(&q, "from", r.from_ns);
-  if (rc == 0) rc = add_time(&q, "to", r.to_ns);
-  if (rc != 0) {
-    fprintf(stderr, "ember %s: %s\n", cmd, ember_strerror(rc));
-    st = EXIT_USAGE;
-    goto cleanup;
-  }
-  st = fetch(cmd, &o, path, &q, EMBER__MAX_JSON_BODY, &body);
+  const json_t *values = NULL;
+  int rc = 0;
+  st = fetch_list(cmd, &o, path, &r, true, "values", &body, &doc, &values);
   if (st != 0) goto cleanup;
-  doc = json_loadb(body.data ? body.data : "", body.len, 0, NULL);
-  const json_t *values = json_object_get(doc, "values");
-  if (!json_is_array(values)) {
-    st = ember__malformed(cmd, path, "no \"values\" list");
-    goto cleanup;
-  }
   if (o.json != NULL) {
     st = ember__print_out(&body);
   } else if (json_array_size(values) > 0) {
@@ -338,7 +345,6 @@ int ember__cmd_labels(const char *which, int argc, char **argv) {
 cleanup:
   json_decref(doc);
   ember__table_free(&t);
-  ember_buf_free(&q);
   ember_buf_free(&body);
   ember_buf_free(&out);
   return st;
@@ -409,8 +415,7 @@ int ember__cmd_query(int argc, char **argv) {
   if (rc == 0 && o.limit) rc = ember__query_add(&q, "limit", o.limit);
   if (rc == 0 && o.max_nodes) rc = ember__query_add(&q, "max_nodes", o.max_nodes);
   if (rc != 0) {
-    fprintf(stderr, "ember query: %s\n", ember_strerror(rc));
-    st = EXIT_USAGE;
+    st = query_error(cmd, rc);
     goto cleanup;
   }
   st = fetch(cmd, &o, path, &q, EMBER__MAX_PROFILE_BODY, &body);

@@ -244,10 +244,16 @@ static void parse_selector(const req_t *r, const char *prefix, const ember_store
   }
   *sel = (ember_store_selector_t){vals[0], vals[1], vals[2], vals[3]};
   if (base != NULL) {
-    if (sel->worker == NULL) sel->worker = base->worker;
-    if (sel->version == NULL) sel->version = base->version;
-    if (sel->host == NULL) sel->host = base->host;
-    if (sel->actor == NULL) sel->actor = base->actor;
+    /* Absent: the base's value; "*": any, even where the base has one. */
+    const char *bvals[4] = {base->worker, base->version, base->host, base->actor};
+    for (size_t i = 0; i < 4; i++) {
+      if (vals[i] == NULL) {
+        vals[i] = bvals[i];
+      } else if (strcmp(vals[i], "*") == 0) {
+        vals[i] = NULL;
+      }
+    }
+    *sel = (ember_store_selector_t){vals[0], vals[1], vals[2], vals[3]};
   }
 }
 

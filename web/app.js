@@ -802,12 +802,9 @@ function compareView() {
       fillSelect(B.version, entry.versions, bv, 'all versions');
       const a = rangeParams(params, 'a.'), b = rangeParams(params, 'b.');
       const q = { worker, version: av, from: a.from, to: a.to, type, max_nodes: MAX_NODES, 'vs.from': b.from, 'vs.to': b.to };
+      // vs.version defaults to the base's; "*" is all versions.
       if (bv) q['vs.version'] = bv;
-      if (av && !bv) {
-        // "vs.version" defaults to the base's; "all versions" on B is not
-        // expressible in one call, so say so instead of showing A vs A.
-        throw new ApiError(0, 'B must name a version when A does (the diff API cannot reset B to all versions)', '/api/v1/diff');
-      }
+      else if (av) q['vs.version'] = '*';
       setBusy('compare', `Comparing ${worker} ${av || 'all'} with ${bv || 'all'}…`);
       flame.loading('Loading the diff…');
       const tlSpan = rangeParams(params);

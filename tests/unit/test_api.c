@@ -537,6 +537,13 @@ static void test_api_diff(void **state) {
   assert_int_equal(ival(json_object_get(j, "vs"), "total"), 40 * NS_PER);
   json_decref(j);
 
+  /* vs.version=* is any version, though the base names one: v1 against
+   * all of api (v1 + v2). */
+  j = get_json("/api/v1/diff?worker=api&version=v1&vs.version=*&" RANGE);
+  assert_int_equal(ival(json_object_get(j, "base"), "total"), V1_NS);
+  assert_int_equal(ival(json_object_get(j, "vs"), "total"), V1_NS + V2_NS);
+  json_decref(j);
+
   j = get_json("/api/v1/diff?worker=api&version=v1&vs.version=v2&max_nodes=2&" RANGE);
   assert_true(json_is_true(json_object_get(j, "truncated")));
   assert_int_equal(ival(j, "nodes"), 2);

@@ -323,6 +323,13 @@ static void test_cli_usage_errors(void **state) {
   expect(&r, 2, "expected an http:// or https:// URL");
   RUN(&r, "frobnicate");
   expect(&r, 2, "unknown command 'frobnicate'");
+  /* A value too long for the request: the same usage error everywhere. */
+  static char huge[9000];
+  memset(huge, 'w', sizeof huge - 1);
+  RUN(&r, "versions", "--worker", huge);
+  expect(&r, 2, "cannot build the request");
+  RUN(&r, "query", "--worker", huge);
+  expect(&r, 2, "are the --worker/... values too long?");
   assert_int_equal(fake.requests, 0); /* all of it caught before a request */
   RUN(&r, "query", "--help");
   expect(&r, 0, NULL);
