@@ -139,8 +139,9 @@ static enum MHD_Result collect_param(void *cls, enum MHD_ValueKind kind, const c
 }
 
 /* Check the parameters against the endpoint's list (NULL-terminated):
- * unknown, repeated, valueless and empty parameters are errors. */
-static unsigned check_params(req_t *r, const char *const *allowed) {
+ * unknown, repeated (but for the key `repeatable`, when not NULL),
+ * valueless and empty parameters are errors. */
+static unsigned check_params_rep(req_t *r, const char *const *allowed, const char *repeatable) {
   if (r->too_many) return fail(r, 400, "too many parameters: at most %u", MAX_PARAMS);
   for (size_t i = 0; i < r->nparams; i++) {
     const char *k = r->params[i].key;
@@ -157,13 +158,17 @@ static unsigned check_params(req_t *r, const char *const *allowed) {
       return fail(r, 400, "unknown parameter \"%.64s\": this endpoint takes %s", k, list);
     }
     for (size_t j = 0; j < i; j++) {
-      if (strcmp(r->params[j].key, k) == 0)
+      if (strcmp(r->params[j].key, k) == 0 && (repeatable == NULL || strcmp(k, repeatable) != 0))
         return fail(r, 400, "parameter \"%.64s\" is given more than once", k);
     }
     if (r->params[i].value == NULL || r->params[i].value[0] == '\0')
       return fail(r, 400, "parameter \"%.64s\" needs a value (%.64s=...)", k, k);
   }
   return 0;
+}
+
+static unsigned check_params(req_t *r, const char *const *allowed) {
+  return check_params_rep(r, allowed, NULL);
 }
 
 static const char *param(const req_t *r, const char *key) {
@@ -784,6 +789,51 @@ static unsigned load_profile(req_t *r, const ember_store_selector_t *sel, int64_
   return 0;
 }
 
+/* load_profile over every `version` parameter (one, or none = any), merged:
+ * the series of several versions are disjoint, so the sum is exact. */
+static unsigned load_versions(req_t *r, const ember_store_selector_t *sel, int64_t from, int64_t to,
+                              api_type_t type, ember_profile_t **out) {
+  ember_profile_t *acc = NULL;
+  size_t nv = 0;
+  for (size_t i = 0; i < r->nparams; i++) {
+    if (strcmp(r->params[i].key, "version") != 0) continue;
+    if (nv++ == 0) continue; /* the first is sel->version */
+    bool again = false;      /* a version given twice counts once */
+    for (size_t j = 0; j < i && !again; j++)
+      again = strcmp(r->params[j].key, "version") == 0 &&
+              strcmp(r->params[j].value, r->params[i].value) == 0;
+    if (again) continue;
+    ember_store_selector_t one = *sel;
+    one.version = r->params[i].value;
+    ember_profile_t *p = NULL;
+    unsigned st = load_profile(r, &one, from, to, type, &p);
+    if (st == 0 && acc == NULL) {
+      st = load_profile(r, sel, from, to, type, &acc);
+      if (st != 0) ember_profile_free(p);
+    }
+    if (st != 0) {
+      ember_profile_free(acc);
+      return st;
+    }
+    int rc = ember_profile_merge(acc, p);
+    bool same = ember_profile_type(acc, 0) == ember_profile_type(p, 0);
+    ember_profile_free(p);
+    if (rc != 0 || !same) {
+      ember_profile_free(acc);
+      if (!same || rc == -EINVAL)
+        return fail(r, 400,
+                    "the versions' CPU data differ in kind (CPU time in some, only samples of "
+                    "unknown period in others): ask for one version, or type=samples");
+      return fail_internal(r, "merging the versions", rc);
+    }
+  }
+  if (acc != NULL) {
+    *out = acc;
+    return 0;
+  }
+  return load_profile(r, sel, from, to, type, out);
+}
+
 static const char *vt_api_name(ember_value_type_t vt) {
   switch (vt) {
   case EMBER_VT_CPU_NS: return "cpu";
@@ -898,7 +948,8 @@ static unsigned h_profile(req_t *r) {
   api_type_t type;
   size_t fmt;
   ember_store_selector_t sel;
-  unsigned st = check_params(r, allowed);
+  /* version may be given several times: the union of those versions. */
+  unsigned st = check_params_rep(r, allowed, "version");
   if (st == 0) st = parse_range(r, "from", "to", "-1h", "now", &from, &to);
   if (st == 0) st = parse_type(r, &type);
   if (st == 0) st = parse_u64_param(r, "max_nodes", 2000, 0, 1000000, &max_nodes);
@@ -908,7 +959,7 @@ static unsigned h_profile(req_t *r) {
   if (st != 0) return st;
   parse_selector(r, "", NULL, &sel);
   ember_profile_t *p = NULL;
-  st = load_profile(r, &sel, from, to, type, &p);
+  st = load_versions(r, &sel, from, to, type, &p);
   if (st != 0) return st;
   st = answer_profile(r, p, fmt, max_nodes, limit, "ember");
   ember_profile_free(p);

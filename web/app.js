@@ -37,16 +37,18 @@ function option(value, label, selected) {
   return h('option', { value, selected: selected ? true : null }, label);
 }
 
+// `value`: the selected value, or an array of them (a multiple select).
 function fillSelect(sel, items, value, anyLabel) {
+  const chosen = (Array.isArray(value) ? value : [value]).filter((v) => v);
   sel.replaceChildren();
-  if (anyLabel) sel.append(option('', anyLabel, !value));
+  if (anyLabel) sel.append(option('', anyLabel, chosen.length === 0));
   for (const it of items) {
     const [v, label] = Array.isArray(it) ? it : [it, it];
-    sel.append(option(v, label, v === value));
+    sel.append(option(v, label, chosen.includes(v)));
   }
   // A value from a link that the server no longer lists stays selectable.
-  if (value && !items.some((it) => (Array.isArray(it) ? it[0] : it) === value))
-    sel.append(option(value, `${value} (not seen)`, true));
+  for (const v of chosen)
+    if (!items.some((it) => (Array.isArray(it) ? it[0] : it) === v)) sel.append(option(v, `${v} (not seen)`, true));
 }
 
 // ---------------------------------------------------------------- time --
@@ -112,8 +114,10 @@ function authHeaders() {
 
 function apiUrl(path, params) {
   const u = new URL(path, location.origin);
-  for (const [k, v] of Object.entries(params || {}))
-    if (v !== undefined && v !== null && v !== '') u.searchParams.set(k, v);
+  for (const [k, v] of Object.entries(params || {})) {
+    if (Array.isArray(v)) for (const x of v) u.searchParams.append(k, x);
+    else if (v !== undefined && v !== null && v !== '') u.searchParams.set(k, v);
+  }
   return u;
 }
 
@@ -213,12 +217,14 @@ function hashOf(view, params, arg) {
   return `#/${view}${arg ? '/' + encodeURIComponent(arg) : ''}${qs ? '?' + qs : ''}`;
 }
 
-// params with `changes` applied: null, undefined or '' removes a key.
+// params with `changes` applied: null, undefined, '' or [] removes a key;
+// an array repeats it.
 function withChanges(params, changes) {
   const p = new URLSearchParams(params);
   for (const [k, v] of Object.entries(changes)) {
-    if (v === null || v === undefined || v === '') p.delete(k);
-    else p.set(k, v);
+    p.delete(k);
+    if (Array.isArray(v)) for (const x of v) p.append(k, x);
+    else if (v !== null && v !== undefined && v !== '') p.set(k, v);
   }
   return p;
 }
@@ -459,7 +465,8 @@ function timeline(onBrush, hint = 'drag to pick a range, double-click to go back
       draw();
     },
     // tl: the /api/v1/timeline answer; `version`: the one selected (others dimmed).
-    set(tl, version) {
+    // `versions`: those selected (others dimmed); empty = all.
+    set(tl, versions = []) {
       const buckets = tl.total_cpu_ns.length;
       const byVersion = new Map();
       for (const s of tl.series) {
@@ -469,7 +476,7 @@ function timeline(onBrush, hint = 'drag to pick a range, double-click to go back
         for (let i = 0; i < buckets; i++) arr[i] += s.cpu_ns[i] / (tl.step_ms * 1e6);
       }
       const keys = [...byVersion.keys()].sort();
-      const bands = keys.map((k, i) => ({ label: k, cores: byVersion.get(k), color: PALETTE[i % PALETTE.length], dim: !!version && k !== version }));
+      const bands = keys.map((k, i) => ({ label: k, cores: byVersion.get(k), color: PALETTE[i % PALETTE.length], dim: versions.length > 0 && !versions.includes(k) }));
       if (tl.truncated) {
         // Series left out by the limit: their CPU still shows, as "other".
         const other = new Float64Array(buckets);
@@ -509,7 +516,9 @@ function exploreView() {
   const workerSearch = h('input', { type: 'search', placeholder: 'Filter workers', testid: 'worker-search', spellcheck: 'false' });
   const workerList = h('ul', { class: 'worker-list', testid: 'worker-list' });
   const workerEmpty = h('div', { class: 'empty' }, 'Loading workers…');
-  const versionSel = h('select', { testid: 'version-select', title: 'Version' });
+  // Several versions can be chosen (Ctrl/Shift-click): their profiles add up.
+  const versionSel = h('select', { testid: 'version-select', multiple: true, class: 'multi', title: 'Versions: Ctrl-click (or Shift-click) to choose several' });
+  let versionsShown = []; // what the URL had when the select was filled
   const hostSel = h('select', { testid: 'host-select', title: 'Host' });
   const actorSel = h('select', { testid: 'actor-select', title: 'Actor' });
   const typeSel = h('select', { testid: 'type-select', title: 'Profile type' });
@@ -519,7 +528,13 @@ function exploreView() {
   const topTable = h('table', { class: 'top', testid: 'top-table' });
   const topEmpty = h('div', { class: 'empty' });
 
-  versionSel.addEventListener('change', () => set({ version: versionSel.value, zoom: null }));
+  versionSel.addEventListener('change', () => {
+    let vs = [...versionSel.selectedOptions].map((o) => o.value);
+    // "all versions" beside some: adding a version to "all" means that
+    // version; choosing "all" beside versions means all.
+    if (vs.includes('') && vs.length > 1) vs = versionsShown.length === 0 ? vs.filter((v) => v) : [];
+    set({ version: vs.filter((v) => v), zoom: null });
+  });
   hostSel.addEventListener('change', () => set({ host: hostSel.value, zoom: null }));
   actorSel.addEventListener('change', () => set({ actor: actorSel.value, zoom: null }));
   typeSel.addEventListener('change', () => set({ type: typeSel.value, zoom: null }));
@@ -597,7 +612,8 @@ function exploreView() {
     const preset = params.get('from') && params.get('to') ? 'custom' : params.get('range') || '1h';
     fillSelect(rangeSel, [...RANGES, ...(preset === 'custom' ? [['custom', 'brushed range']] : [])], preset);
     rangeText.textContent = preset === 'custom' ? rangeLabel(params) : '';
-    const dataKey = JSON.stringify([worker, params.get('version'), params.get('host'), params.get('actor'), type, from, to, sort.key === 'total' ? 'total' : 'self']);
+    const versions = params.getAll('version');
+    const dataKey = JSON.stringify([worker, versions, params.get('host'), params.get('actor'), type, from, to, sort.key === 'total' ? 'total' : 'self']);
     if (dataKey === loaded) {
       // Only zoom, search or the table order changed (or back/forward).
       renderWorkers();
@@ -631,12 +647,14 @@ function exploreView() {
         return;
       }
       const entry = workers.find((x) => x.worker === worker) || { versions: [], hosts: [], actors: [] };
-      fillSelect(versionSel, entry.versions, params.get('version'), 'all versions');
+      fillSelect(versionSel, entry.versions, versions, 'all versions');
+      versionSel.size = Math.min(4, versionSel.options.length);
+      versionsShown = versions;
       fillSelect(hostSel, entry.hosts, params.get('host'), 'all hosts');
       fillSelect(actorSel, entry.actors, params.get('actor'), entry.actors.length ? 'all actors' : 'none');
       tid('explore-title').textContent = worker;
       const sel = { worker, host: params.get('host'), actor: params.get('actor') };
-      const psel = { ...sel, version: params.get('version'), from, to, type };
+      const psel = { ...sel, version: versions, from, to, type };
       downloads.replaceChildren(...[['pprof', 'pprof', 'pb.gz'], ['folded', 'folded', 'folded'], ['speedscope', 'speedscope', 'speedscope.json']].map(([f, label, ext]) => downloadLink(`download-${f}`, label, apiUrl('/api/v1/profile', { ...psel, format: f }).toString(), `${worker}-${type}.${ext}`)));
       setBusy('explore', `Loading ${worker}…`);
       tl.loading('Loading the timeline…');
@@ -649,10 +667,10 @@ function exploreView() {
         api('/api/v1/profile', { ...psel, format: 'tree', max_nodes: MAX_NODES }, { signal }),
         api('/api/v1/profile', { ...psel, format: 'top', limit: 200, sort: sort.key === 'total' ? 'total' : 'self' }, { signal }),
       ]);
-      tl.set(timelineData, params.get('version'));
+      tl.set(timelineData, versions);
       flame.show(tree, {
         zoom: params.get('zoom') || '', q: params.get('q') || '',
-        emptyText: `No ${type} data for ${worker}${params.get('version') ? ' ' + params.get('version') : ''} in the ${rangeLabel(params)}.` + (type.startsWith('alloc') ? ' Allocation profiles come from memory sessions (Sessions tab).' : ''),
+        emptyText: `No ${type} data for ${worker}${versions.length ? ' ' + versions.join(', ') : ''} in the ${rangeLabel(params)}.` + (type.startsWith('alloc') ? ' Allocation profiles come from memory sessions (Sessions tab).' : ''),
       });
       topData = top;
       renderTop(top, sort);
@@ -812,7 +830,7 @@ function compareView() {
         api('/api/v1/diff', q, { signal }),
         api('/api/v1/timeline', { worker, from: tlSpan.from, to: tlSpan.to, limit: 50 }, { signal }),
       ]);
-      tl.set(tlData, null);
+      tl.set(tlData, []);
       const mark = (r, label, color) => { const [f, t] = rangeMsOf(r); return { from: f, to: t, label, color }; };
       tl.setMarks([mark(a, 'A', '#1f77b4'), mark(b, 'B', '#d62728')]);
       flame.show(tree, { zoom: params.get('zoom') || '', q: params.get('q') || '', emptyText: `Neither selection of ${worker} has ${type} data.` });

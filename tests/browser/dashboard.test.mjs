@@ -11,7 +11,8 @@
 // flamegraph, selects, top table), explore-zoom, explore-search,
 // explore-reload (the hash restores the view), explore-range (preset,
 // timeline brush, version, Back), explore-error (an API error reaches the
-// banner), compare (1.0 against 2.0: diff flamegraph and table; its link
+// banner), explore-versions (1.0 and 2.0 chosen together add up), compare
+// (1.0 against 2.0: diff flamegraph and table; its link
 // in a new page), session (started from the page, its flamegraph,
 // downloads and link), session-error (a 404 reaches the banner). A failing step
 // saves DIR/failed-<step>.png and the run goes on with the next view (steps
@@ -367,6 +368,29 @@ await step('explore-error', async () => {
   await page.goto(new URL(`#/explore?worker=${encodeURIComponent(args.worker)}`, base).href);
   await flameWith('flame', ['burn_hot']);
   await settled();
+}, 'explore');
+
+await step('explore-versions', async () => {
+  // Versions chosen together add up: 1.0 alone has old_path and no
+  // new_path; 1.0 and 2.0 (one Ctrl-click more) have both.
+  const app = encodeURIComponent(args.app);
+  await page.goto(new URL(`#/explore?worker=${app}&version=1.0`, base).href);
+  await flameWith('flame', ['shared_work', 'old_path']);
+  await settled();
+  const only1 = (await frames('flame')).map((f) => f.name);
+  assert.ok(!only1.includes('new_path'), 'version 1.0 alone shows new_path');
+  await waitOption('version-select', '2.0');
+  await page.locator(tid('version-select')).selectOption(['1.0', '2.0']);
+  await until('the hash to hold both versions', () => {
+    const p = new URLSearchParams(location.hash.split('?')[1] ?? '');
+    const v = p.getAll('version');
+    return v.length === 2 && v.includes('1.0') && v.includes('2.0');
+  });
+  await flameWith('flame', ['shared_work', 'old_path', 'new_path']);
+  await settled();
+  const pprof = await page.locator(tid('download-pprof')).getAttribute('href');
+  assert.ok(pprof.includes('version=1.0') && pprof.includes('version=2.0'),
+    `the pprof link does not carry both versions: ${pprof}`);
 }, 'explore');
 
 // --- compare ---------------------------------------------------------------

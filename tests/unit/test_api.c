@@ -462,6 +462,20 @@ static void test_api_profile_top_folded_speedscope(void **state) {
   assert_string_equal(sval(json_array_get(json_object_get(j, "functions"), 0), "name"),
                       "malloc_heavy");
   json_decref(j);
+  /* Several versions: their union; one given twice counts once. */
+  j = get_json("/api/v1/profile?worker=api&version=v1&version=v2&format=top&" RANGE);
+  assert_int_equal(ival(j, "total"), V1_NS + V2_NS);
+  json_decref(j);
+  j = get_json("/api/v1/profile?worker=api&version=v2&version=v1&version=v2&format=top&" RANGE);
+  assert_int_equal(ival(j, "total"), V1_NS + V2_NS);
+  json_decref(j);
+  j = get_json("/api/v1/profile?worker=api&version=v1&version=v1&format=top&" RANGE);
+  assert_int_equal(ival(j, "total"), V1_NS);
+  json_decref(j);
+  j = get_json("/api/v1/profile?worker=api&version=v2&version=nope&format=top&" RANGE);
+  assert_int_equal(ival(j, "total"), V2_NS);
+  json_decref(j);
+
   /* By total: main and serve hold everything, then hot (35 of 85). */
   j = get_json("/api/v1/profile?worker=api&format=top&sort=total&" RANGE);
   f = json_object_get(j, "functions");
@@ -558,6 +572,8 @@ static const struct {
     {"/api/v1/profile?wokrer=api", 400, "unknown parameter \"wokrer\""},
     {"/api/v1/profile?format=top&sort=name", 400, "\"sort\": \"name\" is not an order"},
     {"/api/v1/profile?worker=a&worker=b", 400, "\"worker\" is given more than once"},
+    {"/api/v1/series?version=a&version=b", 400, "\"version\" is given more than once"},
+    {"/api/v1/profile?version=a&version=", 400, "\"version\" needs a value"},
     {"/api/v1/profile?worker=", 400, "\"worker\" needs a value"},
     {"/api/v1/series?host", 400, "\"host\" needs a value"},
     {"/api/v1/profile?from=yesterday", 400, "parameter \"from\": \"yesterday\" is not a time"},
