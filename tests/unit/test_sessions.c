@@ -86,15 +86,17 @@ static void produce_target(const char *host, const char *actor, uint32_t pid) {
   ember_buf_free(&b);
 }
 
-static void produce_event(const char *id, const char *host, ember_event_state_t st,
-                          uint64_t samples) {
-  char sid[64], h[32], agent[] = "agent-x";
+static void produce_event_msg(const char *id, const char *host, ember_event_state_t st,
+                              uint64_t samples, const char *message) {
+  char sid[64], h[32], agent[] = "agent-x", msg[256];
   snprintf(sid, sizeof sid, "%s", id);
   snprintf(h, sizeof h, "%s", host);
+  snprintf(msg, sizeof msg, "%s", message ? message : "");
   ember_event_t e = {.state = st,
                      .session_id = sid,
                      .host = h,
                      .agent_id = agent,
+                     .message = message ? msg : NULL,
                      .targets = 1,
                      .hz = 99,
                      .samples = samples,
@@ -106,6 +108,11 @@ static void produce_event(const char *id, const char *host, ember_event_state_t 
   const size_t lens[] = {b.len};
   assert_int_equal(tu_produce(brokers, EMBER_TOPIC_EVENTS, id, vals, lens, 1).ok, 1);
   ember_buf_free(&b);
+}
+
+static void produce_event(const char *id, const char *host, ember_event_state_t st,
+                          uint64_t samples) {
+  produce_event_msg(id, host, st, samples, NULL);
 }
 
 /* A consumer of ember.commands from the start, in a fresh group. */
@@ -377,9 +384,115 @@ static void test_sessions_end_to_end(void **state) {
   ember_config_free(cfg);
 }
 
+/* POST a session; returns its id in `id` (201 expected) and the number of
+ * hosts it was routed to. */
+static size_t post_session(const char *body, char *id, size_t size) {
+  static char out[1 << 16];
+  int st = http("POST", "/api/v1/sessions", TOKEN, body, out, sizeof out);
+  if (st != 201) fail_msg("POST %s: %d %s", body, st, out);
+  json_t *j = json_loads(out, 0, NULL);
+  assert_non_null(j);
+  snprintf(id, size, "%s", json_string_value(json_object_get(j, "id")));
+  size_t n = json_array_size(json_object_get(j, "hosts"));
+  json_decref(j);
+  return n;
+}
+
+/* Routing to `instances` hosts, a host's rejection failing the session
+ * with its message, and session.max_active (429). */
+static void test_sessions_instances_failure_limit(void **state) {
+  (void)state;
+  char dir[512], err[512] = "";
+  snprintf(dir, sizeof dir, "%s/sessions2-%d", EMBER_TEST_TMP, (int)getpid());
+  ember_config_t *cfg = NULL;
+  assert_int_equal(ember_config_new(&cfg), 0);
+  const char *kv[][2] = {
+      {"brokers", "embedded"},    {"data_dir", dir},  {"api.listen", "127.0.0.1:0"},
+      {"store.sync", "false"},    {"retention", "0"}, {"api.token", "s3ss"},
+      {"session.max_active", "3"}};
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+    assert_int_equal(ember_config_set(cfg, kv[i][0], kv[i][1]), 0);
+  ember_kafka_t *k = NULL;
+  assert_int_equal(ember_kafka_new(cfg, &k, err, sizeof err), 0);
+  brokers = ember_kafka_brokers(k);
+  ember__collector_t *c = NULL;
+  if (ember__collector_start(cfg, k, &c, err, sizeof err) != 0) fail_msg("start: %s", err);
+  port = ember__collector_api_port(c);
+  produce_target("h2", "B", 200);
+  produce_target("h1", "A", 100);
+  produce_target("h3", "C", 300);
+  for (int t = 0; t < 150; t++) {
+    json_t *j = get_json("/api/v1/targets?worker=w-sess", 200);
+    size_t n = json_array_size(json_object_get(j, "targets"));
+    json_decref(j);
+    if (n == 3) break;
+    usleep(100000);
+  }
+
+  /* instances: 2 of the worker's three hosts, the first by name. */
+  rd_kafka_t *cc = commands_consumer();
+  char id[64];
+  assert_int_equal(post_session("{\"worker\":\"w-sess\",\"instances\":2}", id, sizeof id), 2);
+  ember_command_t cmds[4];
+  size_t n = consume_commands(cc, id, 2, 20000, cmds, 4);
+  assert_int_equal(n, 2);
+  bool h1 = false, h2 = false;
+  for (size_t i = 0; i < n; i++) {
+    h1 |= strcmp(cmds[i].host, "h1") == 0;
+    h2 |= strcmp(cmds[i].host, "h2") == 0;
+    ember_command_clear(&cmds[i]);
+  }
+  assert_true(h1 && h2);
+  rd_kafka_consumer_close(cc);
+  rd_kafka_destroy(cc);
+  expect_error("POST", "/api/v1/sessions", "{\"worker\":\"w-sess\",\"instances\":0}", 400,
+               "instances");
+
+  /* Both hosts reject: the session fails, with their reasons. */
+  bool failed = false;
+  for (int t = 0; t < 30 && !failed; t++) {
+    produce_event_msg(id, "h1", EMBER_EV_REJECTED, 0, "pid 100 is already being sampled");
+    produce_event_msg(id, "h2", EMBER_EV_REJECTED, 0, "no such actor here");
+    failed = wait_state(id, "failed", 1000);
+  }
+  assert_true(failed);
+  char path[128];
+  snprintf(path, sizeof path, "/api/v1/sessions/%s", id);
+  json_t *j = get_json(path, 200);
+  json_t *hosts = json_object_get(j, "hosts");
+  assert_int_equal(json_array_size(hosts), 2);
+  for (size_t i = 0; i < 2; i++) {
+    json_t *h = json_array_get(hosts, i);
+    assert_string_equal(json_string_value(json_object_get(h, "state")), "rejected");
+    assert_non_null(json_string_value(json_object_get(h, "message")));
+  }
+  assert_true(json_is_null(json_object_get(j, "result")));
+  json_decref(j);
+  snprintf(path, sizeof path, "/api/v1/sessions/%s/profile", id);
+  expect_error("GET", path, NULL, 409, "failed");
+
+  /* session.max_active = 3: a fourth active session is a 429. */
+  char ids[3][64];
+  for (size_t i = 0; i < 3; i++) post_session("{\"actor\":\"C\"}", ids[i], sizeof ids[i]);
+  expect_error("POST", "/api/v1/sessions", "{\"actor\":\"A\"}", 429, "session.max_active");
+  snprintf(path, sizeof path, "/api/v1/sessions/%s/cancel", ids[0]);
+  assert_int_equal(http("POST", path, TOKEN, NULL, NULL, 0), 200);
+  post_session("{\"actor\":\"A\"}", id, sizeof id); /* room again */
+
+  static char body[1 << 16];
+  assert_true(http("GET", "/metrics", TOKEN, NULL, body, sizeof body) == 200);
+  assert_non_null(strstr(body, "ember_sessions_created_total 5"));
+  assert_non_null(strstr(body, "ember_sessions_failed_total 1"));
+  assert_non_null(strstr(body, "ember_sessions_cancelled_total 1"));
+  ember__collector_stop(c);
+  ember_kafka_free(k);
+  ember_config_free(cfg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sessions_end_to_end),
+      cmocka_unit_test(test_sessions_instances_failure_limit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
