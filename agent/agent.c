@@ -114,7 +114,7 @@ typedef struct agent {
   pid_t self;
 
   uv_loop_t loop;
-  uv_timer_t window_timer, scan_timer, targets_timer, metrics_timer;
+  uv_timer_t window_timer, scan_timer, targets_timer, metrics_timer, sweep_timer;
   uv_signal_t sigterm, sigint;
   uv_poll_t netlink_poll;
   bool netlink_polling;
@@ -683,6 +683,19 @@ static void on_targets_timer(uv_timer_t *t) {
   }
 }
 
+/* Control files of preloaded processes that died without their exit
+ * handlers (SIGKILL, _exit) stay in /dev/shm (4 KiB each): removed at
+ * start and hourly. */
+#define SWEEP_INTERVAL_MS (3600u * 1000u)
+static void on_sweep_timer(uv_timer_t *t) {
+  (void)t;
+  int n = ember__alloc_preload_sweep();
+  if (n > 0) EMBER_INFO("agent", "removed %d allocation-sampler file(s) of ended processes", n);
+  if (n < 0 && n != -ENOENT)
+    EMBER_WARN("agent", "cannot sweep /dev/shm for allocation-sampler files: %s",
+               ember_strerror(n));
+}
+
 static void on_metrics_timer(uv_timer_t *t) {
   agent_t *a = t->data;
   ember__sampler_stats_t ss;
@@ -943,6 +956,9 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
   uv_timer_init(&a->loop, &a->metrics_timer);
   a->metrics_timer.data = a;
   uv_timer_start(&a->metrics_timer, on_metrics_timer, 0, 1000);
+  uv_timer_init(&a->loop, &a->sweep_timer);
+  a->sweep_timer.data = a;
+  uv_timer_start(&a->sweep_timer, on_sweep_timer, 0, SWEEP_INTERVAL_MS);
   int nfd = ember__discovery_fd(a->disc);
   if (nfd >= 0 && uv_poll_init(&a->loop, &a->netlink_poll, nfd) == 0) {
     a->netlink_poll.data = a;

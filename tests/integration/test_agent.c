@@ -136,7 +136,18 @@ static void test_agent_profiles_real_programs(void **state) {
            (long long)(ember_time_now_ns() / 1000000));
   snprintf(log_path, sizeof log_path, "%s/agent-%s.log", EMBER_TEST_TMP, host_id);
   const char *brokers = tu_bootstrap();
+  /* The allocation sampler's control file of a process that died without
+   * its exit handlers: the agent sweeps it at start. */
+  const char *true_argv[] = {"/bin/true", NULL};
+  pid_t dead = tu_spawn(true_argv, NULL, NULL);
+  assert_true(tu_wait(dead, 5000) != -1);
+  char stale[64];
+  snprintf(stale, sizeof stale, "/dev/shm/ember-alloc.%d", (int)dead);
+  FILE *sf = fopen(stale, "w");
+  assert_non_null(sf);
+  fclose(sf);
   pid_t agent = start_agent(brokers, NULL);
+  if (access(stale, F_OK) == 0) fail_msg("the agent left %s (log: %s)", stale, log_path);
 
   const char *burn_argv[] = {EMBER_TEST_PROGRAMS "/burn", "6", NULL};
   const char *burn_env[] = {"EMBER_WORKER=ember-it-burn", "EMBER_VERSION=1.2.3",
