@@ -22,31 +22,48 @@ static int maybe_commit(rctx_t *r, bool force) {
   return ember__store_err(mdb_txn_begin(r->s->env, NULL, 0, &r->txn));
 }
 
-/* Delete the keys of series `sid` in `db` whose time is below `cutoff`. */
-static int delete_series(rctx_t *r, ember__db_t db, uint32_t sid, int64_t cutoff) {
+/* What a scan does with one entry. */
+typedef enum verdict { V_DELETE, V_SKIP, V_STOP, V_CORRUPT } verdict_t;
+
+/* Delete from `db`, scanning from `from` (len <= 64 bytes) in key order,
+ * the entries `judge` says to, at most max_per_txn per transaction. After
+ * each delete the cursor seeks again from the deleted key rather than rely
+ * on where a delete leaves it; after a commit the scan resumes there. */
+static int delete_where(rctx_t *r, ember__db_t db, const uint8_t *from, size_t len,
+                        verdict_t (*judge)(const MDB_val *k, const MDB_val *v, const void *ctx),
+                        const void *ctx) {
+  uint8_t resume[64];
+  if (len > sizeof resume) return -EINVAL;
+  memcpy(resume, from, len);
   for (;;) {
     MDB_cursor *cur = NULL;
-    uint8_t key[8 + 4] = {0};
-    ember__put_be32(key, sid);
-    ember__put_time(key + 4, INT64_MIN);
-    MDB_val k = {.mv_size = sizeof key, .mv_data = key}, v;
+    MDB_val k = {.mv_size = len, .mv_data = resume}, v;
     int rc = ember__store_err(mdb_cursor_open(r->txn, r->s->dbi[db], &cur));
     if (rc < 0) return rc;
     int mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
     bool full = false;
     while (mrc == MDB_SUCCESS && !full) {
-      if (k.mv_size < 12) {
+      verdict_t verdict = judge(&k, &v, ctx);
+      if (verdict == V_CORRUPT) {
         rc = EMBER_ECORRUPT;
         break;
       }
-      if (ember__get_be32(k.mv_data) != sid || ember__get_time((uint8_t *)k.mv_data + 4) >= cutoff)
+      if (verdict == V_STOP) break;
+      if (verdict == V_SKIP) {
+        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+        continue;
+      }
+      if (k.mv_size > sizeof resume) {
+        rc = EMBER_ECORRUPT;
         break;
+      }
+      len = k.mv_size;
+      memcpy(resume, k.mv_data, len);
       rc = ember__store_err(mdb_cursor_del(cur, 0));
       if (rc < 0) break;
       r->deleted++;
       full = ++r->in_txn >= r->max_per_txn;
-      /* Seek again rather than rely on where a delete leaves the cursor. */
-      k = (MDB_val){.mv_size = sizeof key, .mv_data = key};
+      k = (MDB_val){.mv_size = len, .mv_data = resume};
       mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
     }
     mdb_cursor_close(cur);
@@ -58,42 +75,42 @@ static int delete_series(rctx_t *r, ember__db_t db, uint32_t sid, int64_t cutoff
   }
 }
 
+typedef struct series_cut {
+  uint32_t sid;
+  int64_t cutoff;
+} series_cut_t;
+
+/* Keys (series, time) in time order: delete up to the cutoff, then stop. */
+static verdict_t judge_series(const MDB_val *k, const MDB_val *v, const void *ctx) {
+  (void)v;
+  const series_cut_t *c = ctx;
+  if (k->mv_size < 12) return V_CORRUPT;
+  if (ember__get_be32(k->mv_data) != c->sid ||
+      ember__get_time((const uint8_t *)k->mv_data + 4) >= c->cutoff)
+    return V_STOP;
+  return V_DELETE;
+}
+
+/* Delete the keys of series `sid` in `db` whose time is below `cutoff`. */
+static int delete_series(rctx_t *r, ember__db_t db, uint32_t sid, int64_t cutoff) {
+  uint8_t key[8 + 4];
+  ember__put_be32(key, sid);
+  ember__put_time(key + 4, INT64_MIN);
+  series_cut_t c = {sid, cutoff};
+  return delete_where(r, db, key, sizeof key, judge_series, &c);
+}
+
+/* Idempotency keys carry their window's time in the value. */
+static verdict_t judge_idem(const MDB_val *k, const MDB_val *v, const void *ctx) {
+  if (k->mv_size != EMBER__IDEM_KEY_LEN || v->mv_size != 8) return V_CORRUPT;
+  return ember__get_time(v->mv_data) < *(const int64_t *)ctx ? V_DELETE : V_SKIP;
+}
+
 /* Delete idempotency keys whose window started below `cutoff`. They are
- * keyed by agent, not time, so this is one pass over the table, resumed
- * from the last key after each commit. */
+ * keyed by agent, not time, so this is one pass over the table. */
 static int delete_idem(rctx_t *r, int64_t cutoff) {
-  uint8_t resume[EMBER__IDEM_KEY_LEN] = {0};
-  for (;;) {
-    MDB_cursor *cur = NULL;
-    MDB_val k = {.mv_size = sizeof resume, .mv_data = resume}, v;
-    int rc = ember__store_err(mdb_cursor_open(r->txn, r->s->dbi[EMBER__DB_IDEM], &cur));
-    if (rc < 0) return rc;
-    int mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-    bool full = false;
-    while (mrc == MDB_SUCCESS && !full) {
-      if (k.mv_size != EMBER__IDEM_KEY_LEN || v.mv_size != 8) {
-        rc = EMBER_ECORRUPT;
-        break;
-      }
-      if (ember__get_time(v.mv_data) >= cutoff) {
-        mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
-        continue;
-      }
-      memcpy(resume, k.mv_data, sizeof resume);
-      rc = ember__store_err(mdb_cursor_del(cur, 0));
-      if (rc < 0) break;
-      r->deleted++;
-      full = ++r->in_txn >= r->max_per_txn;
-      k = (MDB_val){.mv_size = sizeof resume, .mv_data = resume};
-      mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
-    }
-    mdb_cursor_close(cur);
-    if (rc < 0) return rc;
-    if (mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND) return ember__store_err(mrc);
-    if (!full) return 0;
-    rc = maybe_commit(r, true);
-    if (rc < 0) return rc;
-  }
+  static const uint8_t first[EMBER__IDEM_KEY_LEN] = {0};
+  return delete_where(r, EMBER__DB_IDEM, first, sizeof first, judge_idem, &cutoff);
 }
 
 int ember_store_retain(ember_store_t *s, int64_t before_ns, size_t max_per_txn, uint64_t *deleted) {
