@@ -78,11 +78,23 @@ static void test_collector_sigkill_loses_nothing(void **state) {
   port = tu_free_port();
   c = start_collector(port);
   int64_t got = -1, work_b = 0;
+  double lag_max = 0;
   for (int t = 0; t < 1200 && got != want; t++) {
     usleep(100000);
+    double lag = tu_metric(port, "ember_collector_consumer_lag");
+    if (lag > lag_max) lag_max = lag;
     got = stored_samples(worker, &work_b);
     if (got > want) break;
   }
+  /* The backlog showed as consumer lag, and drains to zero. */
+  double lag = -1;
+  for (int t = 0; t < 100 && lag != 0; t++) {
+    lag = tu_metric(port, "ember_collector_consumer_lag");
+    if (lag != 0) usleep(100000);
+  }
+  print_message("consumer lag: at most %.0f while catching up, %.0f at the end\n", lag_max, lag);
+  assert_true(lag_max > 0);
+  assert_true(lag == 0);
   double dups = tu_metric(port, "ember_collector_duplicates_total");
   stop_collector(c);
   got = stored_samples(worker, &work_b);
