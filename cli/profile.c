@@ -48,7 +48,9 @@ const char ember__usage_profile_notes[] =
     "  unit: 500ms, 5s, 1m; default 5000) at --hz (default 1000), shows progress on\n"
     "  stderr, then writes the merged result as query does. Ctrl-C cancels the\n"
     "  session on the server (exit 130). A worker or actor the server does not know\n"
-    "  is a bad argument (exit 2); a failed or expired session is exit 1.\n";
+    "  is a bad argument (exit 2); a failed or expired session is exit 1.\n"
+    "  Both commands also take --server URL (default $EMBER_SERVER, else\n"
+    "  http://127.0.0.1:7272) and --token T (default $EMBER_TOKEN).\n";
 
 enum { CMD_PROFILE = 1u, CMD_SESSIONS = 2u, CMD_ALL = 3u };
 

@@ -489,6 +489,7 @@ static void test_cli_profile_usage_errors(void **state) {
   RUN(&r, "profile", "--help");
   expect(&r, 0, NULL);
   assert_non_null(strstr(r.out, "ember profile --worker W | --actor A"));
+  assert_non_null(strstr(r.out, "--token T (default $EMBER_TOKEN)"));
 }
 
 static void test_cli_profile_no_samples(void **state) {
