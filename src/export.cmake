@@ -14,7 +14,8 @@ target_sources(ember PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/export_pprof.c
   ${CMAKE_CURRENT_SOURCE_DIR}/export_folded.c
   ${CMAKE_CURRENT_SOURCE_DIR}/export_json.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/export_diff.c)
+  ${CMAKE_CURRENT_SOURCE_DIR}/export_diff.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/calltree.c)
 target_link_libraries(ember PRIVATE ember_pprof_proto)
 
 # Tests read exports back with the generated pprof.pb-c.h. The private link
