@@ -464,7 +464,11 @@ static void uprobe_sample(ember__alloc_session_t *s, const unsigned char *rec, s
   case FN_CALLOC:
     if (__builtin_mul_overflow(rdi, rsi, &bytes)) return; /* calloc fails */
     break;
-  default: bytes = rsi; break;
+  default:
+    /* glibc's realloc(NULL, n) calls malloc, whose probe counts it. */
+    if (rdi == 0) return;
+    bytes = rsi;
+    break;
   }
   if (bytes == 0) return; /* malloc(0) and realloc(p, 0) allocate nothing */
   size_t n = 0;

@@ -525,6 +525,14 @@ function exploreView() {
   const rangeSel = h('select', { testid: 'range-select', title: 'Time range' });
   const rangeText = h('span', { class: 'range-text' });
   const downloads = h('span', { class: 'downloads' });
+  // Refresh: load the same view again (new windows arrive every 10 s);
+  // Live: do it every 10 s while the range ends now.
+  const refreshBtn = h('button', { type: 'button', testid: 'refresh', title: 'Load again' }, 'Refresh');
+  const liveBox = h('input', { type: 'checkbox', testid: 'live' });
+  const LIVE_MS = 10000;
+  let liveTimer = null;
+  refreshBtn.addEventListener('click', () => { loaded = ''; load(true); });
+  liveBox.addEventListener('change', () => set({ live: liveBox.checked ? '1' : null }, { replace: true }));
   const topTable = h('table', { class: 'top', testid: 'top-table' });
   const topEmpty = h('div', { class: 'empty' });
 
@@ -556,7 +564,9 @@ function exploreView() {
         h('h1', { class: 'title', testid: 'explore-title' }, ''),
         h('label', {}, 'Version ', versionSel), h('label', {}, 'Host ', hostSel),
         h('label', {}, 'Actor ', actorSel), h('label', {}, 'Type ', typeSel),
-        h('label', {}, 'Range ', rangeSel), rangeText, h('span', { class: 'spacer' }), downloads),
+        h('label', {}, 'Range ', rangeSel), rangeText, refreshBtn,
+        h('label', { title: 'Refresh every 10 s while the range ends now' }, liveBox, ' live'),
+        h('span', { class: 'spacer' }), downloads),
       tl.el, flame.el,
       h('section', { class: 'panel' }, h('div', { class: 'toolbar' }, h('strong', {}, 'Top functions'), h('span', { class: 'hint' }, ' click a row to find it in the flamegraph')), topEmpty, h('div', { class: 'top-panel' }, topTable))));
 
@@ -600,8 +610,9 @@ function exploreView() {
     topEmpty.textContent = 'No functions in this selection.';
   }
 
-  async function load() {
-    const key = params.toString();
+  // quiet: a refresh of what is on screen, which stays until the new data
+  // replaces it (no loading placeholders).
+  async function load(quiet = false) {
     const worker = params.get('worker');
     const { from, to } = rangeParams(params);
     const type = params.get('type') || 'cpu';
@@ -613,6 +624,12 @@ function exploreView() {
     fillSelect(rangeSel, [...RANGES, ...(preset === 'custom' ? [['custom', 'brushed range']] : [])], preset);
     rangeText.textContent = preset === 'custom' ? rangeLabel(params) : '';
     const versions = params.getAll('version');
+    // Live refresh only makes sense for a range that ends now.
+    const live = params.get('live') === '1' && preset !== 'custom';
+    liveBox.checked = live;
+    liveBox.disabled = preset === 'custom';
+    clearTimeout(liveTimer);
+    if (live) liveTimer = setTimeout(() => { loaded = ''; load(true); }, LIVE_MS);
     const dataKey = JSON.stringify([worker, versions, params.get('host'), params.get('actor'), type, from, to, sort.key === 'total' ? 'total' : 'self']);
     if (dataKey === loaded) {
       // Only zoom, search or the table order changed (or back/forward).
@@ -657,11 +674,13 @@ function exploreView() {
       const psel = { ...sel, version: versions, from, to, type };
       downloads.replaceChildren(...[['pprof', 'pprof', 'pb.gz'], ['folded', 'folded', 'folded'], ['speedscope', 'speedscope', 'speedscope.json']].map(([f, label, ext]) => downloadLink(`download-${f}`, label, apiUrl('/api/v1/profile', { ...psel, format: f }).toString(), `${worker}-${type}.${ext}`)));
       setBusy('explore', `Loading ${worker}…`);
-      tl.loading('Loading the timeline…');
-      flame.loading(`Loading the ${TYPES.find(([k]) => k === type)?.[1] ?? type} profile of ${worker} (${rangeLabel(params)})…`);
-      topEmpty.hidden = false;
-      topEmpty.textContent = 'Loading…';
-      topTable.replaceChildren();
+      if (!quiet) {
+        tl.loading('Loading the timeline…');
+        flame.loading(`Loading the ${TYPES.find(([k]) => k === type)?.[1] ?? type} profile of ${worker} (${rangeLabel(params)})…`);
+        topEmpty.hidden = false;
+        topEmpty.textContent = 'Loading…';
+        topTable.replaceChildren();
+      }
       const [timelineData, tree, top] = await Promise.all([
         api('/api/v1/timeline', { ...sel, from, to, limit: 50 }, { signal }),
         api('/api/v1/profile', { ...psel, format: 'tree', max_nodes: MAX_NODES }, { signal }),
@@ -694,6 +713,7 @@ function exploreView() {
     },
     destroy() {
       if (ctl) ctl.abort();
+      clearTimeout(liveTimer);
       setBusy('explore', null);
     },
   };

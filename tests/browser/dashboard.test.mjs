@@ -9,7 +9,7 @@
 // worker with versions 1.0 (shared_work, old_path) and 2.0 (shared_work,
 // new_path), all on HOST. The steps: explore (worker list and filter,
 // flamegraph, selects, top table), explore-zoom, explore-search,
-// explore-reload (the hash restores the view), explore-range (preset,
+// explore-reload (the hash restores the view; refresh and live), explore-range (preset,
 // timeline brush, version, Back), explore-error (an API error reaches the
 // banner), explore-versions (1.0 and 2.0 chosen together add up), compare
 // (1.0 against 2.0: diff flamegraph and table; its link
@@ -310,6 +310,17 @@ await step('explore-reload', async () => {
   await page.reload();
   await flameWith('flame', ['burn_hot', 'burn_cold']);
   assert.equal(await hash(), h);
+  // Refresh asks the server again and keeps the view; live goes in the URL.
+  const again = page.waitForResponse((r) => r.url().includes('/api/v1/profile') && r.status() === 200);
+  await page.locator(tid('refresh')).click();
+  await again;
+  await flameWith('flame', ['burn_hot', 'burn_cold']);
+  await settled();
+  assert.equal(await hash(), h);
+  await page.locator(tid('live')).check();
+  await until('the hash to hold live=1', () => location.hash.includes('live=1'));
+  await page.locator(tid('live')).uncheck();
+  await until('the hash to drop live', () => !location.hash.includes('live='));
 }, 'explore');
 
 await step('explore-range', async () => {

@@ -11,6 +11,10 @@
  *                           what it wrote and read (same with or without
  *                           an allocation sampler)
  *
+ * With ALLOC_VIA_REALLOC=1 in the environment alloc_big allocates with
+ * realloc(NULL, 3072) instead of malloc (same bytes): glibc's realloc then
+ * calls malloc inside, which a profiler must not count twice.
+ *
  * Built with frame pointers and no inlining (tests/CMakeLists.txt), so a
  * stack reads main -> run -> alloc_big|alloc_small -> malloc|calloc. */
 #include <stdint.h>
@@ -20,6 +24,7 @@
 #include <time.h>
 
 static volatile uint64_t sink;
+static int via_realloc;
 
 static int64_t cpu_ns(void) {
   struct timespec ts;
@@ -34,7 +39,9 @@ static int64_t wall_ns(void) {
 }
 
 __attribute__((noinline)) void alloc_big(uint64_t i) {
-  unsigned char *p = malloc(3072);
+  /* Through a volatile: GCC folds realloc(NULL, n) into malloc(n). */
+  static void *volatile none;
+  unsigned char *p = via_realloc ? realloc(none, 3072) : malloc(3072);
   if (p == NULL) abort();
   p[0] = (unsigned char)i;
   p[3071] = (unsigned char)(i >> 8);
@@ -70,6 +77,8 @@ __attribute__((noinline)) uint64_t run(int64_t ns, int64_t per_ms, int64_t count
 }
 
 int main(int argc, char **argv) {
+  const char *vr = getenv("ALLOC_VIA_REALLOC");
+  via_realloc = vr != NULL && strcmp(vr, "1") == 0;
   if (argc == 3 && strcmp(argv[1], "-n") == 0) {
     char *endp = NULL;
     long n = strtol(argv[2], &endp, 10);

@@ -89,11 +89,15 @@ static void on_stack(void *ctx, const uint64_t *ips, size_t n, int64_t objects, 
   t->other_bytes += bytes;
 }
 
-/* Run the program at a steady pace, profile it for ~1.5 s, check 3:1. */
-static void profile_and_check(ember__alloc_method_t m, uint64_t sample_bytes) {
+/* Run the program at a steady pace, profile it for ~1.5 s, check 3:1.
+ * via_realloc: alloc_big allocates with realloc(NULL, n). */
+static void profile_and_check(ember__alloc_method_t m, uint64_t sample_bytes, bool via_realloc) {
   const char *argv[] = {ALLOC_PROG, "6", "20", NULL};
-  const char *env[] = {PRELOAD, NULL};
-  pid_t pid = tu_spawn(argv, m == EMBER__ALLOC_PRELOAD ? env : NULL, NULL);
+  const char *env[3] = {NULL, NULL, NULL};
+  size_t ne = 0;
+  if (m == EMBER__ALLOC_PRELOAD) env[ne++] = PRELOAD;
+  if (via_realloc) env[ne++] = "ALLOC_VIA_REALLOC=1";
+  pid_t pid = tu_spawn(argv, ne ? env : NULL, NULL);
   assert_true(pid > 0);
   wait_ready(pid, m == EMBER__ALLOC_PRELOAD);
   tally_t t = {.pid = pid};
@@ -141,14 +145,25 @@ static void profile_and_check(ember__alloc_method_t m, uint64_t sample_bytes) {
 
 static void test_alloc_uprobe_ratio(void **state) {
   (void)state;
-  profile_and_check(EMBER__ALLOC_UPROBE, 0);
+  profile_and_check(EMBER__ALLOC_UPROBE, 0, false);
+}
+
+/* glibc's realloc(NULL, n) calls malloc: the bytes count once. */
+static void test_alloc_uprobe_realloc_null(void **state) {
+  (void)state;
+  profile_and_check(EMBER__ALLOC_UPROBE, 0, true);
 }
 
 static void test_alloc_preload_ratio(void **state) {
   (void)state;
   /* 20k iterations/s x 4 KiB = 80 MB/s: ~2400 samples/s at 32 KiB, so the
    * ratio's sampling error (~4%) stays well inside the 15% allowed. */
-  profile_and_check(EMBER__ALLOC_PRELOAD, 32 * 1024);
+  profile_and_check(EMBER__ALLOC_PRELOAD, 32 * 1024, false);
+}
+
+static void test_alloc_preload_realloc_null(void **state) {
+  (void)state;
+  profile_and_check(EMBER__ALLOC_PRELOAD, 32 * 1024, true);
 }
 
 static bool file_exists(const char *path) {
@@ -265,7 +280,9 @@ int main(void) {
       cmocka_unit_test(test_alloc_preload_absent),
       cmocka_unit_test(test_alloc_preload_dormant),
       cmocka_unit_test(test_alloc_uprobe_ratio),
+      cmocka_unit_test(test_alloc_uprobe_realloc_null),
       cmocka_unit_test(test_alloc_preload_ratio),
+      cmocka_unit_test(test_alloc_preload_realloc_null),
       cmocka_unit_test(test_alloc_uprobe_process_exits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
