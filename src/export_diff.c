@@ -3,7 +3,6 @@
  * include/ember/export.h and docs/internals/export.md. */
 #include <errno.h>
 #include <stdbool.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>

@@ -2,8 +2,6 @@
  * the dashboard draws. Both are built as jansson values and dumped into
  * the caller's ember_buf_t. See docs/internals/export.md. */
 #include <errno.h>
-#include <stdbool.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
