@@ -617,7 +617,7 @@ static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *e
     rc = ember_config_get_duration_ns(cfg, "retention_interval", 600 * NS_PER_S, NS_PER_S,
                                       86400 * NS_PER_S, &c->retention_every_ns, err, n);
   ember_codec_limits_default(&c->lim);
-  int64_t max_dur = 0, keep = 0;
+  int64_t max_dur = 0, keep = 0, answer = 0;
   uint64_t max_hz = 0, max_active = 0;
   if (rc == 0)
     rc = ember_config_get_duration_ns(cfg, "session.max_duration", 60 * NS_PER_S, NS_PER_S / 1000,
@@ -628,10 +628,14 @@ static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *e
   if (rc == 0)
     rc = ember_config_get_duration_ns(cfg, "session.keep", 86400 * NS_PER_S, NS_PER_S,
                                       30 * 86400 * NS_PER_S, &keep, err, n);
+  if (rc == 0)
+    rc = ember_config_get_duration_ns(cfg, "session.answer_timeout", 30 * NS_PER_S, NS_PER_S,
+                                      3600 * NS_PER_S, &answer, err, n);
   c->session_opts = (ember__csessions_opts_t){.max_duration_ms = (uint32_t)(max_dur / 1000000),
                                               .max_hz = (uint32_t)max_hz,
                                               .max_active = (size_t)max_active,
-                                              .keep_ns = keep};
+                                              .keep_ns = keep,
+                                              .answer_timeout_ns = answer};
   return rc;
 }
 

@@ -22,7 +22,7 @@
 #define MS_NS           1000000LL
 #define ACTIVE_NS       (60LL * 1000 * MS_NS) /* a target seen this recently is active */
 #define COMMAND_TTL_MS  30000u
-#define EXPIRE_AFTER_NS (30LL * 1000 * MS_NS) /* past ends_ms */
+#define EXPIRE_AFTER_NS (30LL * 1000 * MS_NS) /* past ends_ms, unless configured */
 #define RESULT_GRACE_NS (10LL * 1000 * MS_NS) /* after the last host answered */
 #define MAX_SEEN        64                    /* result (agent, seq) kept per host */
 #define ID_HEX          32
@@ -75,7 +75,7 @@ struct ember__csessions {
   rd_kafka_t *producer;
   uint32_t max_duration_ms, max_hz;
   size_t max_active;
-  int64_t keep_ns;
+  int64_t keep_ns, answer_timeout_ns;
   session_t **v; /* oldest first */
   size_t n, cap;
   ember_metric_t *m_created, *m_done, *m_failed, *m_expired, *m_cancelled, *m_commands,
@@ -121,6 +121,7 @@ int ember__csessions_new(const ember__csessions_opts_t *o, ember__csessions_t **
   s->max_hz = o->max_hz ? o->max_hz : 1000;
   s->max_active = o->max_active ? o->max_active : 100;
   s->keep_ns = o->keep_ns ? o->keep_ns : 86400LL * 1000 * MS_NS;
+  s->answer_timeout_ns = o->answer_timeout_ns ? o->answer_timeout_ns : EXPIRE_AFTER_NS;
   ember_metrics_t *m = o->metrics;
   if (m != NULL) {
     s->m_created =
@@ -408,7 +409,7 @@ static void settle(ember__csessions_t *s, session_t *x, int64_t now_ns) {
     finish(s, x, S_CANCELLED, now_ns);
     return;
   }
-  if (now_ns > ends_ns(x) + EXPIRE_AFTER_NS) {
+  if (now_ns > ends_ns(x) + s->answer_timeout_ns) {
     finish(s, x, x->cancel_requested ? S_CANCELLED : S_EXPIRED, now_ns);
     return;
   }

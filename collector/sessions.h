@@ -43,11 +43,14 @@ typedef struct ember__csessions_opts {
   uint32_t max_hz;             /* session.max_hz; 0 = 1000 */
   size_t max_active;           /* session.max_active; 0 = 100 */
   int64_t keep_ns;             /* session.keep; 0 = 24 h */
+  int64_t answer_timeout_ns;   /* session.answer_timeout: past its end, a session whose
+                                  hosts have not all answered expires; 0 = 30 s */
 } ember__csessions_opts_t;
 
 /* The session config keys, with their defaults. */
 #define EMBER__CSESSION_CONFIG_KEYS                                                                \
-  "session.max_duration", "session.max_hz", "session.max_active", "session.keep"
+  "session.max_duration", "session.max_hz", "session.max_active", "session.keep",                  \
+      "session.answer_timeout"
 
 int ember__csessions_new(const ember__csessions_opts_t *opts, ember__csessions_t **out);
 void ember__csessions_free(ember__csessions_t *s);

@@ -406,10 +406,14 @@ static void test_sessions_instances_failure_limit(void **state) {
   snprintf(dir, sizeof dir, "%s/sessions2-%d", EMBER_TEST_TMP, (int)getpid());
   ember_config_t *cfg = NULL;
   assert_int_equal(ember_config_new(&cfg), 0);
-  const char *kv[][2] = {
-      {"brokers", "embedded"},    {"data_dir", dir},  {"api.listen", "127.0.0.1:0"},
-      {"store.sync", "false"},    {"retention", "0"}, {"api.token", "s3ss"},
-      {"session.max_active", "3"}};
+  const char *kv[][2] = {{"brokers", "embedded"},
+                         {"data_dir", dir},
+                         {"api.listen", "127.0.0.1:0"},
+                         {"store.sync", "false"},
+                         {"retention", "0"},
+                         {"api.token", "s3ss"},
+                         {"session.max_active", "3"},
+                         {"session.answer_timeout", "1s"}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
     assert_int_equal(ember_config_set(cfg, kv[i][0], kv[i][1]), 0);
   ember_kafka_t *k = NULL;
@@ -471,6 +475,17 @@ static void test_sessions_instances_failure_limit(void **state) {
   snprintf(path, sizeof path, "/api/v1/sessions/%s/profile", id);
   expect_error("GET", path, NULL, 409, "failed");
 
+  /* A host that never answers: expired once the session's end is 1 s
+   * (session.answer_timeout) past, with the host still "sent". */
+  assert_int_equal(post_session("{\"actor\":\"B\",\"duration_ms\":500}", id, sizeof id), 1);
+  assert_true(wait_state(id, "expired", 15000));
+  snprintf(path, sizeof path, "/api/v1/sessions/%s", id);
+  j = get_json(path, 200);
+  assert_string_equal(
+      json_string_value(json_object_get(json_array_get(json_object_get(j, "hosts"), 0), "state")),
+      "sent");
+  json_decref(j);
+
   /* session.max_active = 3: a fourth active session is a 429. */
   char ids[3][64];
   for (size_t i = 0; i < 3; i++) post_session("{\"actor\":\"C\"}", ids[i], sizeof ids[i]);
@@ -481,7 +496,8 @@ static void test_sessions_instances_failure_limit(void **state) {
 
   static char body[1 << 16];
   assert_true(http("GET", "/metrics", TOKEN, NULL, body, sizeof body) == 200);
-  assert_non_null(strstr(body, "ember_sessions_created_total 5"));
+  assert_non_null(strstr(body, "ember_sessions_created_total 6"));
+  assert_non_null(strstr(body, "ember_sessions_expired_total 1"));
   assert_non_null(strstr(body, "ember_sessions_failed_total 1"));
   assert_non_null(strstr(body, "ember_sessions_cancelled_total 1"));
   ember__collector_stop(c);
