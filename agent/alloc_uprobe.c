@@ -1,9 +1,11 @@
 /* Allocation sessions (agent/alloc.h): the method-independent session and
  * stack aggregate, and the uprobe method.
  *
- * The uprobe method puts a uprobe perf event on malloc, calloc and realloc
- * of the libc the process maps, sampling every call with its user
- * callchain (frame pointers), the size argument registers and the top 16
+ * The uprobe method puts a uprobe perf event on malloc, calloc, realloc and
+ * the aligned allocators (memalign, aligned_alloc, posix_memalign; an alias
+ * of another is probed once) of the libc the process maps, sampling every
+ * call with its user callchain (frame pointers), the size argument
+ * registers and the top 16
  * bytes of the user stack (the return address: at a probe on a function's
  * first instruction rbp still belongs to the caller, so the frame-pointer
  * chain skips the direct caller). Per-process events cannot be mmapped
@@ -33,14 +35,27 @@
 #include "sampler.h"
 
 #define MAX_CPUS      1024
-#define MAX_EVENTS    4096  /* threads x CPUs x 3 functions */
+#define MAX_EVENTS    4096  /* threads x CPUs x functions probed */
 #define RING_PAGES    256   /* data pages per CPU ring: 1 MiB */
 #define MAX_STACKS    65536 /* distinct stacks per session */
 #define MAX_CHAIN     128   /* perf_event_max_stack is 127 by default */
 #define SCRATCH_BYTES 65536
 
-enum { FN_MALLOC, FN_CALLOC, FN_REALLOC, FN_COUNT };
-static const char *const fn_names[FN_COUNT] = {"malloc", "calloc", "realloc"};
+/* The first FN_REQUIRED must exist; the aligned ones are probed when the
+ * libc has them. Where the size is: malloc rdi; calloc rdi * rsi; realloc,
+ * memalign, aligned_alloc rsi; posix_memalign rdx. */
+enum {
+  FN_MALLOC,
+  FN_CALLOC,
+  FN_REALLOC,
+  FN_REQUIRED,
+  FN_MEMALIGN = FN_REQUIRED,
+  FN_ALIGNED_ALLOC,
+  FN_POSIX_MEMALIGN,
+  FN_COUNT
+};
+static const char *const fn_names[FN_COUNT] = {"malloc",   "calloc",        "realloc",
+                                               "memalign", "aligned_alloc", "posix_memalign"};
 
 /* --- the aggregate --- */
 
@@ -199,7 +214,9 @@ static int find_libc(pid_t pid, char *out, size_t size, char *err, size_t n) {
   return rc;
 }
 
-/* File offsets of malloc, calloc, realloc in the ELF file at `path`. */
+/* File offsets of the functions in the ELF file at `path`: 0 for an
+ * optional one that is missing or an alias of one before it (glibc's
+ * aligned_alloc is memalign), which must not be probed twice. */
 static int find_offsets(const char *path, uint64_t off[FN_COUNT], char *err, size_t n) {
   int rc = -ENOENT;
   Elf *e = NULL;
@@ -250,10 +267,12 @@ static int find_offsets(const char *path, uint64_t off[FN_COUNT], char *err, siz
         break;
       }
     }
-    if (off[f] == 0) {
+    if (off[f] == 0 && f < FN_REQUIRED) {
       snprintf(err, n, "%s: no symbol %s in a loaded segment", path, fn_names[f]);
       goto cleanup;
     }
+    for (int g = 0; g < f && off[f] != 0; g++)
+      if (off[g] == off[f]) off[f] = 0;
   }
   rc = 0;
 cleanup:
@@ -318,6 +337,8 @@ static int uprobe_open(pid_t pid, struct uprobe_state **out, char *err, size_t n
   if (rc != 0) return rc;
   rc = find_offsets(libc, off, err, n);
   if (rc != 0) return rc;
+  size_t nfn = 0;
+  for (int f = 0; f < FN_COUNT; f++) nfn += off[f] != 0;
   rc = read_small("/sys/bus/event_source/devices/uprobe/type", buf, sizeof buf);
   buf[strcspn(buf, "\n")] = '\0';
   if (rc != 0 || ember_parse_u64(buf, 0, UINT32_MAX, &type) != 0) {
@@ -335,16 +356,16 @@ static int uprobe_open(pid_t pid, struct uprobe_state **out, char *err, size_t n
     snprintf(err, n, "process %d: %s", (int)pid, strerror(-rc));
     return rc;
   }
-  if (ntids * (size_t)ncpus * FN_COUNT > MAX_EVENTS) {
+  if (ntids * (size_t)ncpus * nfn > MAX_EVENTS) {
     snprintf(err, n,
              "process %d has %zu threads: the uprobe method would need %zu perf events (at most "
              "%d); use the preload method",
-             (int)pid, ntids, ntids * (size_t)ncpus * FN_COUNT, MAX_EVENTS);
+             (int)pid, ntids, ntids * (size_t)ncpus * nfn, MAX_EVENTS);
     rc = -E2BIG;
     goto cleanup;
   }
   u = calloc(1, sizeof *u);
-  size_t maxfds = ntids * (size_t)ncpus * FN_COUNT;
+  size_t maxfds = ntids * (size_t)ncpus * nfn;
   if (u == NULL || (u->fds = calloc(maxfds, sizeof *u->fds)) == NULL ||
       (u->ids = calloc(maxfds, sizeof *u->ids)) == NULL) {
     snprintf(err, n, "out of memory");
@@ -359,6 +380,7 @@ static int uprobe_open(pid_t pid, struct uprobe_state **out, char *err, size_t n
     r->fd = -1;
     for (size_t t = 0; t < ntids; t++) {
       for (int f = 0; f < FN_COUNT; f++) {
+        if (off[f] == 0) continue;
         struct perf_event_attr a = {
             .size = sizeof a,
             .type = (uint32_t)type,
@@ -368,7 +390,8 @@ static int uprobe_open(pid_t pid, struct uprobe_state **out, char *err, size_t n
             .sample_period = 1,
             .sample_type = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP | PERF_SAMPLE_CALLCHAIN |
                            PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER,
-            .sample_regs_user = (1ULL << PERF_REG_X86_SI) | (1ULL << PERF_REG_X86_DI),
+            .sample_regs_user =
+                (1ULL << PERF_REG_X86_DX) | (1ULL << PERF_REG_X86_SI) | (1ULL << PERF_REG_X86_DI),
             .sample_stack_user = 16,
             .exclude_callchain_kernel = 1,
             .inherit = 1,
@@ -423,7 +446,7 @@ static void uprobe_sample(ember__alloc_session_t *s, const unsigned char *rec, s
   struct uprobe_state *u = s->up;
   const unsigned char *p = rec + sizeof(struct perf_event_header);
   const unsigned char *end = rec + size;
-  uint64_t id, ip, nr, abi, regs[2] = {0, 0}, ssize, ret = 0;
+  uint64_t id, ip, nr, abi, regs[3] = {0, 0, 0}, ssize, ret = 0;
   /* IDENTIFIER, IP, CALLCHAIN, REGS_USER, STACK_USER, in perf_event.h's
    * order; every length is checked against the record. */
   if (end - p < 24) goto bad;
@@ -438,9 +461,9 @@ static void uprobe_sample(ember__alloc_session_t *s, const unsigned char *rec, s
   memcpy(&abi, p, 8);
   p += 8;
   if (abi != PERF_SAMPLE_REGS_ABI_NONE) {
-    if (end - p < 16) goto bad;
-    memcpy(regs, p, 16); /* by register number: SI (4), then DI (5) */
-    p += 16;
+    if (end - p < 24) goto bad;
+    memcpy(regs, p, 24); /* by register number: DX (3), SI (4), DI (5) */
+    p += 24;
   }
   if (end - p < 8) goto bad;
   memcpy(&ssize, p, 8);
@@ -458,17 +481,19 @@ static void uprobe_sample(ember__alloc_session_t *s, const unsigned char *rec, s
       break;
     }
   if (fn < 0 || abi == PERF_SAMPLE_REGS_ABI_NONE) goto bad;
-  uint64_t rsi = regs[0], rdi = regs[1], bytes;
+  uint64_t rdx = regs[0], rsi = regs[1], rdi = regs[2], bytes;
   switch (fn) {
   case FN_MALLOC: bytes = rdi; break;
   case FN_CALLOC:
     if (__builtin_mul_overflow(rdi, rsi, &bytes)) return; /* calloc fails */
     break;
-  default:
+  case FN_REALLOC:
     /* glibc's realloc(NULL, n) calls malloc, whose probe counts it. */
     if (rdi == 0) return;
     bytes = rsi;
     break;
+  case FN_POSIX_MEMALIGN: bytes = rdx; break;
+  default: bytes = rsi; break; /* memalign, aligned_alloc */
   }
   if (bytes == 0) return; /* malloc(0) and realloc(p, 0) allocate nothing */
   size_t n = 0;

@@ -1,7 +1,8 @@
 /* libember_alloc.so: an LD_PRELOAD library that lets the agent sample the
  * allocations of this process by bytes, on demand.
  *
- * Dormant, each malloc/calloc/realloc costs the real call plus one load and
+ * Dormant, each malloc/calloc/realloc (and memalign, aligned_alloc,
+ * posix_memalign) costs the real call plus one load and
  * one predictable branch (is sampling on?). The library creates its control
  * file (preload/ember_alloc_shm.h) at start; an agent session turns `on`
  * in it, and from then on each thread samples about one allocation per
@@ -12,6 +13,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -39,6 +41,8 @@ typedef void *(*malloc_fn)(size_t);
 typedef void *(*calloc_fn)(size_t, size_t);
 typedef void *(*realloc_fn)(void *, size_t);
 typedef void (*free_fn)(void *);
+typedef void *(*memalign_fn)(size_t, size_t);
+typedef int (*posix_memalign_fn)(void **, size_t, size_t);
 
 /* Until a session maps nothing else, g_ctl points at this header, whose
  * `on` stays 0: the hot path never tests for NULL. */
@@ -56,6 +60,10 @@ static malloc_fn real_malloc = first_malloc;
 static calloc_fn real_calloc = first_calloc;
 static realloc_fn real_realloc = first_realloc;
 static free_fn real_free = first_free;
+/* The aligned allocators: resolved with the others, NULL if the libc has
+ * none (they then fail with ENOMEM). */
+static memalign_fn real_memalign, real_aligned_alloc;
+static posix_memalign_fn real_posix_memalign;
 
 TLS int t_resolving; /* this thread is inside dlsym */
 TLS int t_busy;      /* this thread is recording a sample */
@@ -104,10 +112,16 @@ static void resolve(void) {
   void *c = dlsym(RTLD_NEXT, "calloc");
   void *r = dlsym(RTLD_NEXT, "realloc");
   void *f = dlsym(RTLD_NEXT, "free");
+  void *ma = dlsym(RTLD_NEXT, "memalign");
+  void *aa = dlsym(RTLD_NEXT, "aligned_alloc");
+  void *pm = dlsym(RTLD_NEXT, "posix_memalign");
   t_resolving = 0;
   if (m == NULL || c == NULL || r == NULL || f == NULL)
     die("libember_alloc: cannot find the next malloc/calloc/realloc/free\n");
   /* POSIX guarantees object/function pointer conversion for dlsym. */
+  __atomic_store_n(&real_memalign, (memalign_fn)ma, __ATOMIC_RELEASE);
+  __atomic_store_n(&real_aligned_alloc, (memalign_fn)aa, __ATOMIC_RELEASE);
+  __atomic_store_n(&real_posix_memalign, (posix_memalign_fn)pm, __ATOMIC_RELEASE);
   __atomic_store_n(&real_free, (free_fn)f, __ATOMIC_RELEASE);
   __atomic_store_n(&real_realloc, (realloc_fn)r, __ATOMIC_RELEASE);
   __atomic_store_n(&real_calloc, (calloc_fn)c, __ATOMIC_RELEASE);
@@ -321,6 +335,42 @@ API void *realloc(void *old, size_t n) {
   if (sampling_on() && p != NULL && n != 0)
     maybe_sample(n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&realloc);
   return p;
+}
+
+/* The aligned allocators. glibc's call none of the hooked functions inside,
+ * so each allocation is seen once. Before the real functions are known
+ * (only dlsym allocates then, and not through these) they resolve first. */
+static void ensure_resolved(void) {
+  if (__atomic_load_n(&real_malloc, __ATOMIC_ACQUIRE) == first_malloc && !t_resolving) resolve();
+}
+
+API void *memalign(size_t align, size_t n) {
+  ensure_resolved();
+  memalign_fn fn = __atomic_load_n(&real_memalign, __ATOMIC_ACQUIRE);
+  void *p = fn != NULL ? fn(align, n) : NULL;
+  if (fn == NULL) errno = ENOMEM;
+  if (sampling_on() && p != NULL)
+    maybe_sample(n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&memalign);
+  return p;
+}
+
+API void *aligned_alloc(size_t align, size_t n) {
+  ensure_resolved();
+  memalign_fn fn = __atomic_load_n(&real_aligned_alloc, __ATOMIC_ACQUIRE);
+  void *p = fn != NULL ? fn(align, n) : NULL;
+  if (fn == NULL) errno = ENOMEM;
+  if (sampling_on() && p != NULL)
+    maybe_sample(n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&aligned_alloc);
+  return p;
+}
+
+API int posix_memalign(void **out, size_t align, size_t n) {
+  ensure_resolved();
+  posix_memalign_fn fn = __atomic_load_n(&real_posix_memalign, __ATOMIC_ACQUIRE);
+  int rc = fn != NULL ? fn(out, align, n) : ENOMEM;
+  if (sampling_on() && rc == 0)
+    maybe_sample(n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&posix_memalign);
+  return rc;
 }
 
 API void free(void *p) {

@@ -11,12 +11,14 @@
  *                           what it wrote and read (same with or without
  *                           an allocation sampler)
  *
- * With ALLOC_VIA_REALLOC=1 in the environment alloc_big allocates with
- * realloc(NULL, 3072) instead of malloc (same bytes): glibc's realloc then
- * calls malloc inside, which a profiler must not count twice.
+ * ALLOC_VIA=realloc|memalign|aligned_alloc|posix_memalign in the
+ * environment makes alloc_big allocate its 3072 bytes with that function
+ * instead of malloc (realloc as realloc(NULL, n), which in glibc calls
+ * malloc inside: a profiler must not count it twice).
  *
  * Built with frame pointers and no inlining (tests/CMakeLists.txt), so a
  * stack reads main -> run -> alloc_big|alloc_small -> malloc|calloc. */
+#include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +26,21 @@
 #include <time.h>
 
 static volatile uint64_t sink;
-static int via_realloc;
+enum { VIA_MALLOC, VIA_REALLOC, VIA_MEMALIGN, VIA_ALIGNED_ALLOC, VIA_POSIX_MEMALIGN };
+static int via;
+
+__attribute__((noinline)) static void *big_block(void) {
+  /* Through a volatile: GCC folds realloc(NULL, n) into malloc(n). */
+  static void *volatile none;
+  void *p = NULL;
+  switch (via) {
+  case VIA_REALLOC: return realloc(none, 3072);
+  case VIA_MEMALIGN: return memalign(64, 3072);
+  case VIA_ALIGNED_ALLOC: return aligned_alloc(64, 3072);
+  case VIA_POSIX_MEMALIGN: return posix_memalign(&p, 64, 3072) == 0 ? p : NULL;
+  default: return malloc(3072);
+  }
+}
 
 static int64_t cpu_ns(void) {
   struct timespec ts;
@@ -39,9 +55,7 @@ static int64_t wall_ns(void) {
 }
 
 __attribute__((noinline)) void alloc_big(uint64_t i) {
-  /* Through a volatile: GCC folds realloc(NULL, n) into malloc(n). */
-  static void *volatile none;
-  unsigned char *p = via_realloc ? realloc(none, 3072) : malloc(3072);
+  unsigned char *p = via == VIA_MALLOC ? malloc(3072) : big_block();
   if (p == NULL) abort();
   p[0] = (unsigned char)i;
   p[3071] = (unsigned char)(i >> 8);
@@ -77,8 +91,11 @@ __attribute__((noinline)) uint64_t run(int64_t ns, int64_t per_ms, int64_t count
 }
 
 int main(int argc, char **argv) {
-  const char *vr = getenv("ALLOC_VIA_REALLOC");
-  via_realloc = vr != NULL && strcmp(vr, "1") == 0;
+  static const char *const vias[] = {"malloc", "realloc", "memalign", "aligned_alloc",
+                                     "posix_memalign"};
+  const char *v = getenv("ALLOC_VIA");
+  for (int i = 0; v != NULL && i < (int)(sizeof vias / sizeof vias[0]); i++)
+    if (strcmp(v, vias[i]) == 0) via = i;
   if (argc == 3 && strcmp(argv[1], "-n") == 0) {
     char *endp = NULL;
     long n = strtol(argv[2], &endp, 10);

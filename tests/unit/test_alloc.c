@@ -90,13 +90,19 @@ static void on_stack(void *ctx, const uint64_t *ips, size_t n, int64_t objects, 
 }
 
 /* Run the program at a steady pace, profile it for ~1.5 s, check 3:1.
- * via_realloc: alloc_big allocates with realloc(NULL, n). */
-static void profile_and_check(ember__alloc_method_t m, uint64_t sample_bytes, bool via_realloc) {
+ * via: NULL, or the function alloc_big allocates with (tests/programs/alloc.c,
+ * ALLOC_VIA). */
+static void profile_and_check(ember__alloc_method_t m, uint64_t sample_bytes, const char *via) {
   const char *argv[] = {ALLOC_PROG, "6", "20", NULL};
   const char *env[3] = {NULL, NULL, NULL};
+  char via_env[64];
   size_t ne = 0;
   if (m == EMBER__ALLOC_PRELOAD) env[ne++] = PRELOAD;
-  if (via_realloc) env[ne++] = "ALLOC_VIA_REALLOC=1";
+  if (via != NULL) {
+    snprintf(via_env, sizeof via_env, "ALLOC_VIA=%s", via);
+    env[ne++] = via_env;
+  }
+  print_message("method %d, alloc_big through %s\n", (int)m, via ? via : "malloc");
   pid_t pid = tu_spawn(argv, ne ? env : NULL, NULL);
   assert_true(pid > 0);
   wait_ready(pid, m == EMBER__ALLOC_PRELOAD);
@@ -145,25 +151,31 @@ static void profile_and_check(ember__alloc_method_t m, uint64_t sample_bytes, bo
 
 static void test_alloc_uprobe_ratio(void **state) {
   (void)state;
-  profile_and_check(EMBER__ALLOC_UPROBE, 0, false);
+  profile_and_check(EMBER__ALLOC_UPROBE, 0, NULL);
 }
 
-/* glibc's realloc(NULL, n) calls malloc: the bytes count once. */
-static void test_alloc_uprobe_realloc_null(void **state) {
+/* The other ways to allocate: realloc(NULL, n) (glibc calls malloc inside:
+ * the bytes must count once) and the aligned allocators (aligned_alloc is
+ * memalign in glibc: probed once). */
+static const char *const vias[] = {"realloc", "memalign", "aligned_alloc", "posix_memalign"};
+
+static void test_alloc_uprobe_other_allocators(void **state) {
   (void)state;
-  profile_and_check(EMBER__ALLOC_UPROBE, 0, true);
+  for (size_t i = 0; i < sizeof vias / sizeof vias[0]; i++)
+    profile_and_check(EMBER__ALLOC_UPROBE, 0, vias[i]);
 }
 
 static void test_alloc_preload_ratio(void **state) {
   (void)state;
   /* 20k iterations/s x 4 KiB = 80 MB/s: ~2400 samples/s at 32 KiB, so the
    * ratio's sampling error (~4%) stays well inside the 15% allowed. */
-  profile_and_check(EMBER__ALLOC_PRELOAD, 32 * 1024, false);
+  profile_and_check(EMBER__ALLOC_PRELOAD, 32 * 1024, NULL);
 }
 
-static void test_alloc_preload_realloc_null(void **state) {
+static void test_alloc_preload_other_allocators(void **state) {
   (void)state;
-  profile_and_check(EMBER__ALLOC_PRELOAD, 32 * 1024, true);
+  for (size_t i = 0; i < sizeof vias / sizeof vias[0]; i++)
+    profile_and_check(EMBER__ALLOC_PRELOAD, 32 * 1024, vias[i]);
 }
 
 static bool file_exists(const char *path) {
@@ -280,9 +292,9 @@ int main(void) {
       cmocka_unit_test(test_alloc_preload_absent),
       cmocka_unit_test(test_alloc_preload_dormant),
       cmocka_unit_test(test_alloc_uprobe_ratio),
-      cmocka_unit_test(test_alloc_uprobe_realloc_null),
+      cmocka_unit_test(test_alloc_uprobe_other_allocators),
       cmocka_unit_test(test_alloc_preload_ratio),
-      cmocka_unit_test(test_alloc_preload_realloc_null),
+      cmocka_unit_test(test_alloc_preload_other_allocators),
       cmocka_unit_test(test_alloc_uprobe_process_exits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
