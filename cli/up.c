@@ -147,8 +147,11 @@ static void print_banner(const ember_config_t *cfg, unsigned port) {
   const char *colon = strrchr(listen, ':');
   int hostlen = colon != NULL ? (int)(colon - listen) : 0;
   char url[300];
-  if (hostlen == 0 || strncmp(listen, "0.0.0.0", 7) == 0)
+  /* Every address: point the user at the loopback of that family. */
+  if (hostlen == 0 || strncmp(listen, "0.0.0.0:", 8) == 0)
     snprintf(url, sizeof url, "http://127.0.0.1:%u", port);
+  else if (strncmp(listen, "[::]:", 5) == 0)
+    snprintf(url, sizeof url, "http://[::1]:%u", port);
   else
     snprintf(url, sizeof url, "http://%.*s:%u", hostlen, listen, port);
   char server[320] = "";

@@ -1526,16 +1526,29 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   }
 }
 
-static int parse_listen(const char *listen, struct sockaddr_in *sa, char *errbuf,
-                        size_t errbuf_size) {
+/* An address to listen on: IPv4 "HOST:PORT" (HOST an address or
+ * localhost; empty = every IPv4 address) or IPv6 "[ADDR]:PORT" ("[::]" =
+ * every address, IPv4 too where the system allows dual stack). */
+typedef struct listen_addr {
+  union {
+    struct sockaddr sa;
+    struct sockaddr_in v4;
+    struct sockaddr_in6 v6;
+  } u;
+  uint16_t port;
+  bool any6; /* [::]: dual stack */
+} listen_addr_t;
+
+static int parse_listen(const char *listen, listen_addr_t *la, char *errbuf, size_t errbuf_size) {
   const char *colon = strrchr(listen, ':');
   uint64_t port;
   if (colon == NULL || ember_parse_u64(colon + 1, 0, 65535, &port) != 0) {
-    snprintf(errbuf, errbuf_size, "api.listen '%s': expected HOST:PORT (127.0.0.1:7272, :7272)",
-             listen);
+    snprintf(errbuf, errbuf_size,
+             "api.listen '%s': expected HOST:PORT (127.0.0.1:7272, :7272, [::1]:7272)", listen);
     return EMBER_ECONFIG;
   }
-  *sa = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  memset(la, 0, sizeof *la);
+  la->port = (uint16_t)port;
   char host[64];
   size_t hl = (size_t)(colon - listen);
   if (hl >= sizeof host) {
@@ -1544,12 +1557,30 @@ static int parse_listen(const char *listen, struct sockaddr_in *sa, char *errbuf
   }
   memcpy(host, listen, hl);
   host[hl] = '\0';
+  if (hl > 0 && host[0] == '[') {
+    if (hl < 3 || host[hl - 1] != ']') {
+      snprintf(errbuf, errbuf_size, "api.listen '%s': an IPv6 address goes in [brackets]", listen);
+      return EMBER_ECONFIG;
+    }
+    host[hl - 1] = '\0';
+    la->u.v6 = (struct sockaddr_in6){.sin6_family = AF_INET6, .sin6_port = htons(la->port)};
+    if (inet_pton(AF_INET6, host + 1, &la->u.v6.sin6_addr) != 1) {
+      snprintf(errbuf, errbuf_size, "api.listen '%s': '%s' is not an IPv6 address", listen,
+               host + 1);
+      return EMBER_ECONFIG;
+    }
+    la->any6 = memcmp(&la->u.v6.sin6_addr, &in6addr_any, sizeof in6addr_any) == 0;
+    return 0;
+  }
+  la->u.v4 = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons(la->port)};
   if (hl == 0) {
-    sa->sin_addr.s_addr = htonl(INADDR_ANY);
+    la->u.v4.sin_addr.s_addr = htonl(INADDR_ANY);
   } else if (strcmp(host, "localhost") == 0) {
-    sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  } else if (inet_pton(AF_INET, host, &sa->sin_addr) != 1) {
-    snprintf(errbuf, errbuf_size, "api.listen '%s': '%s' is not an IPv4 address", listen, host);
+    la->u.v4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  } else if (inet_pton(AF_INET, host, &la->u.v4.sin_addr) != 1) {
+    snprintf(errbuf, errbuf_size,
+             "api.listen '%s': '%s' is not an IPv4 address (write IPv6 as [::1]:PORT)", listen,
+             host);
     return EMBER_ECONFIG;
   }
   return 0;
@@ -1580,8 +1611,8 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
   if (opts == NULL || out == NULL || opts->store == NULL || opts->threads > MAX_THREADS)
     return -EINVAL;
   const char *listen = opts->listen ? opts->listen : DEFAULT_LISTEN;
-  struct sockaddr_in sa;
-  int rc = parse_listen(listen, &sa, errbuf, errbuf_size);
+  listen_addr_t la;
+  int rc = parse_listen(listen, &la, errbuf, errbuf_size);
   if (rc != 0) return rc;
 
   ember__api_t *api = ember_calloc(1, sizeof *api);
@@ -1603,12 +1634,12 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
   }
   register_metrics(api);
   unsigned threads = opts->threads ? opts->threads : 2;
-  api->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC |
-                                MHD_USE_ERROR_LOG,
-                            ntohs(sa.sin_port), NULL, NULL, on_request, api, MHD_OPTION_SOCK_ADDR,
-                            &sa, MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT,
-                            256u, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_NOTIFY_COMPLETED,
-                            on_completed, api, MHD_OPTION_END);
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+  if (la.u.sa.sa_family == AF_INET6) flags |= la.any6 ? MHD_USE_DUAL_STACK : MHD_USE_IPv6;
+  api->d = MHD_start_daemon(flags, la.port, NULL, NULL, on_request, api, MHD_OPTION_SOCK_ADDR,
+                            &la.u.sa, MHD_OPTION_THREAD_POOL_SIZE, threads,
+                            MHD_OPTION_CONNECTION_LIMIT, 256u, MHD_OPTION_CONNECTION_TIMEOUT, 30u,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, api, MHD_OPTION_END);
   if (api->d == NULL) {
     snprintf(errbuf, errbuf_size, "cannot serve the API on %s (port in use?)", listen);
     ember_free(api->token);
@@ -1616,7 +1647,7 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
     return -EADDRINUSE;
   }
   const union MHD_DaemonInfo *info = MHD_get_daemon_info(api->d, MHD_DAEMON_INFO_BIND_PORT);
-  api->port = info ? info->port : ntohs(sa.sin_port);
+  api->port = info ? info->port : la.port;
   EMBER_INFO(LOG, "serving the HTTP API on %s (port %u, %u threads%s)", listen, api->port, threads,
              api->token ? ", bearer token required" : "");
   *out = api;

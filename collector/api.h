@@ -24,7 +24,8 @@ typedef struct ember__api ember__api_t;
 
 typedef struct ember__api_opts {
   const char *listen;           /* "127.0.0.1:7272" (default when NULL), ":7272" for every
-                                   IPv4 address, "localhost:7272"; port 0 picks one.
+                                   IPv4 address, "localhost:7272", "[::1]:7272" (IPv6),
+                                   "[::]:7272" (every address); port 0 picks one.
                                    Borrowed for the call. */
   const char *token;            /* bearer token; NULL or "" = no authentication. Copied. */
   ember_store_t *store;         /* borrowed; must outlive the server */

@@ -867,6 +867,13 @@ static void test_api_start_errors(void **state) {
   assert_non_null(strstr(err, "HOST:PORT"));
   o.listen = "example.com:80";
   assert_int_equal(ember__api_start(&o, &api, err, sizeof err), EMBER_ECONFIG);
+  assert_non_null(strstr(err, "[::1]:PORT"));
+  static const char *const bad6[] = {"[::1:80", "[]:80", "[::g]:80", "::1:80"};
+  for (size_t i = 0; i < sizeof bad6 / sizeof bad6[0]; i++) {
+    o.listen = bad6[i];
+    if (ember__api_start(&o, &api, err, sizeof err) != EMBER_ECONFIG)
+      fail_msg("api.listen %s was taken", bad6[i]);
+  }
   char busy[64];
   snprintf(busy, sizeof busy, "127.0.0.1:%u", fx.port);
   o.listen = busy;
@@ -877,6 +884,41 @@ static void test_api_start_errors(void **state) {
   assert_null(api);
   assert_string_equal(ember__api_config_keys[0], "api.listen");
   assert_null(ember__api_config_keys[3]);
+}
+
+/* api.listen in brackets serves IPv6: [::1] on the loopback, [::] on every
+ * address (IPv4 too, where the system allows dual stack). */
+static int get6(unsigned port, const char *path) {
+  int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
+  sa.sin6_addr = in6addr_loopback;
+  char req[256], resp[512] = "";
+  int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: t\r\n\r\n", path);
+  int status = -1;
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && write(fd, req, (size_t)n) == n) {
+    ssize_t got = read(fd, resp, sizeof resp - 1);
+    if (got > 0) resp[got] = '\0';
+    if (sscanf(resp, "HTTP/1.%*d %d", &status) != 1) status = -1;
+  }
+  close(fd);
+  return status;
+}
+
+static void test_api_ipv6(void **state) {
+  (void)state;
+  char err[256];
+  static const char *const addrs[] = {"[::1]:0", "[::]:0"};
+  for (size_t i = 0; i < 2; i++) {
+    ember__api_t *api = NULL;
+    ember__api_opts_t o = {.listen = addrs[i], .store = fx.store};
+    if (ember__api_start(&o, &api, err, sizeof err) != 0) fail_msg("%s: %s", addrs[i], err);
+    unsigned port = ember__api_port(api);
+    assert_true(port > 0);
+    assert_int_equal(get6(port, "/healthz"), 200);
+    assert_int_equal(get6(port, "/api/v1/nothing"), 404);
+    ember__api_stop(api);
+  }
 }
 
 /* Last: everything above left the shared server healthy. */
@@ -906,6 +948,7 @@ int main(void) {
       cmocka_unit_test(test_api_stop_with_idle_connection),
       cmocka_unit_test(test_api_stop_while_busy),
       cmocka_unit_test(test_api_start_errors),
+      cmocka_unit_test(test_api_ipv6),
       cmocka_unit_test(test_api_survives),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
