@@ -12,10 +12,11 @@
 int ember__cmd_up(int argc, char **argv);
 
 /* query.c: clients of the HTTP API. `ember workers`, `ember versions|hosts|
- * actors` (which names the command), `ember query`. */
+ * actors` (which names the command), `ember query`, `ember diff`. */
 int ember__cmd_workers(int argc, char **argv);
 int ember__cmd_labels(const char *which, int argc, char **argv);
 int ember__cmd_query(int argc, char **argv);
+int ember__cmd_diff(int argc, char **argv);
 
 /* profile.c: `ember profile` (an on-demand session) and `ember sessions`. */
 int ember__cmd_profile(int argc, char **argv);

@@ -4,6 +4,7 @@
  *                                              profile this machine
  *   ember workers | versions | hosts | actors  what the server has seen
  *   ember query --worker W ...                 a merged profile (query.c)
+ *   ember diff --worker W ... --vs-...         what changed from A to B
  *   ember profile --worker W ...               profile now, on demand (profile.c)
  *   ember sessions                             the server's on-demand sessions
  *   ember decode [--format F] [-o OUT] [FILE]  read one wire message (e.g. a
@@ -170,6 +171,7 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "decode") == 0) return cmd_decode(argc - 2, argv + 2);
   if (strcmp(argv[1], "workers") == 0) return ember__cmd_workers(argc - 2, argv + 2);
   if (strcmp(argv[1], "query") == 0) return ember__cmd_query(argc - 2, argv + 2);
+  if (strcmp(argv[1], "diff") == 0) return ember__cmd_diff(argc - 2, argv + 2);
   if (strcmp(argv[1], "profile") == 0) return ember__cmd_profile(argc - 2, argv + 2);
   if (strcmp(argv[1], "sessions") == 0) return ember__cmd_sessions(argc - 2, argv + 2);
   if (strcmp(argv[1], "versions") == 0 || strcmp(argv[1], "hosts") == 0 ||

@@ -1,4 +1,4 @@
-/* ember workers | versions | hosts | actors | query: thin clients of the
+/* ember workers | versions | hosts | actors | query | diff: thin clients of the
  * HTTP API (docs/api.md). Arguments are checked here, before any request,
  * so a typo fails fast with a sentence naming it; the server has the last
  * word on everything else and its {"error"} sentence is shown as is. */
@@ -27,7 +27,10 @@ const char ember__usage_query[] =
     "       ember query --worker W [--version V] [--host H] [--actor A] [--from T] [--to T]\n"
     "                   [--type cpu|samples|alloc_objects|alloc_bytes]\n"
     "                   [--format top|pprof|folded|speedscope|tree] [--limit N]\n"
-    "                   [--max-nodes N] [-o FILE]\n";
+    "                   [--max-nodes N] [-o FILE]\n"
+    "       ember diff --worker W [--version V] [--host H] [--actor A] [--from T] [--to T]\n"
+    "                  [--vs-worker W] [--vs-version V] [--vs-host H] [--vs-actor A]\n"
+    "                  [--vs-from T] [--vs-to T] [--type TYPE] [--limit N] [--json]\n";
 
 const char ember__usage_query_notes[] =
     "  Every query command also takes --server URL (default $EMBER_SERVER, else\n"
@@ -35,19 +38,23 @@ const char ember__usage_query_notes[] =
     "  T is now, a relative time (-15m, now-2h, -90s), Unix seconds (1764410400.5)\n"
     "  or RFC 3339 (2026-11-29T10:00:00Z); --from defaults to -1h, --to to now.\n"
     "  query: --format defaults to top, or to what -o's name says (.pb.gz, .folded,\n"
-    "  .speedscope.json, .json); -o writes FILE atomically.\n";
+    "  .speedscope.json, .json); -o writes FILE atomically.\n"
+    "  diff: the largest changes in self share from A (the selection) to B (each\n"
+    "  --vs-X defaults to A's value; '*' is any: --version 1.0 --vs-version '*');\n"
+    "  --limit per side (default 10); --json prints the server's diff tree.\n";
 
 static const char time_forms[] =
     "expected now, a relative time (-15m, now-2h), Unix seconds (1764410400) or RFC 3339 "
     "(2026-11-29T10:00:00Z)";
 
-enum { CMD_WORKERS = 1u, CMD_LABELS = 2u, CMD_QUERY = 4u, CMD_ALL = 7u };
+enum { CMD_WORKERS = 1u, CMD_LABELS = 2u, CMD_QUERY = 4u, CMD_DIFF = 8u, CMD_ALL = 15u };
 
 typedef struct opts {
   const char *server, *token, *from, *to;
   const char *worker, *version, *host, *actor;
   const char *type, *format, *out, *limit, *max_nodes;
   const char *json; /* non-NULL when --json was given */
+  const char *vs_worker, *vs_version, *vs_host, *vs_actor, *vs_from, *vs_to;
 } opts_t;
 
 #define F(name, alias, cmds, field, b)                                                             \
@@ -57,16 +64,22 @@ static const ember__flag_t flags[] = {
     F("--token", NULL, CMD_ALL, token, false),
     F("--from", NULL, CMD_ALL, from, false),
     F("--to", NULL, CMD_ALL, to, false),
-    F("--worker", "-w", CMD_LABELS | CMD_QUERY, worker, false),
-    F("--version", NULL, CMD_LABELS | CMD_QUERY, version, false),
-    F("--host", NULL, CMD_LABELS | CMD_QUERY, host, false),
-    F("--actor", NULL, CMD_LABELS | CMD_QUERY, actor, false),
-    F("--type", "-t", CMD_QUERY, type, false),
+    F("--worker", "-w", CMD_LABELS | CMD_QUERY | CMD_DIFF, worker, false),
+    F("--version", NULL, CMD_LABELS | CMD_QUERY | CMD_DIFF, version, false),
+    F("--host", NULL, CMD_LABELS | CMD_QUERY | CMD_DIFF, host, false),
+    F("--actor", NULL, CMD_LABELS | CMD_QUERY | CMD_DIFF, actor, false),
+    F("--type", "-t", CMD_QUERY | CMD_DIFF, type, false),
     F("--format", "-f", CMD_QUERY, format, false),
     F("--output", "-o", CMD_QUERY, out, false),
-    F("--limit", "-n", CMD_QUERY, limit, false),
+    F("--limit", "-n", CMD_QUERY | CMD_DIFF, limit, false),
     F("--max-nodes", NULL, CMD_QUERY, max_nodes, false),
-    F("--json", NULL, CMD_WORKERS | CMD_LABELS, json, true),
+    F("--json", NULL, CMD_WORKERS | CMD_LABELS | CMD_DIFF, json, true),
+    F("--vs-worker", NULL, CMD_DIFF, vs_worker, false),
+    F("--vs-version", NULL, CMD_DIFF, vs_version, false),
+    F("--vs-host", NULL, CMD_DIFF, vs_host, false),
+    F("--vs-actor", NULL, CMD_DIFF, vs_actor, false),
+    F("--vs-from", NULL, CMD_DIFF, vs_from, false),
+    F("--vs-to", NULL, CMD_DIFF, vs_to, false),
 };
 #undef F
 
@@ -100,8 +113,8 @@ static int parse_one_time(const char *cmd, const char *name, const char *s, int6
 /* Both ends against one "now", sent as absolute Unix seconds: the server's
  * clock and the time the request spends in flight then do not move the
  * range the user asked for. */
-static int parse_range(const char *cmd, const opts_t *o, range_t *r) {
-  r->now_ns = ember_time_now_ns();
+static int parse_range_at(const char *cmd, const opts_t *o, int64_t now_ns, range_t *r) {
+  r->now_ns = now_ns;
   const char *from = o->from ? o->from : "-1h", *to = o->to ? o->to : "now";
   int rc = parse_one_time(cmd, "--from", from, r->now_ns, &r->from_ns);
   if (rc == 0) rc = parse_one_time(cmd, "--to", to, r->now_ns, &r->to_ns);
@@ -110,6 +123,10 @@ static int parse_range(const char *cmd, const opts_t *o, range_t *r) {
     rc = EXIT_USAGE;
   }
   return rc;
+}
+
+static int parse_range(const char *cmd, const opts_t *o, range_t *r) {
+  return parse_range_at(cmd, o, ember_time_now_ns(), r);
 }
 
 static int add_time(ember_buf_t *q, const char *key, int64_t ns) {
@@ -447,6 +464,229 @@ int ember__cmd_query(int argc, char **argv) {
     st = EXIT_EMPTY;
   }
 cleanup:
+  ember_buf_free(&q);
+  ember_buf_free(&body);
+  ember_buf_free(&out);
+  return st;
+}
+
+/* ---- ember diff ---- */
+
+typedef struct change {
+  const char *name, *module; /* borrowed from the answer */
+  int64_t base, vs;          /* self values */
+  double a, b, d;            /* self shares of A and B, and b - a */
+} change_t;
+
+static int change_cmp(const void *a, const void *b) {
+  const change_t *x = a, *y = b;
+  if (x->d != y->d) return x->d > y->d ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+/* Self values per function (name and module) over the whole diff tree,
+ * without recursion. Returns 0 or -ENOMEM; *out to free with ember_free. */
+static int collect_changes(const json_t *root, change_t **out, size_t *nout) {
+  json_t *index = json_object(); /* "name\tmodule" -> position in *out */
+  size_t n = 0, cap = 0, sp = 0, scap = 64;
+  change_t *v = NULL;
+  const json_t **stack = ember_malloc(scap * sizeof *stack);
+  ember_buf_t key;
+  ember_buf_init(&key, 1 << 20);
+  int rc = index != NULL && stack != NULL ? 0 : -ENOMEM;
+  if (rc == 0) stack[sp++] = root;
+  while (rc == 0 && sp > 0) {
+    const json_t *node = stack[--sp];
+    const json_t *kids = json_object_get(node, "children");
+    if (node != root) {
+      const char *name = json_string_value(json_object_get(node, "name"));
+      const char *module = json_string_value(json_object_get(node, "module"));
+      if (name == NULL) name = "?";
+      ember_buf_reset(&key);
+      rc = ember_buf_printf(&key, "%s\t%s", name, module ? module : "");
+      json_t *at = rc == 0 ? json_object_get(index, key.data) : NULL;
+      size_t i = at ? (size_t)json_integer_value(at) : n;
+      if (rc == 0 && at == NULL) {
+        if (n == cap) {
+          cap = cap ? cap * 2 : 256;
+          change_t *nv = ember_realloc(v, cap * sizeof *nv);
+          if (nv == NULL) rc = -ENOMEM;
+          if (nv != NULL) v = nv;
+        }
+        if (rc == 0 && json_object_set_new(index, key.data, json_integer((json_int_t)n)) != 0)
+          rc = -ENOMEM;
+        if (rc == 0) v[n++] = (change_t){name, module, 0, 0, 0, 0, 0};
+      }
+      if (rc == 0) {
+        v[i].base += ember__json_i64(json_object_get(node, "base_self"));
+        v[i].vs += ember__json_i64(json_object_get(node, "vs_self"));
+      }
+    }
+    for (size_t k = 0; rc == 0 && k < json_array_size(kids); k++) {
+      if (sp == scap) {
+        scap *= 2;
+        const json_t **ns = ember_realloc(stack, scap * sizeof *ns);
+        if (ns == NULL) {
+          rc = -ENOMEM;
+          break;
+        }
+        stack = ns;
+      }
+      stack[sp++] = json_array_get(kids, k);
+    }
+  }
+  ember_free(stack);
+  ember_buf_free(&key);
+  json_decref(index);
+  if (rc != 0) {
+    ember_free(v);
+    return rc;
+  }
+  *out = v;
+  *nout = n;
+  return 0;
+}
+
+static int add_change_rows(ember__table_t *t, const change_t *c, size_t n) {
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    char d[32], a[32], b[32];
+    snprintf(d, sizeof d, "%+.2f", 100 * c[i].d);
+    snprintf(a, sizeof a, "%.2f%%", 100 * c[i].a);
+    snprintf(b, sizeof b, "%.2f%%", 100 * c[i].b);
+    rc = ember__table_add(t, d);
+    if (rc == 0) rc = ember__table_add(t, a);
+    if (rc == 0) rc = ember__table_add(t, b);
+    if (rc == 0) rc = ember__table_add(t, c[i].name);
+  }
+  return rc;
+}
+
+int ember__cmd_diff(int argc, char **argv) {
+  static const char cmd[] = "diff", path[] = "/api/v1/diff";
+  opts_t o = {0};
+  int st = parse_args(cmd, CMD_DIFF, argc, argv, &o);
+  if (st < 0) {
+    printf("usage:\n%s\n%s", ember__usage_query, ember__usage_query_notes);
+    return 0;
+  }
+  if (st != 0) return st;
+  if (o.worker == NULL || o.worker[0] == '\0') {
+    fprintf(stderr, "ember diff: --worker W is required (`ember workers` lists them)\n");
+    return EXIT_USAGE;
+  }
+  if (o.type != NULL && !one_of(o.type, types, sizeof types / sizeof types[0])) {
+    fprintf(stderr,
+            "ember diff: --type '%s': expected cpu, samples, alloc_objects or alloc_bytes\n",
+            o.type);
+    return EXIT_USAGE;
+  }
+  uint64_t limit = 10;
+  if (o.limit != NULL && ember_parse_u64(o.limit, 1, 10000, &limit) != 0) {
+    fprintf(stderr, "ember diff: --limit '%s': expected a number of functions from 1 to 10000\n",
+            o.limit);
+    return EXIT_USAGE;
+  }
+  range_t r, vr;
+  st = parse_range(cmd, &o, &r);
+  if (st != 0) return st;
+  vr = r;
+  if (o.vs_from != NULL || o.vs_to != NULL) {
+    /* Against the same "now", so -2h and -1h are an hour apart exactly. */
+    opts_t vo = {.from = o.vs_from ? o.vs_from : o.from, .to = o.vs_to ? o.vs_to : o.to};
+    st = parse_range_at(cmd, &vo, r.now_ns, &vr);
+    if (st != 0) return st;
+  }
+
+  ember_buf_t q, body, out;
+  ember_buf_init(&q, 8192);
+  ember_buf_init(&body, EMBER__MAX_PROFILE_BODY);
+  ember_buf_init(&out, EMBER__MAX_JSON_BODY);
+  ember__table_t t = {.ncols = 4, .right = (const bool[4]){true, true, true, false}};
+  json_t *doc = NULL;
+  change_t *c = NULL;
+  size_t n = 0;
+  const char *vs[][2] = {{"vs.worker", o.vs_worker},
+                         {"vs.version", o.vs_version},
+                         {"vs.host", o.vs_host},
+                         {"vs.actor", o.vs_actor}};
+  int rc = add_selector(&q, &o);
+  if (rc == 0) rc = add_time(&q, "from", r.from_ns);
+  if (rc == 0) rc = add_time(&q, "to", r.to_ns);
+  if (rc == 0) rc = add_time(&q, "vs.from", vr.from_ns);
+  if (rc == 0) rc = add_time(&q, "vs.to", vr.to_ns);
+  for (size_t i = 0; i < 4 && rc == 0; i++)
+    if (vs[i][1] != NULL) rc = ember__query_add(&q, vs[i][0], vs[i][1]);
+  if (rc == 0 && o.type) rc = ember__query_add(&q, "type", o.type);
+  /* Every node, so the per-function sums are exact. */
+  if (rc == 0) rc = ember__query_add(&q, "max_nodes", "0");
+  if (rc != 0) {
+    st = query_error(cmd, rc);
+    goto cleanup;
+  }
+  st = fetch(cmd, &o, path, &q, EMBER__MAX_PROFILE_BODY, &body);
+  if (st != 0) goto cleanup;
+  doc = json_loadb(body.data ? body.data : "", body.len, 0, NULL);
+  const json_t *root = json_object_get(doc, "root");
+  int64_t bt = ember__json_i64(json_object_get(json_object_get(doc, "base"), "total"));
+  int64_t vt = ember__json_i64(json_object_get(json_object_get(doc, "vs"), "total"));
+  if (!json_is_object(root)) {
+    st = ember__malformed(cmd, path, "no \"root\" tree");
+    goto cleanup;
+  }
+  if (o.json != NULL) {
+    st = ember__print_out(&body);
+    if (st == 0 && bt == 0 && vt == 0) st = EXIT_EMPTY;
+    goto cleanup;
+  }
+  if (bt == 0 && vt == 0) {
+    fprintf(stderr, "ember diff: neither selection of worker '%s' has samples\n", o.worker);
+    st = EXIT_EMPTY;
+    goto cleanup;
+  }
+  rc = collect_changes(root, &c, &n);
+  /* Shares of each side's own total; the table shows them, the sort is by
+   * their difference (B - A, in percentage points). */
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    c[i].a = bt ? (double)c[i].base / (double)bt : 0;
+    c[i].b = vt ? (double)c[i].vs / (double)vt : 0;
+    c[i].d = c[i].b - c[i].a;
+  }
+  if (rc == 0) qsort(c, n, sizeof *c, change_cmp);
+  size_t worse = 0, better = 0;
+  while (worse < n && worse < limit && c[worse].d > 0.00005) worse++;
+  while (better < n - worse && better < limit && c[n - 1 - better].d < -0.00005) better++;
+  char head[512];
+  const char *unit = json_string_value(json_object_get(doc, "unit"));
+  char btxt[32], vtxt[32];
+  ember__fmt_value(bt, unit ? unit : "count", btxt, sizeof btxt);
+  ember__fmt_value(vt, unit ? unit : "count", vtxt, sizeof vtxt);
+  snprintf(head, sizeof head, "%s, A %s, B %s; change in self share (B - A, points)\n\n",
+           o.type ? o.type : "cpu", btxt, vtxt);
+  if (rc == 0) rc = ember_buf_puts(&out, head);
+  static const char *const hdr[] = {"CHANGE", "A SELF", "B SELF", "FUNCTION"};
+  for (size_t i = 0; i < 4 && rc == 0; i++) rc = ember__table_add(&t, hdr[i]);
+  if (rc == 0) rc = add_change_rows(&t, c, worse);
+  /* The improvements, largest first. */
+  for (size_t i = 0; i < better / 2; i++) {
+    change_t tmp = c[n - 1 - i];
+    c[n - 1 - i] = c[n - better + i];
+    c[n - better + i] = tmp;
+  }
+  if (rc == 0) rc = add_change_rows(&t, c + n - better, better);
+  if (rc == 0 && worse + better > 0) rc = ember__table_render(&t, &out);
+  if (rc == 0 && worse + better == 0)
+    rc = ember_buf_puts(&out, "no function changed its self share by 0.01 points or more\n");
+  if (rc != 0) {
+    fprintf(stderr, "ember %s: %s\n", cmd, ember_strerror(rc));
+    st = EXIT_FAILED;
+    goto cleanup;
+  }
+  st = ember__print_out(&out);
+cleanup:
+  ember_free(c);
+  json_decref(doc);
+  ember__table_free(&t);
   ember_buf_free(&q);
   ember_buf_free(&body);
   ember_buf_free(&out);

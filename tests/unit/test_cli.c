@@ -593,6 +593,72 @@ static void test_cli_labels(void **state) {
   assert_string_equal(fake.path, "/api/v1/versions");
 }
 
+/* ember diff: the request (both selections, every node) and the largest
+ * changes in self share, regressions first, then improvements. A: hot 60,
+ * cold 40 (of 100); B: hot 50, cold 10, newfn 40 (of 100); serve appears
+ * under two parents in B and its self adds up. */
+static void test_cli_diff(void **state) {
+  (void)state;
+  static const char body[] =
+      "{\"version\":1,\"type\":\"cpu\",\"unit\":\"nanoseconds\",\"base\":{\"total\":100},"
+      "\"vs\":{\"total\":100},\"nodes\":6,\"truncated\":false,\"root\":{\"name\":\"all\","
+      "\"base\":100,\"vs\":100,\"base_self\":0,\"vs_self\":0,\"children\":["
+      "{\"name\":\"main\",\"base\":100,\"vs\":100,\"base_self\":0,\"vs_self\":0,\"children\":["
+      "{\"name\":\"hot\",\"base\":60,\"vs\":50,\"base_self\":60,\"vs_self\":45,\"children\":["
+      "{\"name\":\"serve\",\"base\":0,\"vs\":5,\"base_self\":0,\"vs_self\":5,\"children\":[]}]},"
+      "{\"name\":\"cold\",\"base\":40,\"vs\":10,\"base_self\":40,\"vs_self\":5,\"children\":["
+      "{\"name\":\"serve\",\"base\":0,\"vs\":5,\"base_self\":0,\"vs_self\":5,\"children\":[]}]},"
+      "{\"name\":\"newfn\",\"base\":0,\"vs\":40,\"base_self\":0,\"vs_self\":40,"
+      "\"children\":[]}]}]}}";
+  run_t r;
+  answer(200, body);
+  RUN(&r, "diff", "--worker", "api", "--version", "1.0", "--vs-version", "*", "--vs-from", "-2h",
+      "--vs-to", "-1h");
+  expect(&r, 0, NULL);
+  assert_string_equal(fake.path, "/api/v1/diff");
+  assert_string_equal(arg("worker"), "api");
+  assert_string_equal(arg("version"), "1.0");
+  assert_string_equal(arg("vs.version"), "*");
+  assert_string_equal(arg("max_nodes"), "0");
+  assert_null(arg("vs.worker"));
+  int64_t f, t, vf, vt;
+  assert_int_equal(ember_parse_time(arg("from"), 0, &f), 0);
+  assert_int_equal(ember_parse_time(arg("to"), 0, &t), 0);
+  assert_int_equal(ember_parse_time(arg("vs.from"), 0, &vf), 0);
+  assert_int_equal(ember_parse_time(arg("vs.to"), 0, &vt), 0);
+  assert_int_equal(t - vt, 3600LL * 1000000000); /* B ends an hour before A */
+  assert_int_equal(vt - vf, 3600LL * 1000000000);
+  /* Regressions largest first (newfn +40, serve +10 from two places),
+   * then improvements largest first (cold -35, hot -15). */
+  const char *nf = strstr(r.out, "newfn"), *sv = strstr(r.out, "serve");
+  const char *ht = strstr(r.out, "hot"), *cd = strstr(r.out, "cold");
+  assert_true(nf && sv && ht && cd && nf < sv && sv < cd && cd < ht);
+  assert_non_null(strstr(r.out, "+40.00   0.00%  40.00%  newfn"));
+  assert_non_null(strstr(r.out, "+10.00   0.00%  10.00%  serve"));
+  assert_non_null(strstr(r.out, "-35.00  40.00%   5.00%  cold"));
+  RUN(&r, "diff", "--worker", "api", "--limit", "1");
+  expect(&r, 0, NULL);
+  assert_non_null(strstr(r.out, "newfn"));
+  assert_null(strstr(r.out, "serve")); /* one per side */
+  assert_null(strstr(r.out, "hot"));
+  assert_non_null(strstr(r.out, "cold"));
+  RUN(&r, "diff", "--worker", "api", "--json");
+  expect(&r, 0, NULL);
+  assert_non_null(strstr(r.out, "\"root\""));
+  answer(200, "{\"base\":{\"total\":0},\"vs\":{\"total\":0},\"root\":{\"name\":\"all\"}}");
+  RUN(&r, "diff", "--worker", "api");
+  expect(&r, 3, "neither selection");
+  answer(200, "{\"nodes\":1}");
+  RUN(&r, "diff", "--worker", "api");
+  expect(&r, 1, "no \"root\" tree");
+  RUN(&r, "diff", "--version", "1.0");
+  expect(&r, 2, "--worker W is required");
+  RUN(&r, "diff", "--worker", "api", "--limit", "0");
+  expect(&r, 2, "--limit '0'");
+  RUN(&r, "diff", "--worker", "api", "--vs-from", "yesterday");
+  expect(&r, 2, "'yesterday'");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cli_config_apply_args),
@@ -606,6 +672,7 @@ int main(void) {
       cmocka_unit_test(test_cli_top_table),
       cmocka_unit_test(test_cli_workers),
       cmocka_unit_test(test_cli_labels),
+      cmocka_unit_test(test_cli_diff),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
