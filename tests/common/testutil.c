@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,16 +62,24 @@ pid_t tu_spawn(const char *const *argv, const char *const *env, const char *log_
   return pid;
 }
 
-int tu_wait(pid_t pid, int timeout_ms) {
+int tu_wait_cpu(pid_t pid, int timeout_ms, double *cpu_seconds) {
   for (int waited = 0;; waited += 20) {
     int status;
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) return status;
+    struct rusage ru;
+    pid_t r = wait4(pid, &status, WNOHANG, &ru);
+    if (r == pid) {
+      if (cpu_seconds != NULL)
+        *cpu_seconds = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                       (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+      return status;
+    }
     if (waited >= timeout_ms) return -1;
     struct timespec ts = {0, 20 * 1000000};
     nanosleep(&ts, NULL);
   }
 }
+
+int tu_wait(pid_t pid, int timeout_ms) { return tu_wait_cpu(pid, timeout_ms, NULL); }
 
 void tu_kill(pid_t pid) {
   if (pid <= 0) return;

@@ -21,6 +21,9 @@ pid_t tu_spawn(const char *const *argv, const char *const *env, const char *log_
 /* Wait up to timeout_ms for pid; returns its exit status (as waitpid) or
  * -1 on timeout. */
 int tu_wait(pid_t pid, int timeout_ms);
+/* tu_wait, also giving the CPU time (user + system, seconds) the process
+ * used, from wait4's rusage. */
+int tu_wait_cpu(pid_t pid, int timeout_ms, double *cpu_seconds);
 /* SIGKILL and reap (for teardown); ignores a pid <= 0. */
 void tu_kill(pid_t pid);
 
