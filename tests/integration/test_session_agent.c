@@ -375,7 +375,12 @@ static void test_session_agent_cpu(void **state) {
   for (size_t w = 0; w < nwin && i == nwin; w++) {
     if (wins[w].start <= s_start && s_start < wins[w].end) i = w;
   }
-  if (i == nwin) fail_msg("no continuous window holds the session start %lld", (long long)s_start);
+  if (i == nwin) {
+    for (size_t w = 0; w < nwin; w++)
+      print_message("continuous window [%lld, %lld)\n", (long long)wins[w].start,
+                    (long long)wins[w].end);
+    fail_msg("no continuous window holds the session start %lld", (long long)s_start);
+  }
   while (wins[i].end < s_end) {
     if (i + 1 >= nwin || wins[i + 1].start != wins[i].end)
       fail_msg("gap in continuous windows after [%lld, %lld)", (long long)wins[i].start,
