@@ -662,6 +662,10 @@ static void announce_actors(agent_t *a) {
 static void on_scan_timer(uv_timer_t *t) {
   agent_t *a = t->data;
   ember__discovery_scan(a->disc);
+  /* Labels and selection follow discovery: a process first sampled
+   * before its exec (a shell's child, while it was still the shell) was
+   * not selected then and has no samples to be refreshed by later. */
+  for (size_t i = 0; i < a->npids; i++) pidinfo_refresh(a, &a->pids[i]);
   announce_actors(a);
 }
 

@@ -161,6 +161,14 @@ static void test_agent_profiles_real_programs(void **state) {
   const char *idle_argv[] = {"/bin/sleep", "4", NULL};
   const char *idle_env[] = {"EMBER_WORKER=ember-it-idle", "EMBER_ACTOR=actor-idle", NULL};
   pid_t idle = tu_spawn(idle_argv, idle_env, NULL);
+  /* A process that busies itself for a while as a shell (not selected),
+   * then execs into a selected program: sampled before its exec, it must
+   * still be profiled after it. */
+  const char *late_argv[] = {"/bin/sh", "-c",
+                             "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; "
+                             "exec env EMBER_WORKER=ember-it-late " EMBER_TEST_PROGRAMS "/burn 3",
+                             NULL};
+  pid_t late = tu_spawn(late_argv, NULL, NULL);
   char node[512];
   bool have_node = tu_which("node", node, sizeof node);
   pid_t nodep = -1;
@@ -178,6 +186,7 @@ static void test_agent_profiles_real_programs(void **state) {
   assert_true(tu_wait_cpu(shortp, 20000, &short_cpu) != -1);
   assert_true(tu_wait_cpu(burn, 20000, &burn_cpu) != -1);
   assert_true(tu_wait(idle, 20000) != -1);
+  assert_true(tu_wait(late, 30000) != -1);
   if (nodep > 0) assert_true(tu_wait_cpu(nodep, 30000, &node_cpu) != -1);
   sleep(3); /* the last windows close */
   char text[1 << 16];
@@ -232,6 +241,12 @@ static void test_agent_profiles_real_programs(void **state) {
                 (long long)ember_profile_total(s, 0), (long long)sw);
   assert_true(sw > 199 / 2);
   ember_profile_free(s);
+
+  ember_profile_t *lp = merged(ps, n, "ember-it-late", NULL);
+  print_message("late exec: %lld samples, burn_hot %lld\n", (long long)ember_profile_total(lp, 0),
+                (long long)tu_self(lp, 0, "burn_hot"));
+  assert_true(tu_self(lp, 0, "burn_hot") > 0);
+  ember_profile_free(lp);
 
   if (have_node) {
     ember_profile_t *j = merged(ps, n, "ember-it-node", NULL);
