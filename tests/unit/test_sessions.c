@@ -436,7 +436,11 @@ static void test_sessions_instances_failure_limit(void **state) {
   /* instances: 2 of the worker's three hosts, the first by name. */
   rd_kafka_t *cc = commands_consumer();
   char id[64];
-  assert_int_equal(post_session("{\"worker\":\"w-sess\",\"instances\":2}", id, sizeof id), 2);
+  /* Long enough that it cannot expire (1 s past its end) while the
+   * rejections below take their time to arrive. */
+  assert_int_equal(
+      post_session("{\"worker\":\"w-sess\",\"instances\":2,\"duration_ms\":30000}", id, sizeof id),
+      2);
   ember_command_t cmds[4];
   size_t n = consume_commands(cc, id, 2, 20000, cmds, 4);
   assert_int_equal(n, 2);
