@@ -270,8 +270,10 @@ await step('explore-zoom', async () => {
   const fr = await flameWith('flame', ['burn_hot']);
   const hot = fr.find((f) => f.name === 'burn_hot');
   const canvas = page.locator(`${tid('flame')} ${tid('flame-canvas')}`);
-  const box = await canvas.boundingBox();
-  await page.mouse.click(box.x + hot.x + hot.w / 2, box.y + hot.y + hot.h / 2);
+  // The explore step clicked the top table's headers, which scrolled the
+  // page down: bring the flamegraph back before clicking by coordinates.
+  await canvas.evaluate((c) => c.scrollIntoView({ block: 'start' }));
+  await canvas.click({ position: { x: hot.x + hot.w / 2, y: hot.y + hot.h / 2 } });
   await until('data-zoom to end with burn_hot', (sel) =>
     (document.querySelector(sel).getAttribute('data-zoom') ?? '').endsWith('burn_hot'), tid('flame'));
   const zoomed = (await frames('flame')).find((f) => f.name === 'burn_hot');
@@ -333,6 +335,7 @@ await step('explore-range', async () => {
     const c = document.querySelector(`${sel} canvas`);
     return c && c.width > 0 && c.height > 0;
   }, tid('timeline'));
+  await canvas.evaluate((c) => c.scrollIntoView({ block: 'center' }));
   const box = await canvas.boundingBox();
   const y = box.y + box.height / 2;
   // The last two fifths of 5 minutes hold every window of this run.
