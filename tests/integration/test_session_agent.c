@@ -293,17 +293,17 @@ static void test_session_agent_cpu(void **state) {
    * reaches B twice (a replay); F0 forged, F1 unsigned, F2 with ttl 0, F3
    * with a ttl of 11 min, F4 well signed for A, which has no key. */
   send_start_as(brokers, &B, s1, B.actor, 2000, 1000, now, 30000, SIGNED_TWICE);
-  send_start_as(brokers, &B, f[0], B.actor, 1000, 100, now, 30000, FORGED);
-  send_start_as(brokers, &B, f[1], B.actor, 1000, 100, now, 30000, UNSIGNED);
-  send_start(brokers, &B, f[2], B.actor, 1000, 100, now, 0);
-  send_start(brokers, &B, f[3], B.actor, 1000, 100, now, 660000);
-  send_start(brokers, &A, f[4], A.actor, 1000, 100, now, 30000);
   send_start(brokers, &B, s2, B.actor, 2000, 1000, now, 30000);
   send_start(brokers, &B, s3, "actor-nobody", 1000, 100, now, 30000);
   send_start(brokers, &B, s4, B.actor, 1000, 100, now - 3600000000000LL, 1000);
   const void *junk[] = {"\xff\xfe not a command"};
   size_t junk_len[] = {17};
   assert_int_equal(tu_produce(brokers, EMBER_TOPIC_COMMANDS, B.host, junk, junk_len, 1).ok, 1);
+  send_start_as(brokers, &B, f[0], B.actor, 1000, 100, now, 30000, FORGED);
+  send_start_as(brokers, &B, f[1], B.actor, 1000, 100, now, 30000, UNSIGNED);
+  send_start(brokers, &B, f[2], B.actor, 1000, 100, now, 0);
+  send_start(brokers, &B, f[3], B.actor, 1000, 100, now, 660000);
+  send_start(brokers, &A, f[4], A.actor, 1000, 100, now, 30000);
 
   pump(ec, s1, EMBER_EV_DONE, 30000);
   /* How much of a CPU B's burn had meanwhile (this brackets the session). */
