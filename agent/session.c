@@ -695,8 +695,8 @@ static void handle_command(ember__sessions_t *s, const rd_kafka_message_t *m) {
   }
   ember_command_t c = {0};
   char why[512] = "";
-  ember_sign_verdict_t verdict = ember_sign_check_command(
-      &s->policy, s->replay, &env, s->host_id, ember_time_now_ns(), &c, why, sizeof why);
+  ember_sign_verdict_t verdict = ember_sign_check_command(&s->policy, s->replay, &env, s->host_id,
+                                                          ember_time_now_ns(), &c, why, sizeof why);
   if (verdict == EMBER_SIGN_MALFORMED) {
     ember_metric_add(s->o.m.malformed, 1);
     EMBER_WARN("session", "ember.commands [%d] offset %lld: %s: ignored", (int)m->partition,
@@ -854,8 +854,8 @@ static int read_keys(ember__sessions_t *s, const ember_config_t *cfg, char *errb
   }
   if (rc == 0) rc = ember_sign_replay_new(REPLAY_ENTRIES, &s->replay);
   if (rc != 0) return rc;
-  s->policy = (ember_sign_policy_t){
-      .keys = s->keys, .nkeys = n, .max_ttl_ns = max_ttl, .skew_ns = skew};
+  s->policy =
+      (ember_sign_policy_t){.keys = s->keys, .nkeys = n, .max_ttl_ns = max_ttl, .skew_ns = skew};
   if (n == 0)
     EMBER_WARN("session", "no command_key_file: every session command will be refused (the "
                           "collector's key file must be given to the agent too)");

@@ -635,9 +635,8 @@ static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *e
                                               .max_hz = (uint32_t)max_hz,
                                               .max_active = (size_t)max_active,
                                               .keep_ns = keep,
-                                              .answer_timeout_ns = answer,
-                                              .command_key_file =
-                                                  ember_config_get(cfg, "command_key_file")};
+                                              .answer_timeout_ns = answer};
+  c->session_opts.command_key_file = ember_config_get(cfg, "command_key_file");
   return rc;
 }
 

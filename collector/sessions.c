@@ -110,8 +110,8 @@ static void session_free(session_t *x) {
   ember_free(x);
 }
 
-int ember__csessions_new(const ember__csessions_opts_t *o, ember__csessions_t **out,
-                         char *errbuf, size_t errbuf_size) {
+int ember__csessions_new(const ember__csessions_opts_t *o, ember__csessions_t **out, char *errbuf,
+                         size_t errbuf_size) {
   if (o == NULL || out == NULL || o->registry == NULL || o->producer == NULL) return -EINVAL;
   ember__csessions_t *s = ember_calloc(1, sizeof *s);
   if (s == NULL) return -ENOMEM;
@@ -122,8 +122,7 @@ int ember__csessions_new(const ember__csessions_opts_t *o, ember__csessions_t **
       return rc;
     }
     s->has_key = true;
-    EMBER_INFO(LOG, "session commands are signed with key %s (%s)", s->key.id,
-               o->command_key_file);
+    EMBER_INFO(LOG, "session commands are signed with key %s (%s)", s->key.id, o->command_key_file);
   } else {
     EMBER_WARN(LOG, "no command_key_file: on-demand sessions are refused (agents take signed "
                     "commands only; see docs/internals/collector.md, \"Signed commands\")");

@@ -36,15 +36,15 @@
 typedef struct ember__csessions ember__csessions_t;
 
 typedef struct ember__csessions_opts {
-  ember__registry_t *registry; /* borrowed; routing source */
-  rd_kafka_t *producer;        /* borrowed; commands go out through it */
-  ember_metrics_t *metrics;    /* borrowed; NULL = none */
-  uint32_t max_duration_ms;    /* session.max_duration; 0 = 60000 */
-  uint32_t max_hz;             /* session.max_hz; 0 = 1000 */
-  size_t max_active;           /* session.max_active; 0 = 100 */
-  int64_t keep_ns;             /* session.keep; 0 = 24 h */
-  int64_t answer_timeout_ns;   /* session.answer_timeout: past its end, a session whose
-                                  hosts have not all answered expires; 0 = 30 s */
+  ember__registry_t *registry;  /* borrowed; routing source */
+  rd_kafka_t *producer;         /* borrowed; commands go out through it */
+  ember_metrics_t *metrics;     /* borrowed; NULL = none */
+  uint32_t max_duration_ms;     /* session.max_duration; 0 = 60000 */
+  uint32_t max_hz;              /* session.max_hz; 0 = 1000 */
+  size_t max_active;            /* session.max_active; 0 = 100 */
+  int64_t keep_ns;              /* session.keep; 0 = 24 h */
+  int64_t answer_timeout_ns;    /* session.answer_timeout: past its end, a session whose
+                                   hosts have not all answered expires; 0 = 30 s */
   const char *command_key_file; /* command_key_file: the key commands are signed with
                                    (include/ember/sign.h), read by _new; NULL = no key:
                                    every new session is refused (agents would refuse it) */

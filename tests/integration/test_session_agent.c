@@ -150,9 +150,9 @@ static void send_start_as(const char *brokers, const agent_proc_t *to, const cha
   /* A forger knows the key id (it is in every command) but not the key. */
   assert_int_equal(ember_sign_mac_hex(how == FORGED ? &forger : &key, b.data, b.len, mac), 0);
   for (int i = 0; i < (how == SIGNED_TWICE ? 2 : 1); i++) {
-    tu_dr_tally_t t = tu_produce_command(brokers, to->host, b.data, b.len,
-                                         how == UNSIGNED ? NULL : key.id,
-                                         how == UNSIGNED ? NULL : mac);
+    tu_dr_tally_t t =
+        tu_produce_command(brokers, to->host, b.data, b.len, how == UNSIGNED ? NULL : key.id,
+                           how == UNSIGNED ? NULL : mac);
     assert_int_equal(t.ok, 1);
   }
   ember_buf_free(&b);
@@ -348,8 +348,8 @@ static void test_session_agent_cpu(void **state) {
   unsigned pa = metrics_port(&A), pb = metrics_port(&B);
   assert_true(tu_metric(pa, "ember_agent_commands_other_host_total") >= 10);
   assert_true(tu_metric(pa, "ember_agent_commands_refused_total{reason=\"no_key\"}") == 1);
-  static const char *const reasons[] = {"bad_mac", "unsigned", "replayed", "no_ttl",
-                                        "ttl_too_long", "expired"};
+  static const char *const reasons[] = {"bad_mac", "unsigned",     "replayed",
+                                        "no_ttl",  "ttl_too_long", "expired"};
   for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++) {
     char name[128];
     snprintf(name, sizeof name, "ember_agent_commands_refused_total{reason=\"%s\"}", reasons[i]);

@@ -216,11 +216,12 @@ static void test_sessions_end_to_end(void **state) {
   snprintf(dir, sizeof dir, "%s/sessions-%d", EMBER_TEST_TMP, (int)getpid());
   ember_config_t *cfg = NULL;
   assert_int_equal(ember_config_new(&cfg), 0);
-  const char *kv[][2] = {{"brokers", "embedded"},       {"data_dir", dir},
-                         {"api.listen", "127.0.0.1:0"}, {"store.sync", "false"},
-                         {"batch.linger", "50ms"},      {"retention", "0"},
-                         {"api.token", "s3ss"},         {"session.max_duration", "10s"},
-                         {"session.max_hz", "500"},     {"command_key_file", tu_command_key_file()}};
+  const char *kv[][2] = {
+      {"brokers", "embedded"},       {"data_dir", dir},
+      {"api.listen", "127.0.0.1:0"}, {"store.sync", "false"},
+      {"batch.linger", "50ms"},      {"retention", "0"},
+      {"api.token", "s3ss"},         {"session.max_duration", "10s"},
+      {"session.max_hz", "500"},     {"command_key_file", tu_command_key_file()}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
     assert_int_equal(ember_config_set(cfg, kv[i][0], kv[i][1]), 0);
   assert_int_equal(ember_config_check(cfg, ember__collector_config_keys, err, sizeof err), 0);
@@ -549,8 +550,9 @@ static void test_sessions_need_a_key(void **state) {
   assert_int_equal(chmod(keyfile, 0644), 0);
   ember_config_t *cfg = NULL;
   assert_int_equal(ember_config_new(&cfg), 0);
-  const char *kv[][2] = {{"brokers", "embedded"}, {"data_dir", dir},      {"api.listen", "127.0.0.1:0"},
-                         {"store.sync", "false"}, {"api.token", "s3ss"}, {"command_key_file", keyfile}};
+  const char *kv[][2] = {{"brokers", "embedded"},       {"data_dir", dir},
+                         {"api.listen", "127.0.0.1:0"}, {"store.sync", "false"},
+                         {"api.token", "s3ss"},         {"command_key_file", keyfile}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
     assert_int_equal(ember_config_set(cfg, kv[i][0], kv[i][1]), 0);
   ember_kafka_t *k = NULL;
