@@ -308,6 +308,40 @@ static void test_sign_rotation_two_keys(void **state) {
   drop(&x);
 }
 
+/* Fail the Nth allocation, for every N: the check refuses (a decode out
+ * of memory reads as malformed) or accepts, never crashes or leaks, and a
+ * refused command does not enter the replay cache. */
+static void test_sign_check_allocation_failures(void **state) {
+  (void)state;
+  ember_sign_policy_t p = policy(&key_a, 1);
+  ember_command_t c = command("s1", EMBER_CMD_START);
+  uint32_t pids[] = {1, 2, 3};
+  c.pids = pids;
+  c.npids = 3;
+  c.worker = (char *)(uintptr_t) "w";
+  msg_t m;
+  make(&m, &c, &key_a, NULL);
+  bool ok = false;
+  for (long n = 0; n < 100 && !ok; n++) {
+    ember_sign_replay_t *r = NULL;
+    assert_int_equal(ember_sign_replay_new(8, &r), 0);
+    ember_command_t out = {0};
+    char why[256];
+    ember_alloc_fail_after(n);
+    ember_sign_verdict_t v =
+        ember_sign_check_command(&p, r, &m.env, HOST, NOW, &out, why, sizeof why);
+    ember_alloc_fail_reset();
+    assert_true(v == EMBER_SIGN_OK || v == EMBER_SIGN_MALFORMED);
+    ok = v == EMBER_SIGN_OK;
+    ember_command_clear(&out);
+    /* What was refused for want of memory is taken when it comes again. */
+    if (!ok) assert_int_equal(check(&p, r, &m), EMBER_SIGN_OK);
+    ember_sign_replay_free(r);
+  }
+  assert_true(ok);
+  drop(&m);
+}
+
 static void write_file(const char *path, const char *text, mode_t mode) {
   unlink(path);
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -364,6 +398,7 @@ int main(void) {
       cmocka_unit_test(test_sign_refuses_unsigned),
       cmocka_unit_test(test_sign_refuses_bad_times_and_ttls),
       cmocka_unit_test(test_sign_rotation_two_keys),
+      cmocka_unit_test(test_sign_check_allocation_failures),
       cmocka_unit_test(test_sign_key_files),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
