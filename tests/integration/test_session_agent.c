@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -452,6 +453,31 @@ static void test_session_agent_cpu(void **state) {
     ember_profile_free(ps[j]);
   }
   free(ps);
+
+  /* A key file every user may read stops the agent with a sentence. */
+  char open_key[600], open_arg[700], open_log[700], out2[256];
+  snprintf(open_key, sizeof open_key, "%s/open-%s.key", EMBER_TEST_TMP, uniq);
+  snprintf(open_arg, sizeof open_arg, "command_key_file=%s", open_key);
+  snprintf(open_log, sizeof open_log, "%s/agent-open-%s.log", EMBER_TEST_TMP, uniq);
+  assert_int_equal(ember_sign_key_create(open_key, err, sizeof err), 0);
+  assert_int_equal(chmod(open_key, 0644), 0);
+  char c_brokers[512];
+  snprintf(c_brokers, sizeof c_brokers, "brokers=%s", brokers);
+  const char *open_argv[] = {EMBER_BINARY_DIR "/agent/ember-agent",
+                             c_brokers,
+                             "metrics_listen=",
+                             "spool_dir=",
+                             open_arg,
+                             NULL};
+  pid_t op = tu_spawn(open_argv, NULL, open_log);
+  int ost = tu_wait(op, 60000);
+  if (ost == -1) tu_kill(op);
+  assert_true(ost != -1 && WIFEXITED(ost) && WEXITSTATUS(ost) != 0);
+  char grep[1600];
+  snprintf(grep, sizeof grep, "grep -c 'is open to every user (mode 0644).*chmod 600' %s",
+           open_log);
+  if (tu_sh(grep, out2, sizeof out2) != 0) fail_msg("no refusal of the open key in %s", open_log);
+  unlink(open_key);
 
   for (size_t j = 0; j < nevents; j++) ember_event_clear(&events[j].e);
   rd_kafka_consumer_close(ec);
