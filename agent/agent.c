@@ -44,6 +44,7 @@ const char *const ember__agent_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                 "session.max_duration",
                                                 "session.max_hz",
                                                 "session.alloc_sample_bytes",
+                                                EMBER__SESSION_CONFIG_KEYS,
                                                 NULL};
 
 #define MAX_PENDING_WINDOWS 4
@@ -934,6 +935,7 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
         .max_stacks = (size_t)a->max_stacks,
         .alloc_sample_bytes = a->session_alloc_sample_bytes,
         .m = a->sm,
+        .cfg = cfg,
         .hooks = {.ctx = a, .new_stack = on_session_stack, .finish = on_session_finish}};
     rc = ember__sessions_start(&sess, &a->sessions, err, sizeof err);
     if (rc != 0) goto cleanup;

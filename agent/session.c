@@ -16,6 +16,7 @@
 #include "ember/codec.h"
 #include "ember/log.h"
 #include "ember/parse.h"
+#include "ember/sign.h"
 #include "alloc.h"
 #include "session.h"
 
@@ -28,6 +29,8 @@
 #define MAX_THREADS         1024 /* per session: fds and 68 KiB of ring each */
 #define MAX_COMMANDS_A_TICK 256
 #define DEFAULT_HZ          100
+#define REPLAY_ENTRIES      4096 /* accepted commands remembered (sign.h) */
+#define REFUSAL_LOG_NS      1000000000LL
 
 typedef struct thread_ev {
   uint32_t tid;
@@ -68,6 +71,11 @@ struct ember__sessions {
   session_t **running;
   size_t nrunning;
   size_t page_size;
+  ember_sign_key_t keys[2]; /* command_key_file, command_key_file_previous */
+  ember_sign_policy_t policy;
+  ember_sign_replay_t *replay;
+  int64_t refusal_logged_mono; /* the last refusal line */
+  uint64_t refusals_unlogged;  /* since then */
   unsigned char scratch[EMBER__PERF_SCRATCH];
   uint64_t ips[EMBER__PERF_MAX_CHAIN];
 };
@@ -93,6 +101,16 @@ void ember__sessions_register_metrics(ember_metrics_t *m, ember__session_metrics
                                        "Commands ignored because their ttl had passed");
   out->malformed = ember_metrics_counter(m, "ember_agent_commands_malformed_total",
                                          "Messages on ember.commands that did not decode");
+  /* One family, registered in a row (metrics.h). */
+  for (int v = 0; v < EMBER_SIGN_NVERDICTS; v++) {
+    out->refused[v] = NULL;
+    if (v == EMBER_SIGN_OK || v == EMBER_SIGN_MALFORMED || v == EMBER_SIGN_OTHER_HOST) continue;
+    char name[128];
+    snprintf(name, sizeof name, "ember_agent_commands_refused_total{reason=\"%s\"}",
+             ember_sign_verdict_name((ember_sign_verdict_t)v));
+    out->refused[v] = ember_metrics_counter(
+        m, name, "Commands for this host refused: unsigned, forged, replayed, stale or over-long");
+  }
 }
 
 void ember__session_result_clear(ember__session_result_t *r) {
@@ -637,25 +655,62 @@ cleanup:
   ember_free(r.pids);
 }
 
-static void handle_command(ember__sessions_t *s, const rd_kafka_message_t *m) {
-  ember_command_t c;
-  char err[256] = "";
-  int rc = m->payload ? ember_codec_decode_command(m->payload, m->len, &c, err, sizeof err)
-                      : EMBER_ECORRUPT;
-  if (rc != 0) {
-    ember_metric_add(s->o.m.malformed, 1);
-    EMBER_WARN("session", "ember.commands [%d] offset %lld: not a command (%s): ignored",
-               (int)m->partition, (long long)m->offset, err[0] ? err : ember_strerror(rc));
+/* A refusal's line, at most one a second: a flood of forged commands must
+ * not fill the disk. */
+static void log_refusal(ember__sessions_t *s, const rd_kafka_message_t *m, const char *why) {
+  int64_t now = mono_ns();
+  if (s->refusal_logged_mono != 0 && now - s->refusal_logged_mono < REFUSAL_LOG_NS) {
+    s->refusals_unlogged++;
     return;
   }
-  if (strcmp(c.host, s->host_id) != 0) {
+  char more[96] = "";
+  if (s->refusals_unlogged > 0)
+    snprintf(more, sizeof more, " (%" PRIu64 " more refused since the last line)",
+             s->refusals_unlogged);
+  EMBER_WARN("session", "ember.commands [%d] offset %lld: %s%s", (int)m->partition,
+             (long long)m->offset, why, more);
+  s->refusal_logged_mono = now;
+  s->refusals_unlogged = 0;
+}
+
+static void handle_command(ember__sessions_t *s, const rd_kafka_message_t *m) {
+  ember_sign_envelope_t env = {.value = m->payload, .len = m->len};
+  rd_kafka_headers_t *hdrs = NULL;
+  if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    const void *v = NULL;
+    size_t n = 0;
+    if (rd_kafka_header_get_last(hdrs, EMBER_SIGN_HEADER_KEY, &v, &n) ==
+            RD_KAFKA_RESP_ERR_NO_ERROR &&
+        v != NULL) {
+      env.key_id = v;
+      env.key_id_len = n;
+    }
+    v = NULL;
+    if (rd_kafka_header_get_last(hdrs, EMBER_SIGN_HEADER_MAC, &v, &n) ==
+            RD_KAFKA_RESP_ERR_NO_ERROR &&
+        v != NULL) {
+      env.mac = v;
+      env.mac_len = n;
+    }
+  }
+  ember_command_t c = {0};
+  char why[512] = "";
+  ember_sign_verdict_t verdict = ember_sign_check_command(&s->policy, s->replay, &env, s->host_id,
+                                                          ember_time_now_ns(), &c, why, sizeof why);
+  if (verdict == EMBER_SIGN_MALFORMED) {
+    ember_metric_add(s->o.m.malformed, 1);
+    EMBER_WARN("session", "ember.commands [%d] offset %lld: %s: ignored", (int)m->partition,
+               (long long)m->offset, why);
+    return;
+  }
+  if (verdict == EMBER_SIGN_OTHER_HOST) {
     ember_metric_add(s->o.m.other_host, 1);
     goto cleanup;
   }
-  if (c.ttl_ms > 0 && ember_time_now_ns() > c.issued_ns + (int64_t)c.ttl_ms * 1000000) {
-    ember_metric_add(s->o.m.expired, 1);
-    EMBER_INFO("session", "session %s: command expired (issued %lld ms ago, ttl %u ms): ignored",
-               c.session_id, (long long)((ember_time_now_ns() - c.issued_ns) / 1000000), c.ttl_ms);
+  if (verdict != EMBER_SIGN_OK) {
+    ember_metric_add(s->o.m.refused[verdict], 1);
+    if (verdict == EMBER_SIGN_EXPIRED) ember_metric_add(s->o.m.expired, 1);
+    log_refusal(s, m, why);
     goto cleanup;
   }
   if (c.kind == EMBER_CMD_STOP) {
@@ -775,6 +830,41 @@ void ember__sessions_stop_all(ember__sessions_t *s) {
   }
 }
 
+/* The command keys and the freshness policy (sign.h). No key at all is
+ * allowed and means every command is refused: a host is never steerable
+ * by default. */
+static int read_keys(ember__sessions_t *s, const ember_config_t *cfg, char *errbuf,
+                     size_t errbuf_size) {
+  static const char *const files[] = {"command_key_file", "command_key_file_previous"};
+  int64_t max_ttl = 600000000000LL, skew = 30000000000LL;
+  int rc = 0;
+  size_t n = 0;
+  if (cfg != NULL) {
+    rc = ember_config_get_duration_ns(cfg, "session.max_ttl", max_ttl, 1000000LL, 3600000000000LL,
+                                      &max_ttl, errbuf, errbuf_size);
+    if (rc == 0)
+      rc = ember_config_get_duration_ns(cfg, "session.clock_skew", skew, 0, 600000000000LL, &skew,
+                                        errbuf, errbuf_size);
+    for (size_t i = 0; i < 2 && rc == 0; i++) {
+      const char *path = ember_config_get(cfg, files[i]);
+      if (path == NULL || path[0] == '\0') continue;
+      rc = ember_sign_key_load(path, &s->keys[n], errbuf, errbuf_size);
+      if (rc == 0) n++;
+    }
+  }
+  if (rc == 0) rc = ember_sign_replay_new(REPLAY_ENTRIES, &s->replay);
+  if (rc != 0) return rc;
+  s->policy =
+      (ember_sign_policy_t){.keys = s->keys, .nkeys = n, .max_ttl_ns = max_ttl, .skew_ns = skew};
+  if (n == 0)
+    EMBER_WARN("session", "no command_key_file: every session command will be refused (the "
+                          "collector's key file must be given to the agent too)");
+  else
+    EMBER_INFO("session", "session commands must be signed with key %s%s%s", s->keys[0].id,
+               n > 1 ? " or " : "", n > 1 ? s->keys[1].id : "");
+  return 0;
+}
+
 int ember__sessions_start(const ember__sessions_opts_t *opts, ember__sessions_t **out, char *errbuf,
                           size_t errbuf_size) {
   if (opts == NULL || out == NULL || opts->loop == NULL || opts->kafka == NULL ||
@@ -790,6 +880,8 @@ int ember__sessions_start(const ember__sessions_opts_t *opts, ember__sessions_t 
   s->agent_id = ember_strdup(opts->agent_id);
   if (s->host_id == NULL || s->agent_id == NULL) goto cleanup;
   if (s->o.max_concurrent == 0) s->o.max_concurrent = 1;
+  rc = read_keys(s, opts->cfg, errbuf, errbuf_size);
+  if (rc != 0) goto cleanup;
   rc = ember_kafka_producer_new(opts->kafka, NULL, &s->producer, errbuf, errbuf_size);
   if (rc != 0) goto cleanup;
   /* A group of its own, never committed: the group only names the client;
@@ -845,6 +937,8 @@ void ember__sessions_free(ember__sessions_t *s) {
     rd_kafka_flush(s->producer, 5000);
     rd_kafka_destroy(s->producer);
   }
+  ember_sign_replay_free(s->replay);
+  explicit_bzero(s->keys, sizeof s->keys);
   ember_free(s->host_id);
   ember_free(s->agent_id);
   ember_free(s);

@@ -4,9 +4,14 @@
  * The module reads every partition of ember.commands from the offsets that
  * were the latest when it started (manual assignment in a consumer group of
  * its own, "ember-agent.<host_id>.<pid>", never committed: a restarted
- * agent must not replay old commands). A command for another host, or one
- * past issued_ns + ttl_ms, is ignored and counted; one that does not decode
- * is logged and counted.
+ * agent must not replay old commands). A command for another host is
+ * ignored and counted; one that does not decode is logged and counted.
+ * Every command for this host must be signed (include/ember/sign.h) with
+ * command_key_file or command_key_file_previous, fresh (issued_ns within
+ * session.clock_skew of now, not past issued_ns + ttl_ms), with a ttl from
+ * 1 ms to session.max_ttl, and new (a replay cache of accepted MACs):
+ * otherwise it is refused, counted by reason and logged (at most a line a
+ * second). STOP too.
  *
  * A CPU START resolves its targets through discovery (selected processes
  * whose labels match the command's worker/version/actor, restricted to the
@@ -40,8 +45,10 @@
 #include <uv.h>
 
 #include "discovery.h"
+#include "ember/config.h"
 #include "ember/kafka.h"
 #include "ember/metrics.h"
+#include "ember/sign.h"
 #include "sampler.h"
 #include "window.h"
 
@@ -49,7 +56,14 @@ typedef struct ember__sessions ember__sessions_t;
 
 typedef struct ember__session_metrics {
   ember_metric_t *started, *rejected, *failed, *done, *samples, *other_host, *expired, *malformed;
+  /* ember_agent_commands_refused_total{reason=...}, by ember_sign_verdict_t
+   * (NULL for the verdicts that are not refusals). */
+  ember_metric_t *refused[EMBER_SIGN_NVERDICTS];
 } ember__session_metrics_t;
+
+/* The module's config keys (read by ember__sessions_start from opts.cfg). */
+#define EMBER__SESSION_CONFIG_KEYS                                                                 \
+  "command_key_file", "command_key_file_previous", "session.max_ttl", "session.clock_skew"
 
 /* Register the module's counters (before the metrics server starts). */
 void ember__sessions_register_metrics(ember_metrics_t *m, ember__session_metrics_t *out);
@@ -99,13 +113,16 @@ typedef struct ember__sessions_opts {
   size_t max_stacks;           /* distinct stacks per session */
   uint64_t alloc_sample_bytes; /* preload method: mean bytes between samples */
   ember__session_metrics_t m;  /* from ember__sessions_register_metrics */
+  const ember_config_t *cfg;   /* borrowed for _start: EMBER__SESSION_CONFIG_KEYS */
   ember__session_hooks_t hooks;
 } ember__sessions_opts_t;
 
-/* Make the command consumer and event producer and start the timer.
- * Reaching the broker is not required: the consumer is assigned once the
- * topic's partitions can be read, retried every 5 s. Returns 0, EMBER_EKAFKA
- * or -ENOMEM with a sentence in errbuf. */
+/* Read the command keys, make the command consumer and event producer and
+ * start the timer. Reaching the broker is not required: the consumer is
+ * assigned once the topic's partitions can be read, retried every 5 s. No
+ * key configured is not an error: every command is then refused (said
+ * once here). Returns 0, EMBER_EKAFKA, EMBER_ECONFIG (a bad key file or
+ * setting), -errno or -ENOMEM with a sentence in errbuf. */
 int ember__sessions_start(const ember__sessions_opts_t *opts, ember__sessions_t **out, char *errbuf,
                           size_t errbuf_size);
 /* End every running session now (shutdown): each result goes to

@@ -4,7 +4,9 @@
  *   ember up [--data DIR] [--config FILE] [key=value ...]
  *
  * Keys are the agent's and the collector's (api.listen, retention...);
- * the store is DIR/store.lmdb, the agent's spool DIR/spool. */
+ * the store is DIR/store.lmdb, the agent's spool DIR/spool, and the key
+ * that signs session commands DIR/command.key (made on the first run,
+ * mode 0600) unless command_key_file is given. */
 #include <errno.h>
 #include <stdbool.h>
 #include <pthread.h>
@@ -19,6 +21,7 @@
 #include "ember/config.h"
 #include "ember/kafka.h"
 #include "ember/log.h"
+#include "ember/sign.h"
 #include "agent.h"
 #include "collector.h"
 #include "cli.h"
@@ -225,6 +228,19 @@ int ember__cmd_up(int argc, char **argv) {
   snprintf(spool, sizeof spool, "%s/spool", data);
   if (ember_config_get(cfg, "spool_dir") == NULL) ember_config_set(cfg, "spool_dir", spool);
   if (ember_config_get(cfg, "data_dir") == NULL) ember_config_set(cfg, "data_dir", data);
+  /* The agent takes signed session commands only: one key of its own, made
+   * on the first run and kept in the data folder, signs what the collector
+   * sends and is the key the agent checks. */
+  if (ember_config_get(cfg, "command_key_file") == NULL) {
+    char key[4096];
+    snprintf(key, sizeof key, "%s/command.key", data);
+    if (ember_sign_key_create(key, err, sizeof err) != 0 ||
+        ember_config_set(cfg, "command_key_file", key) != 0) {
+      fprintf(stderr, "ember up: %s\n", err[0] ? err : "out of memory");
+      ember_config_free(cfg);
+      return EXIT_FAILED;
+    }
+  }
 
   up_reader_t reader = {0};
   int rc = ember_kafka_new(cfg, &k, err, sizeof err);

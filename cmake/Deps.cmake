@@ -11,6 +11,7 @@ pkg_check_modules(LIBDW REQUIRED IMPORTED_TARGET libdw)
 pkg_check_modules(LIBELF REQUIRED IMPORTED_TARGET libelf)
 pkg_check_modules(MHD REQUIRED IMPORTED_TARGET libmicrohttpd)
 pkg_check_modules(CURL REQUIRED IMPORTED_TARGET libcurl)
+pkg_check_modules(LIBCRYPTO REQUIRED IMPORTED_TARGET libcrypto)
 find_program(PROTOC_C NAMES protoc-c REQUIRED)
 
 # Compile NAME.proto from DIR into C in the build tree; sets OUT_SRCS.

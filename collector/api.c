@@ -1027,6 +1027,7 @@ static unsigned sessions_error(req_t *r, int rc, const char *err, const char *wh
   case -EAGAIN: return fail(r, 429, "%s", err);
   case -EALREADY: return fail(r, 409, "%s", err);
   case EMBER_EKAFKA: return fail(r, 503, "%s", err);
+  case -ENOKEY: return fail(r, 503, "%s", err);
   default: return fail_internal(r, what, rc);
   }
 }

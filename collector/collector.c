@@ -636,6 +636,7 @@ static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *e
                                               .max_active = (size_t)max_active,
                                               .keep_ns = keep,
                                               .answer_timeout_ns = answer};
+  c->session_opts.command_key_file = ember_config_get(cfg, "command_key_file");
   return rc;
 }
 
@@ -740,7 +741,7 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
     c->session_opts.registry = c->registry;
     c->session_opts.producer = c->dlq;
     c->session_opts.metrics = c->metrics;
-    rc = ember__csessions_new(&c->session_opts, &c->sessions);
+    rc = ember__csessions_new(&c->session_opts, &c->sessions, errbuf, errbuf_size);
   }
   if (rc == 0) {
     uint64_t threads;

@@ -14,6 +14,7 @@
 
 #include "ember/kafka.h"
 #include "ember/log.h"
+#include "ember/sign.h"
 #include "json.h"
 #include "sessions.h"
 
@@ -78,6 +79,8 @@ struct ember__csessions {
   int64_t keep_ns, answer_timeout_ns;
   session_t **v; /* oldest first */
   size_t n, cap;
+  bool has_key;
+  ember_sign_key_t key; /* signs every command */
   ember_metric_t *m_created, *m_done, *m_failed, *m_expired, *m_cancelled, *m_commands,
       *m_command_errors, *m_events, *m_malformed, *m_active;
 };
@@ -107,10 +110,23 @@ static void session_free(session_t *x) {
   ember_free(x);
 }
 
-int ember__csessions_new(const ember__csessions_opts_t *o, ember__csessions_t **out) {
+int ember__csessions_new(const ember__csessions_opts_t *o, ember__csessions_t **out, char *errbuf,
+                         size_t errbuf_size) {
   if (o == NULL || out == NULL || o->registry == NULL || o->producer == NULL) return -EINVAL;
   ember__csessions_t *s = ember_calloc(1, sizeof *s);
   if (s == NULL) return -ENOMEM;
+  if (o->command_key_file != NULL && o->command_key_file[0] != '\0') {
+    int rc = ember_sign_key_load(o->command_key_file, &s->key, errbuf, errbuf_size);
+    if (rc != 0) {
+      ember_free(s);
+      return rc;
+    }
+    s->has_key = true;
+    EMBER_INFO(LOG, "session commands are signed with key %s (%s)", s->key.id, o->command_key_file);
+  } else {
+    EMBER_WARN(LOG, "no command_key_file: on-demand sessions are refused (agents take signed "
+                    "commands only; see docs/internals/collector.md, \"Signed commands\")");
+  }
   if (pthread_mutex_init(&s->mu, NULL) != 0) {
     ember_free(s);
     return -ENOMEM;
@@ -152,6 +168,7 @@ void ember__csessions_free(ember__csessions_t *s) {
   for (size_t i = 0; i < s->n; i++) session_free(s->v[i]);
   ember_free(s->v);
   pthread_mutex_destroy(&s->mu);
+  explicit_bzero(&s->key, sizeof s->key);
   ember_free(s);
 }
 
@@ -174,12 +191,17 @@ static int send_command(ember__csessions_t *s, const session_t *x, const host_en
                          .issued_ns = now_ns};
   ember_buf_t b;
   ember_buf_init(&b, 1 << 20);
+  char mac[EMBER_SIGN_MAC_HEX + 1];
   int rc = ember_codec_encode_command(&cmd, &b);
+  /* The MAC covers the value exactly as produced (sign.h). */
+  if (rc == 0) rc = ember_sign_mac_hex(&s->key, b.data, b.len, mac);
   if (rc == 0) {
-    rd_kafka_resp_err_t err = rd_kafka_producev(s->producer, RD_KAFKA_V_TOPIC(EMBER_TOPIC_COMMANDS),
-                                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                                RD_KAFKA_V_KEY(h->host, strlen(h->host)),
-                                                RD_KAFKA_V_VALUE(b.data, b.len), RD_KAFKA_V_END);
+    rd_kafka_resp_err_t err = rd_kafka_producev(
+        s->producer, RD_KAFKA_V_TOPIC(EMBER_TOPIC_COMMANDS),
+        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_KEY(h->host, strlen(h->host)),
+        RD_KAFKA_V_VALUE(b.data, b.len),
+        RD_KAFKA_V_HEADER(EMBER_SIGN_HEADER_KEY, s->key.id, (ssize_t)strlen(s->key.id)),
+        RD_KAFKA_V_HEADER(EMBER_SIGN_HEADER_MAC, mac, (ssize_t)EMBER_SIGN_MAC_HEX), RD_KAFKA_V_END);
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
       EMBER_WARN(LOG, "session %s: cannot queue %s for host %s: %s", x->id,
                  kind == EMBER_CMD_START ? "START" : "STOP", h->host, rd_kafka_err2str(err));
@@ -264,6 +286,12 @@ int ember__csessions_create(ember__csessions_t *s, const ember__csession_req_t *
   if (req->worker == NULL && req->actor == NULL) {
     snprintf(errbuf, errbuf_size, "field \"worker\" or \"actor\" is required");
     return -EINVAL;
+  }
+  if (!s->has_key) {
+    snprintf(errbuf, errbuf_size,
+             "sessions are off on this server: it has no command_key_file to sign commands with, "
+             "and agents refuse unsigned ones");
+    return -ENOKEY;
   }
   ember__csession_req_t q = *req;
   req = &q;

@@ -36,23 +36,29 @@
 typedef struct ember__csessions ember__csessions_t;
 
 typedef struct ember__csessions_opts {
-  ember__registry_t *registry; /* borrowed; routing source */
-  rd_kafka_t *producer;        /* borrowed; commands go out through it */
-  ember_metrics_t *metrics;    /* borrowed; NULL = none */
-  uint32_t max_duration_ms;    /* session.max_duration; 0 = 60000 */
-  uint32_t max_hz;             /* session.max_hz; 0 = 1000 */
-  size_t max_active;           /* session.max_active; 0 = 100 */
-  int64_t keep_ns;             /* session.keep; 0 = 24 h */
-  int64_t answer_timeout_ns;   /* session.answer_timeout: past its end, a session whose
-                                  hosts have not all answered expires; 0 = 30 s */
+  ember__registry_t *registry;  /* borrowed; routing source */
+  rd_kafka_t *producer;         /* borrowed; commands go out through it */
+  ember_metrics_t *metrics;     /* borrowed; NULL = none */
+  uint32_t max_duration_ms;     /* session.max_duration; 0 = 60000 */
+  uint32_t max_hz;              /* session.max_hz; 0 = 1000 */
+  size_t max_active;            /* session.max_active; 0 = 100 */
+  int64_t keep_ns;              /* session.keep; 0 = 24 h */
+  int64_t answer_timeout_ns;    /* session.answer_timeout: past its end, a session whose
+                                   hosts have not all answered expires; 0 = 30 s */
+  const char *command_key_file; /* command_key_file: the key commands are signed with
+                                   (include/ember/sign.h), read by _new; NULL = no key:
+                                   every new session is refused (agents would refuse it) */
 } ember__csessions_opts_t;
 
 /* The session config keys, with their defaults. */
 #define EMBER__CSESSION_CONFIG_KEYS                                                                \
   "session.max_duration", "session.max_hz", "session.max_active", "session.keep",                  \
-      "session.answer_timeout"
+      "session.answer_timeout", "command_key_file"
 
-int ember__csessions_new(const ember__csessions_opts_t *opts, ember__csessions_t **out);
+/* Returns 0, -ENOMEM, or the key file's error (EMBER_ECONFIG, -errno) with
+ * a sentence in errbuf: a collector with a bad key file does not start. */
+int ember__csessions_new(const ember__csessions_opts_t *opts, ember__csessions_t **out,
+                         char *errbuf, size_t errbuf_size);
 void ember__csessions_free(ember__csessions_t *s);
 
 /* What a client asks for (strings borrowed for the call; NULL = not set). */
@@ -66,7 +72,8 @@ typedef struct ember__csession_req {
 /* Route and start a session: *out gets its JSON document (new reference).
  * Returns 0; -EINVAL (over a cap), EMBER_ENOTFOUND (no active isolate),
  * -EAGAIN (session.max_active sessions are active), EMBER_EKAFKA (a command
- * could not be queued), -ENOMEM; errbuf gets a sentence for a client. */
+ * could not be queued), -ENOKEY (no command_key_file: nothing to sign
+ * with), -ENOMEM; errbuf gets a sentence for a client. */
 int ember__csessions_create(ember__csessions_t *s, const ember__csession_req_t *req, int64_t now_ns,
                             json_t **out, char *errbuf, size_t errbuf_size);
 

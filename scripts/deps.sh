@@ -9,6 +9,7 @@ packages=(
   # libraries Ember links
   librdkafka-dev libzstd-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev zlib1g-dev
   libuv1-dev libelf-dev libdw-dev libmicrohttpd-dev liblmdb-dev libcurl4-openssl-dev
+  libssl-dev
   # tests: cmocka, the fuzzer toolchain, the formatter, Kafka tooling, ss
   libcmocka-dev clang libclang-rt-14-dev clang-format kcat iproute2 procps
   # the dashboard's browser test drives Debian's chromium (/usr/bin/chromium)

@@ -41,12 +41,27 @@ void ember_metrics_free(ember_metrics_t *m) {
   ember_free(m);
 }
 
+/* The family name's length: up to a `{` of labels, or the whole name. */
+static size_t family_len(const char *s) { return strcspn(s, "{"); }
+
+/* A Prometheus name, optionally with one label of plain text:
+ * `name{label="value"}`. Counters of one family are registered one after
+ * the other, so the exposition writes HELP and TYPE once for them. */
 static bool name_ok(const char *s) {
   if (s == NULL || !(isalpha((unsigned char)s[0]) || s[0] == '_' || s[0] == ':')) return false;
-  for (const char *p = s; *p; p++) {
-    if (!isalnum((unsigned char)*p) && *p != '_' && *p != ':') return false;
+  size_t fl = family_len(s);
+  for (size_t i = 0; i < fl; i++) {
+    if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != ':') return false;
   }
-  return true;
+  if (s[fl] == '\0') return true;
+  const char *p = s + fl + 1;
+  if (!isalpha((unsigned char)*p) && *p != '_') return false;
+  while (isalnum((unsigned char)*p) || *p == '_') p++;
+  if (p[0] != '=' || p[1] != '"') return false;
+  for (p += 2; *p != '"'; p++) {
+    if (!isalnum((unsigned char)*p) && *p != '_' && *p != '-' && *p != '.') return false;
+  }
+  return p[1] == '}' && p[2] == '\0';
 }
 
 static ember_metric_t *add(ember_metrics_t *m, const char *name, const char *help, bool counter) {
@@ -113,9 +128,14 @@ int ember_metrics_render(const ember_metrics_t *m, ember_buf_t *out) {
   int rc = 0;
   for (size_t i = 0; i < m->n && rc == 0; i++) {
     const ember_metric_t *mt = m->items[i];
-    rc = ember_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", mt->name, mt->help,
-                          mt->name, mt->counter ? "counter" : "gauge", mt->name,
-                          ember_metric_get(mt));
+    int fl = (int)family_len(mt->name);
+    const char *prev = i > 0 ? m->items[i - 1]->name : NULL;
+    bool same =
+        prev != NULL && (int)family_len(prev) == fl && memcmp(prev, mt->name, (size_t)fl) == 0;
+    if (!same)
+      rc = ember_buf_printf(out, "# HELP %.*s %s\n# TYPE %.*s %s\n", fl, mt->name, mt->help, fl,
+                            mt->name, mt->counter ? "counter" : "gauge");
+    if (rc == 0) rc = ember_buf_printf(out, "%s %.17g\n", mt->name, ember_metric_get(mt));
   }
   return rc;
 }

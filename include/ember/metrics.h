@@ -23,9 +23,11 @@ typedef struct ember_metric ember_metric_t;
 EMBER_API int ember_metrics_new(ember_metrics_t **out);
 EMBER_API void ember_metrics_free(ember_metrics_t *m);
 
-/* Register a counter or gauge. `name` must be a valid Prometheus name;
- * `help` one line. Returns NULL on a bad name or no memory. The handle is
- * owned by the registry. */
+/* Register a counter or gauge. `name` must be a valid Prometheus name,
+ * optionally with one label: `family{label="value"}` (value of letters,
+ * digits, `_`, `-`, `.`); register the members of a family one after the
+ * other, so HELP and TYPE are written once for them. `help` one line. Returns NULL on a bad name or
+ * no memory. The handle is owned by the registry. */
 EMBER_API ember_metric_t *ember_metrics_counter(ember_metrics_t *m, const char *name,
                                                 const char *help);
 EMBER_API ember_metric_t *ember_metrics_gauge(ember_metrics_t *m, const char *name,

@@ -23,6 +23,7 @@
 #include "ember/codec.h"
 #include "ember/config.h"
 #include "ember/kafka.h"
+#include "ember/sign.h"
 #include "ember/store.h"
 #include "testutil.h"
 
@@ -323,6 +324,53 @@ tu_dr_tally_t tu_produce(const char *brokers, const char *topic, const char *key
   rd_kafka_flush(rk, 60000);
   rd_kafka_destroy(rk);
   return tally;
+}
+
+tu_dr_tally_t tu_produce_command(const char *brokers, const char *host, const void *value,
+                                 size_t len, const char *key_id, const char *mac) {
+  tu_dr_tally_t tally = {0};
+  char err[512];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  if (rd_kafka_conf_set(conf, "bootstrap.servers", brokers, err, sizeof err) != RD_KAFKA_CONF_OK)
+    fail_msg("producer conf: %s", err);
+  rd_kafka_conf_set_dr_msg_cb(conf, tu_on_delivery);
+  rd_kafka_conf_set_opaque(conf, &tally);
+  rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+  if (rk == NULL) fail_msg("producer: %s", err);
+  rd_kafka_headers_t *h = rd_kafka_headers_new(2);
+  if (key_id != NULL) rd_kafka_header_add(h, EMBER_SIGN_HEADER_KEY, -1, key_id, -1);
+  if (mac != NULL) rd_kafka_header_add(h, EMBER_SIGN_HEADER_MAC, -1, mac, -1);
+  rd_kafka_resp_err_t e = rd_kafka_producev(
+      rk, RD_KAFKA_V_TOPIC(EMBER_TOPIC_COMMANDS), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+      RD_KAFKA_V_KEY(host, strlen(host)), RD_KAFKA_V_VALUE((void *)(uintptr_t)value, len),
+      RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
+  if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    rd_kafka_headers_destroy(h); /* not taken over on failure */
+    fail_msg("produce: %s", rd_kafka_err2str(e));
+  }
+  rd_kafka_flush(rk, 60000);
+  rd_kafka_destroy(rk);
+  return tally;
+}
+
+static char command_key_path[600];
+
+const char *tu_command_key_file(void) {
+  if (command_key_path[0] == '\0') {
+    char err[512];
+    snprintf(command_key_path, sizeof command_key_path, "%s/command-%d.key", EMBER_TEST_TMP,
+             (int)getpid());
+    unlink(command_key_path); /* a pid reused from an earlier run */
+    if (ember_sign_key_create(command_key_path, err, sizeof err) != 0)
+      fail_msg("command key: %s", err);
+  }
+  return command_key_path;
+}
+
+const char *tu_command_key_arg(void) {
+  static char arg[700];
+  snprintf(arg, sizeof arg, "command_key_file=%s", tu_command_key_file());
+  return arg;
 }
 
 int64_t tu_produce_profiles(const char *brokers, const char *agent, uint64_t first_seq, size_t n,

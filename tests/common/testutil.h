@@ -77,6 +77,18 @@ int64_t tu_profile_samples(uint64_t seq); /* work_a's samples; the window has on
 tu_dr_tally_t tu_produce(const char *brokers, const char *topic, const char *key,
                          const void *const *values, const size_t *lens, size_t n);
 
+/* Produce one message to ember.commands keyed by `host`, with the headers
+ * of a signed command (include/ember/sign.h) when key_id / mac are not
+ * NULL, and wait for its delivery report. */
+tu_dr_tally_t tu_produce_command(const char *brokers, const char *host, const void *value,
+                                 size_t len, const char *key_id, const char *mac);
+
+/* The session command key of this test process: a file in EMBER_TEST_TMP
+ * (mode 0600, made on the first call), and "command_key_file=PATH" for a
+ * daemon's argv. Give it to every agent and collector that run sessions. */
+const char *tu_command_key_file(void);
+const char *tu_command_key_arg(void);
+
 /* Encode tu_profile(agent, first_seq + i, worker, host, base_ns + i * 10 s)
  * for i < n and produce them to ember.profiles (keyed by worker); fails the
  * test unless all are delivered. Returns the CPU samples produced. */

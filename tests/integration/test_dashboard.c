@@ -67,7 +67,8 @@ static void test_dashboard_views(void **state) {
   snprintf(shots, sizeof shots, "%s/screenshots-%s", EMBER_TEST_TMP, tag);
   print_message("logs: %s\nscreenshots: %s/\n", log_path, shots);
   unsigned port = tu_free_port();
-  col = tu_start_collector(brokers, dir, group, port, NULL, log_path);
+  const char *col_extra[] = {tu_command_key_arg(), NULL}; /* signs the page's session */
+  col = tu_start_collector(brokers, dir, group, port, col_extra, log_path);
 
   char a_brokers[512], a_host[160], a_spool[700], a_sel[200];
   snprintf(a_brokers, sizeof a_brokers, "brokers=%s", brokers);
@@ -84,6 +85,7 @@ static void test_dashboard_views(void **state) {
                               "scan_interval=1s",
                               "targets_refresh=2s",
                               "metrics_listen=",
+                              tu_command_key_arg(),
                               NULL};
   agent = tu_spawn(agent_argv, NULL, log_path);
 

@@ -3,7 +3,11 @@
  * ember.commands for host B only. Checks the events (who answers, what),
  * the result profile (session id, samples at the asked rate, B's process
  * only), that continuous windows go on without a gap meanwhile, and the
- * rejections (unknown actor, busy pid), the kernel rate cap and expiry. */
+ * rejections (unknown actor, busy pid), the kernel rate cap and expiry.
+ * Commands are signed (include/ember/sign.h): B holds the key and refuses,
+ * counting each reason on its /metrics, a forged, an unsigned, a replayed,
+ * a ttl-0 and an over-long-ttl command; A has no key and refuses even a
+ * well-signed command. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -14,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +30,7 @@
 #include "ember/kafka.h"
 #include "ember/parse.h"
 #include "ember/profile.h"
+#include "ember/sign.h"
 
 #define WINDOW_NS 2000000000LL
 
@@ -41,7 +47,10 @@ static char uniq[64];
 static seen_event_t events[256];
 static size_t nevents;
 
-static void start_agent(agent_proc_t *ap, const char *brokers, const char *tag, const char *extra) {
+static ember_sign_key_t key; /* the agents' (tu_command_key_file) */
+
+static void start_agent(agent_proc_t *ap, const char *brokers, const char *tag, const char *extra,
+                        bool with_key) {
   snprintf(ap->host, sizeof ap->host, "sess-%s-host-%s", tag, uniq);
   snprintf(ap->worker, sizeof ap->worker, "sess-%s-%s", tag, uniq);
   snprintf(ap->actor, sizeof ap->actor, "actor-%s-%s", tag, uniq);
@@ -71,6 +80,7 @@ static void start_agent(agent_proc_t *ap, const char *brokers, const char *tag, 
                         "window=2s",
                         "scan_interval=1s",
                         "metrics_listen=127.0.0.1:0",
+                        with_key ? tu_command_key_arg() : "log_level=info",
                         extra,
                         NULL};
   ap->pid = tu_spawn(argv, NULL, ap->log);
@@ -116,9 +126,11 @@ static void stop_agent(const agent_proc_t *ap) {
 
 /* --- commands and events --- */
 
-static void send_start(const char *brokers, const agent_proc_t *to, const char *id,
-                       const char *actor, uint32_t duration_ms, uint32_t hz, int64_t issued_ns,
-                       uint32_t ttl_ms) {
+typedef enum signing { SIGNED, UNSIGNED, FORGED, SIGNED_TWICE } signing_t;
+
+static void send_start_as(const char *brokers, const agent_proc_t *to, const char *id,
+                          const char *actor, uint32_t duration_ms, uint32_t hz, int64_t issued_ns,
+                          uint32_t ttl_ms, signing_t how) {
   ember_command_t c = {.kind = EMBER_CMD_START,
                        .session_id = (char *)(uintptr_t)id,
                        .host = (char *)(uintptr_t)to->host,
@@ -131,11 +143,26 @@ static void send_start(const char *brokers, const agent_proc_t *to, const char *
   ember_buf_t b;
   ember_buf_init(&b, 1u << 16);
   assert_int_equal(ember_codec_encode_command(&c, &b), 0);
-  const void *v[] = {b.data};
-  size_t len[] = {b.len};
-  tu_dr_tally_t t = tu_produce(brokers, EMBER_TOPIC_COMMANDS, to->host, v, len, 1);
-  assert_int_equal(t.ok, 1);
+  char mac[EMBER_SIGN_MAC_HEX + 1];
+  ember_sign_key_t forger;
+  uint8_t raw[EMBER_SIGN_KEY_BYTES];
+  memset(raw, 0x5a, sizeof raw);
+  ember_sign_key_from_bytes(raw, &forger);
+  /* A forger knows the key id (it is in every command) but not the key. */
+  assert_int_equal(ember_sign_mac_hex(how == FORGED ? &forger : &key, b.data, b.len, mac), 0);
+  for (int i = 0; i < (how == SIGNED_TWICE ? 2 : 1); i++) {
+    tu_dr_tally_t t =
+        tu_produce_command(brokers, to->host, b.data, b.len, how == UNSIGNED ? NULL : key.id,
+                           how == UNSIGNED ? NULL : mac);
+    assert_int_equal(t.ok, 1);
+  }
   ember_buf_free(&b);
+}
+
+static void send_start(const char *brokers, const agent_proc_t *to, const char *id,
+                       const char *actor, uint32_t duration_ms, uint32_t hz, int64_t issued_ns,
+                       uint32_t ttl_ms) {
+  send_start_as(brokers, to, id, actor, duration_ms, hz, issued_ns, ttl_ms, SIGNED);
 }
 
 static rd_kafka_t *events_consumer(const char *brokers, ember_kafka_t **k, ember_config_t **cfg) {
@@ -242,14 +269,19 @@ static void test_session_agent_cpu(void **state) {
   agent_proc_t A, B;
   memset(&A, 0, sizeof A);
   memset(&B, 0, sizeof B);
-  start_agent(&A, brokers, "a", NULL);
+  char err[512];
+  assert_int_equal(ember_sign_key_load(tu_command_key_file(), &key, err, sizeof err), 0);
+  /* A has no key: it takes no command at all. */
+  start_agent(&A, brokers, "a", NULL, false);
   /* B allows any rate, so the kernel's cap is the one that applies. */
-  start_agent(&B, brokers, "b", "session.max_hz=1000000");
+  start_agent(&B, brokers, "b", "session.max_hz=1000000", true);
+  wait_log(&A, "no command_key_file: every session command will be refused", 30000);
   wait_log(&A, "reading ember.commands from its latest offsets", 30000);
   wait_log(&B, "reading ember.commands from its latest offsets", 30000);
   pump(ec, NULL, 0, 1500); /* our consumer joins; discovery scans the burns */
 
-  char s1[128], s2[128], s3[128], s4[128], s5[128];
+  char s1[128], s2[128], s3[128], s4[128], s5[128], f[5][128];
+  for (int i = 0; i < 5; i++) snprintf(f[i], sizeof f[i], "f%d-%s", i, uniq);
   snprintf(s1, sizeof s1, "s1-%s", uniq);
   snprintf(s2, sizeof s2, "s2-%s", uniq);
   snprintf(s3, sizeof s3, "s3-%s", uniq);
@@ -258,14 +290,21 @@ static void test_session_agent_cpu(void **state) {
   int64_t now = ember_time_now_ns();
   int64_t cpu0 = oncpu_ns(B.burn), wall0 = ember_time_mono_ns();
   /* S1: 2 s at 1000 Hz on B's burn; S2 the same pid meanwhile; S3 an actor
-   * nobody has; S4 issued an hour ago with a 1 s ttl; then garbage. */
-  send_start(brokers, &B, s1, B.actor, 2000, 1000, now, 30000);
+   * nobody has; S4 issued an hour ago with a 1 s ttl; then garbage. S1
+   * reaches B twice (a replay); F0 forged, F1 unsigned, F2 with ttl 0, F3
+   * with a ttl of 11 min, F4 well signed for A, which has no key. */
+  send_start_as(brokers, &B, s1, B.actor, 2000, 1000, now, 30000, SIGNED_TWICE);
   send_start(brokers, &B, s2, B.actor, 2000, 1000, now, 30000);
   send_start(brokers, &B, s3, "actor-nobody", 1000, 100, now, 30000);
   send_start(brokers, &B, s4, B.actor, 1000, 100, now - 3600000000000LL, 1000);
   const void *junk[] = {"\xff\xfe not a command"};
   size_t junk_len[] = {17};
   assert_int_equal(tu_produce(brokers, EMBER_TOPIC_COMMANDS, B.host, junk, junk_len, 1).ok, 1);
+  send_start_as(brokers, &B, f[0], B.actor, 1000, 100, now, 30000, FORGED);
+  send_start_as(brokers, &B, f[1], B.actor, 1000, 100, now, 30000, UNSIGNED);
+  send_start(brokers, &B, f[2], B.actor, 1000, 100, now, 0);
+  send_start(brokers, &B, f[3], B.actor, 1000, 100, now, 660000);
+  send_start(brokers, &A, f[4], A.actor, 1000, 100, now, 30000);
 
   pump(ec, s1, EMBER_EV_DONE, 30000);
   /* How much of a CPU B's burn had meanwhile (this brackets the session). */
@@ -290,6 +329,9 @@ static void test_session_agent_cpu(void **state) {
   assert_non_null(strstr(r2->message, "already being sampled"));
   assert_non_null(strstr(r3->message, "no target"));
   assert_int_equal(count_events(s4, NULL), 0);
+  /* The replay of S1 was refused, not REJECTED as "already running". */
+  assert_null(find_event(s1, EMBER_EV_REJECTED));
+  for (int i = 0; i < 5; i++) assert_int_equal(count_events(f[i], NULL), 0);
 
   /* S5: above the kernel's rate: capped and said so. */
   char out[64];
@@ -305,7 +347,16 @@ static void test_session_agent_cpu(void **state) {
 
   /* Metrics say the same. */
   unsigned pa = metrics_port(&A), pb = metrics_port(&B);
-  assert_true(tu_metric(pa, "ember_agent_commands_other_host_total") >= 5);
+  assert_true(tu_metric(pa, "ember_agent_commands_other_host_total") >= 10);
+  assert_true(tu_metric(pa, "ember_agent_commands_refused_total{reason=\"no_key\"}") == 1);
+  static const char *const reasons[] = {"bad_mac", "unsigned",     "replayed",
+                                        "no_ttl",  "ttl_too_long", "expired"};
+  for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++) {
+    char name[128];
+    snprintf(name, sizeof name, "ember_agent_commands_refused_total{reason=\"%s\"}", reasons[i]);
+    double v = tu_metric(pb, name);
+    if (v != 1) fail_msg("%s = %g on B, want 1 (log %s)", name, v, B.log);
+  }
   assert_true(tu_metric(pa, "ember_agent_sessions_started_total") == 0);
   assert_true(tu_metric(pb, "ember_agent_sessions_started_total") == 2);
   assert_true(tu_metric(pb, "ember_agent_sessions_done_total") == 2);
@@ -402,6 +453,31 @@ static void test_session_agent_cpu(void **state) {
     ember_profile_free(ps[j]);
   }
   free(ps);
+
+  /* A key file every user may read stops the agent with a sentence. */
+  char open_key[600], open_arg[700], open_log[700], out2[256];
+  snprintf(open_key, sizeof open_key, "%s/open-%s.key", EMBER_TEST_TMP, uniq);
+  snprintf(open_arg, sizeof open_arg, "command_key_file=%s", open_key);
+  snprintf(open_log, sizeof open_log, "%s/agent-open-%s.log", EMBER_TEST_TMP, uniq);
+  assert_int_equal(ember_sign_key_create(open_key, err, sizeof err), 0);
+  assert_int_equal(chmod(open_key, 0644), 0);
+  char c_brokers[512];
+  snprintf(c_brokers, sizeof c_brokers, "brokers=%s", brokers);
+  const char *open_argv[] = {EMBER_BINARY_DIR "/agent/ember-agent",
+                             c_brokers,
+                             "metrics_listen=",
+                             "spool_dir=",
+                             open_arg,
+                             NULL};
+  pid_t op = tu_spawn(open_argv, NULL, open_log);
+  int ost = tu_wait(op, 60000);
+  if (ost == -1) tu_kill(op);
+  assert_true(ost != -1 && WIFEXITED(ost) && WEXITSTATUS(ost) != 0);
+  char grep[1600];
+  snprintf(grep, sizeof grep, "grep -c 'is open to every user (mode 0644).*chmod 600' %s",
+           open_log);
+  if (tu_sh(grep, out2, sizeof out2) != 0) fail_msg("no refusal of the open key in %s", open_log);
+  unlink(open_key);
 
   for (size_t j = 0; j < nevents; j++) ember_event_clear(&events[j].e);
   rd_kafka_consumer_close(ec);

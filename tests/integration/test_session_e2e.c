@@ -35,7 +35,7 @@ static pid_t start_agent(const char *brokers, const char *host, const char *sele
                         a_sel[i], "scan_interval=1s", "targets_refresh=2s", "metrics_listen=",
                         /* a sample per 32 KiB allocated: enough samples in
                          * 2 s for a stable ratio from the preload sampler */
-                        "session.alloc_sample_bytes=32768", NULL};
+                        "session.alloc_sample_bytes=32768", tu_command_key_arg(), NULL};
   return tu_spawn(argv, NULL, log_path);
 }
 
@@ -100,7 +100,8 @@ static void test_session_e2e(void **state) {
   snprintf(group, sizeof group, "g-%s", tag);
   unsigned port = tu_free_port();
   snprintf(server, sizeof server, "http://127.0.0.1:%u", port);
-  pid_t col = tu_start_collector(brokers, dir, group, port, NULL, log_path);
+  const char *col_extra[] = {tu_command_key_arg(), NULL}; /* signs the agents' commands */
+  pid_t col = tu_start_collector(brokers, dir, group, port, col_extra, log_path);
 
   /* Host A selects the allocating programs, host B the CPU burner. */
   char host_a[128], host_b[128], sel_a[160], sel_b[160];

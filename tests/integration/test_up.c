@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,6 +59,32 @@ static void test_up_profiles_this_machine(void **state) {
   assert_non_null(tu_pprof_flat(top, "burn_hot", flat, sizeof flat));
   assert_non_null(tu_pprof_flat(top, "burn_cold", flat, sizeof flat));
   ember_free(top);
+
+  /* An on-demand session works with no setup: ember up made a key and
+   * gave it to its collector (which signs) and its agent (which checks). */
+  const char *burn2_argv[] = {EMBER_TEST_PROGRAMS "/burn", "60", NULL};
+  const char *burn2_env[] = {"EMBER_WORKER=ember-up-sess", NULL};
+  pid_t burn2 = tu_spawn(burn2_argv, burn2_env, NULL);
+  char sess[700];
+  snprintf(sess, sizeof sess, "%s/session.pb.gz", data);
+  snprintf(cmd, sizeof cmd,
+           "%s/cli/ember profile --server %s --worker ember-up-sess --duration 1000 --hz 200 -o %s "
+           "2>&1",
+           EMBER_BINARY_DIR, server, sess);
+  for (int t = 0; t < 40; t++) {
+    rc = tu_sh(cmd, out, sizeof out);
+    if (rc != 2 || strstr(out, "was seen in the last minute") == NULL) break;
+    sleep(1);
+  }
+  tu_kill(burn2);
+  print_message("$ %s -> %d\n%s", cmd, rc, out);
+  if (rc != 0) fail_msg("ember profile under ember up: exit %d (log %s)", rc, log_path);
+  char keyfile[700];
+  struct stat st;
+  snprintf(keyfile, sizeof keyfile, "%s/command.key", data);
+  assert_int_equal(stat(keyfile, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0600);
+
   kill(up, SIGINT);
   int status = tu_wait(up, 30000);
   if (status == -1) {

@@ -45,6 +45,31 @@ static void test_metrics_render(void **state) {
   assert_true(ember_self_rss_bytes() > 1024.0 * 1024.0);
 }
 
+/* A family of counters with a label: HELP and TYPE once, one line each. */
+static void test_metrics_labelled_family(void **state) {
+  (void)state;
+  ember_metrics_t *m = NULL;
+  assert_int_equal(ember_metrics_new(&m), 0);
+  ember_metric_t *a = ember_metrics_counter(m, "ember_test_refused_total{reason=\"bad_mac\"}", "R");
+  ember_metric_t *b = ember_metrics_counter(m, "ember_test_refused_total{reason=\"no_ttl\"}", "R");
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_null(ember_metrics_counter(m, "ember_test_x{reason=\"a b\"}", "x"));
+  assert_null(ember_metrics_counter(m, "ember_test_x{reason=\"a\"", "x"));
+  assert_null(ember_metrics_counter(m, "ember_test_x{=\"a\"}", "x"));
+  assert_null(ember_metrics_counter(m, "ember_test_x{reason=\"a\"}z", "x"));
+  ember_metric_add(b, 2);
+  ember_buf_t out;
+  ember_buf_init(&out, 4096);
+  assert_int_equal(ember_metrics_render(m, &out), 0);
+  assert_string_equal(out.data, "# HELP ember_test_refused_total R\n"
+                                "# TYPE ember_test_refused_total counter\n"
+                                "ember_test_refused_total{reason=\"bad_mac\"} 0\n"
+                                "ember_test_refused_total{reason=\"no_ttl\"} 2\n");
+  ember_buf_free(&out);
+  ember_metrics_free(m);
+}
+
 /* One HTTP/1.0 exchange on loopback; returns the whole response. */
 static void http(uint16_t port, const char *request, char *resp, size_t size) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -100,6 +125,7 @@ static void test_metrics_http_server(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_metrics_render),
+      cmocka_unit_test(test_metrics_labelled_family),
       cmocka_unit_test(test_metrics_http_server),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

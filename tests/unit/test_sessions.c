@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -24,6 +25,7 @@
 #include "ember/codec.h"
 #include "ember/config.h"
 #include "ember/kafka.h"
+#include "ember/sign.h"
 
 #define TOKEN "Authorization: Bearer s3ss\r\n"
 
@@ -134,6 +136,29 @@ static rd_kafka_t *commands_consumer(void) {
   return c;
 }
 
+/* Every command the collector sends is signed with the configured key:
+ * an agent holding it accepts the message as it came from Kafka. */
+static void check_signed(const rd_kafka_message_t *m) {
+  static ember_sign_key_t key;
+  char err[512];
+  assert_int_equal(ember_sign_key_load(tu_command_key_file(), &key, err, sizeof err), 0);
+  ember_sign_envelope_t env = {.value = m->payload, .len = m->len};
+  rd_kafka_headers_t *h = NULL;
+  assert_int_equal(rd_kafka_message_headers(m, &h), 0);
+  const void *v = NULL;
+  assert_int_equal(rd_kafka_header_get_last(h, EMBER_SIGN_HEADER_KEY, &v, &env.key_id_len), 0);
+  env.key_id = v;
+  assert_int_equal(rd_kafka_header_get_last(h, EMBER_SIGN_HEADER_MAC, &v, &env.mac_len), 0);
+  env.mac = v;
+  ember_sign_policy_t p = {
+      .keys = &key, .nkeys = 1, .max_ttl_ns = 600000000000LL, .skew_ns = 30000000000LL};
+  ember_command_t c = {0};
+  ember_sign_verdict_t verdict =
+      ember_sign_check_command(&p, NULL, &env, NULL, ember_time_now_ns(), &c, err, sizeof err);
+  if (verdict != EMBER_SIGN_OK) fail_msg("command not accepted: %s", err);
+  ember_command_clear(&c);
+}
+
 /* The commands of session `id` seen within max_ms (stopping idle_ms after
  * `want` were seen). */
 static size_t consume_commands(rd_kafka_t *c, const char *id, size_t want, int max_ms,
@@ -150,6 +175,7 @@ static size_t consume_commands(rd_kafka_t *c, const char *id, size_t want, int m
     char err[256];
     if (m->err == 0 && ember_codec_decode_command(m->payload, m->len, &cmd, err, sizeof err) == 0) {
       if (strcmp(cmd.session_id, id) == 0 && n < cap) {
+        check_signed(m);
         assert_int_equal(m->key_len, strlen(cmd.host));
         assert_memory_equal(m->key, cmd.host, m->key_len);
         out[n++] = cmd;
@@ -190,11 +216,12 @@ static void test_sessions_end_to_end(void **state) {
   snprintf(dir, sizeof dir, "%s/sessions-%d", EMBER_TEST_TMP, (int)getpid());
   ember_config_t *cfg = NULL;
   assert_int_equal(ember_config_new(&cfg), 0);
-  const char *kv[][2] = {{"brokers", "embedded"},       {"data_dir", dir},
-                         {"api.listen", "127.0.0.1:0"}, {"store.sync", "false"},
-                         {"batch.linger", "50ms"},      {"retention", "0"},
-                         {"api.token", "s3ss"},         {"session.max_duration", "10s"},
-                         {"session.max_hz", "500"}};
+  const char *kv[][2] = {
+      {"brokers", "embedded"},       {"data_dir", dir},
+      {"api.listen", "127.0.0.1:0"}, {"store.sync", "false"},
+      {"batch.linger", "50ms"},      {"retention", "0"},
+      {"api.token", "s3ss"},         {"session.max_duration", "10s"},
+      {"session.max_hz", "500"},     {"command_key_file", tu_command_key_file()}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
     assert_int_equal(ember_config_set(cfg, kv[i][0], kv[i][1]), 0);
   assert_int_equal(ember_config_check(cfg, ember__collector_config_keys, err, sizeof err), 0);
@@ -413,7 +440,8 @@ static void test_sessions_instances_failure_limit(void **state) {
                          {"retention", "0"},
                          {"api.token", "s3ss"},
                          {"session.max_active", "3"},
-                         {"session.answer_timeout", "1s"}};
+                         {"session.answer_timeout", "1s"},
+                         {"command_key_file", tu_command_key_file()}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
     assert_int_equal(ember_config_set(cfg, kv[i][0], kv[i][1]), 0);
   ember_kafka_t *k = NULL;
@@ -509,10 +537,47 @@ static void test_sessions_instances_failure_limit(void **state) {
   ember_config_free(cfg);
 }
 
+/* No key: the collector starts but refuses sessions with a 503 that says
+ * why (agents would refuse unsigned commands). A key file others may read
+ * stops it from starting. */
+static void test_sessions_need_a_key(void **state) {
+  (void)state;
+  char dir[512], err[512] = "", keyfile[600];
+  snprintf(dir, sizeof dir, "%s/sessions3-%d", EMBER_TEST_TMP, (int)getpid());
+  snprintf(keyfile, sizeof keyfile, "%s/open-%d.key", EMBER_TEST_TMP, (int)getpid());
+  unlink(keyfile);
+  assert_int_equal(ember_sign_key_create(keyfile, err, sizeof err), 0);
+  assert_int_equal(chmod(keyfile, 0644), 0);
+  ember_config_t *cfg = NULL;
+  assert_int_equal(ember_config_new(&cfg), 0);
+  const char *kv[][2] = {{"brokers", "embedded"},       {"data_dir", dir},
+                         {"api.listen", "127.0.0.1:0"}, {"store.sync", "false"},
+                         {"api.token", "s3ss"},         {"command_key_file", keyfile}};
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+    assert_int_equal(ember_config_set(cfg, kv[i][0], kv[i][1]), 0);
+  ember_kafka_t *k = NULL;
+  assert_int_equal(ember_kafka_new(cfg, &k, err, sizeof err), 0);
+  brokers = ember_kafka_brokers(k);
+  ember__collector_t *c = NULL;
+  assert_int_not_equal(ember__collector_start(cfg, k, &c, err, sizeof err), 0);
+  assert_null(c);
+  if (strstr(err, "chmod 600") == NULL || strstr(err, keyfile) == NULL) fail_msg("start: %s", err);
+  unlink(keyfile);
+
+  assert_int_equal(ember_config_set(cfg, "command_key_file", ""), 0);
+  if (ember__collector_start(cfg, k, &c, err, sizeof err) != 0) fail_msg("start: %s", err);
+  port = ember__collector_api_port(c);
+  expect_error("POST", "/api/v1/sessions", "{\"actor\":\"B\"}", 503, "command_key_file");
+  ember__collector_stop(c);
+  ember_kafka_free(k);
+  ember_config_free(cfg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sessions_end_to_end),
       cmocka_unit_test(test_sessions_instances_failure_limit),
+      cmocka_unit_test(test_sessions_need_a_key),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
