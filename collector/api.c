@@ -48,7 +48,30 @@
 #define TIMELINE_MAX_BUCKETS 10000u
 #define TIMELINE_MAX_CELLS   ((size_t)4 << 20)
 
-const char *const ember__api_config_keys[] = {"api.listen", "api.token", "api.threads", NULL};
+const char *const ember__api_config_keys[] = {EMBER__API_CONFIG_KEYS, NULL};
+
+int ember__api_read_config(const ember_config_t *cfg, ember__api_opts_t *o, char *errbuf,
+                           size_t errbuf_size) {
+  uint64_t threads, conns, per_ip;
+  int64_t timeout;
+  int rc =
+      ember_config_get_u64(cfg, "api.threads", 2, 1, MAX_THREADS, &threads, errbuf, errbuf_size);
+  if (rc == 0)
+    rc = ember_config_get_u64(cfg, "api.max_connections", 256, 1, 65536, &conns, errbuf,
+                              errbuf_size);
+  if (rc == 0)
+    rc = ember_config_get_u64(cfg, "api.max_connections_per_ip", 32, 1, 65536, &per_ip, errbuf,
+                              errbuf_size);
+  if (rc == 0)
+    rc = ember_config_get_duration_ns(cfg, "api.request_timeout", 10 * SEC_NS, 100 * MS_NS,
+                                      3600 * SEC_NS, &timeout, errbuf, errbuf_size);
+  if (rc != 0) return rc;
+  o->threads = (unsigned)threads;
+  o->max_connections = (unsigned)conns;
+  o->max_per_ip = (unsigned)per_ip;
+  o->request_timeout_ms = (unsigned)(timeout / MS_NS);
+  return 0;
+}
 
 struct ember__api {
   ember__http_t *http;
@@ -1438,6 +1461,9 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
                            .metric_prefix = "ember_api",
                            .metrics = opts->metrics,
                            .threads = threads,
+                           .max_connections = opts->max_connections,
+                           .max_per_ip = opts->max_per_ip,
+                           .request_timeout_ms = opts->request_timeout_ms,
                            .max_body = MAX_BODY,
                            .max_response = api->max_response,
                            .handler = serve,

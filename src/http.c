@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +31,58 @@
 #define DEFAULT_BODY     ((size_t)64 << 10)
 #define DEFAULT_RESPONSE ((size_t)64 << 20)
 #define STOP_WAIT_NS     (10LL * 1000000000LL)
+#define MS_NS            1000000LL
+#define DEFAULT_CONNS    256u
+#define DEFAULT_PER_IP   32u
+#define DEFAULT_TIMEOUT  10000u
+#define DEFAULT_ANSWER   60000u
+/* libmicrohttpd's own connection limit is ours plus this much, so that
+ * connections we have closed but libmicrohttpd has not yet cleaned up do
+ * not make it refuse the connection that closed them. */
+#define SLACK 32u
+/* One log line per reason per this long; the rest are counted. */
+#define LOG_EVERY_NS (10LL * 1000000000LL)
+
+/* A connection's phase, for the deadline and for choosing which to close
+ * when the server is full. */
+enum { PH_FREE, PH_RECV, PH_ANSWER };
+
+typedef struct slot {
+  struct MHD_Connection *c;
+  MHD_socket fd;
+  unsigned char addr[16]; /* IPv4 (mapped) or IPv6 address: the per-client key */
+  int phase;
+  bool closing;        /* shut down by us; libmicrohttpd will clean it up */
+  int64_t since_ns;    /* when the current phase began */
+  int64_t deadline_ns; /* when the current phase must be over */
+} slot_t;
+
+/* Why a connection or request was refused or cut, for metrics and logs. */
+enum {
+  R_PER_IP,    /* the client address already holds max_per_ip connections */
+  R_FULL,      /* max_connections are open and every one is being answered */
+  R_EVICTED,   /* closed to make room: the oldest still sending its request */
+  R_DEADLINE,  /* the request did not arrive within request_timeout */
+  R_ANSWER,    /* the answer was not taken within answer_timeout */
+  R_MALFORMED, /* libmicrohttpd answered the request itself (malformed, too large) */
+  R_NREASONS
+};
+
+static const char *const reason_names[R_NREASONS] = {"refused_per_ip", "refused_full",
+                                                     "closed_slow",    "closed_deadline",
+                                                     "closed_answer",  "refused_malformed"};
+static const char *const reason_help[R_NREASONS] = {
+    "Connections refused because their client address held max_per_ip already.",
+    "Connections refused because every connection was busy being answered.",
+    "Connections closed to make room because they were the oldest still sending a request.",
+    "Connections closed because their request did not arrive within the request timeout.",
+    "Connections closed because their answer was not taken within the answer timeout.",
+    "Requests libmicrohttpd refused itself: malformed, or headers larger than it holds."};
+
+typedef struct ratelog {
+  _Atomic int64_t last_ns;
+  atomic_ulong suppressed;
+} ratelog_t;
 
 struct ember__http {
   struct MHD_Daemon *d;
@@ -40,7 +94,22 @@ struct ember__http {
   uint16_t port;
   atomic_bool stopping;
   atomic_long inflight; /* requests seen whose response is not yet done */
-  ember_metric_t *m_requests, *m_2xx, *m_4xx, *m_5xx, *m_seconds;
+  ember_metric_t *m_requests, *m_2xx, *m_4xx, *m_5xx, *m_seconds, *m_conns;
+  ember_metric_t *m_reason[R_NREASONS];
+  ratelog_t logs[R_NREASONS];
+
+  /* Connections: a fixed table (nslots = libmicrohttpd's limit), guarded
+   * by mu. A slot is freed in libmicrohttpd's "closed" notification, which
+   * runs before it closes the socket: so while mu is held, the fd of a
+   * used slot is still that connection's, and shutting it down is safe
+   * from any thread. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* wakes the reaper */
+  slot_t *slots;
+  unsigned nslots, max_conns, max_per_ip;
+  int64_t timeout_ns, answer_ns;
+  bool reaper_started, reaper_stop;
+  pthread_t reaper;
 };
 
 struct ember__http_req {
@@ -51,6 +120,234 @@ struct ember__http_req {
   bool in_too_big;
   int64_t now_ns;
 };
+
+/* ---------------------------------------------------------------- log -- */
+
+/* Bad input is logged at most once per LOG_EVERY_NS per reason, with how
+ * many lines were left out since. */
+static void ratelog(ember__http_t *h, int reason, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void ratelog(ember__http_t *h, int reason, const char *fmt, ...) {
+  ratelog_t *l = &h->logs[reason];
+  int64_t now = ember_time_mono_ns(), last = atomic_load(&l->last_ns);
+  if ((last != 0 && now - last < LOG_EVERY_NS) ||
+      !atomic_compare_exchange_strong(&l->last_ns, &last, now)) {
+    atomic_fetch_add(&l->suppressed, 1);
+    return;
+  }
+  char line[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  unsigned long more = atomic_exchange(&l->suppressed, 0);
+  if (more > 0) {
+    EMBER_WARN(h->log, "%s (and %lu more like it since the last such line)", line, more);
+  } else {
+    EMBER_WARN(h->log, "%s", line);
+  }
+}
+
+static void refused(ember__http_t *h, int reason) { ember_metric_add(h->m_reason[reason], 1); }
+
+/* libmicrohttpd's messages. Most are about one connection and are noise
+ * at the default level; the ones that say it answered a request itself
+ * (a malformed request, headers past its memory) are bad input: counted
+ * and logged rate-limited. The match is on libmicrohttpd's wording: if a
+ * version words it otherwise, those requests are still answered, only not
+ * counted. */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+  ember__http_t *h = cls;
+  char line[300];
+  vsnprintf(line, sizeof line, fmt, ap);
+  line[strcspn(line, "\n")] = '\0';
+  static const char answered[] = "Error processing request (HTTP response code is ";
+  if (strncmp(line, answered, sizeof answered - 1) == 0) {
+    refused(h, R_MALFORMED);
+    ratelog(h, R_MALFORMED, "libmicrohttpd refused a request itself: %s", line);
+    return;
+  }
+  EMBER_DEBUG(h->log, "libmicrohttpd: %s", line);
+}
+
+/* -------------------------------------------------------- connections -- */
+
+/* The per-client key: IPv4 as an IPv4-mapped IPv6 address, so that a
+ * dual-stack listener counts one client once. */
+static void addr_key(const struct sockaddr *sa, unsigned char key[16]) {
+  memset(key, 0, 16);
+  if (sa == NULL) return;
+  if (sa->sa_family == AF_INET) {
+    const struct sockaddr_in *v4 = (const struct sockaddr_in *)(const void *)sa;
+    key[10] = key[11] = 0xff;
+    memcpy(key + 12, &v4->sin_addr, 4);
+  } else if (sa->sa_family == AF_INET6) {
+    memcpy(key, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
+  }
+}
+
+static void addr_text(const struct sockaddr *sa, char *out, size_t size) {
+  snprintf(out, size, "?");
+  if (sa == NULL) return;
+  if (sa->sa_family == AF_INET)
+    inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, out,
+              (socklen_t)size);
+  else if (sa->sa_family == AF_INET6)
+    inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, out,
+              (socklen_t)size);
+}
+
+/* Close a connection from outside libmicrohttpd: shutting the socket down
+ * makes its thread see the end of the stream and clean up. mu held. */
+static void cut(ember__http_t *h, slot_t *s) {
+  s->closing = true;
+  shutdown(s->fd, SHUT_RDWR);
+  ember_metric_add(h->m_conns, -1);
+}
+
+/* Accept policy, before libmicrohttpd takes a connection: at most
+ * max_per_ip per client address; when max_conns are open, the oldest
+ * connection still sending its request (or idle between requests) is
+ * closed to make room, so that slow clients cannot hold every slot; when
+ * every connection is being answered, the new one is refused. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
+  (void)addrlen;
+  ember__http_t *h = cls;
+  unsigned char key[16];
+  addr_key(addr, key);
+  int reason = -1;
+  pthread_mutex_lock(&h->mu);
+  unsigned live = 0, same = 0;
+  slot_t *oldest = NULL;
+  for (unsigned i = 0; i < h->nslots; i++) {
+    slot_t *s = &h->slots[i];
+    if (s->phase == PH_FREE || s->closing) continue;
+    live++;
+    if (memcmp(s->addr, key, 16) == 0) same++;
+    if (s->phase == PH_RECV && (oldest == NULL || s->since_ns < oldest->since_ns)) oldest = s;
+  }
+  if (h->max_per_ip != 0 && same >= h->max_per_ip) {
+    reason = R_PER_IP;
+  } else if (live >= h->max_conns) {
+    if (oldest != NULL) {
+      cut(h, oldest);
+      refused(h, R_EVICTED);
+    } else {
+      reason = R_FULL;
+    }
+  }
+  pthread_mutex_unlock(&h->mu);
+  if (reason < 0) return MHD_YES;
+  refused(h, reason);
+  char who[INET6_ADDRSTRLEN];
+  addr_text(addr, who, sizeof who);
+  if (reason == R_PER_IP)
+    ratelog(h, reason, "refused a connection from %s: it holds %u already (the most per client)",
+            who, h->max_per_ip);
+  else
+    ratelog(h, reason, "refused a connection from %s: all %u connections are being answered", who,
+            h->max_conns);
+  return MHD_NO;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  ember__http_t *h = cls;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *fd =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ad =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    int64_t now = ember_time_mono_ns();
+    pthread_mutex_lock(&h->mu);
+    slot_t *s = NULL;
+    for (unsigned i = 0; i < h->nslots && s == NULL; i++) {
+      if (h->slots[i].phase == PH_FREE) s = &h->slots[i];
+    }
+    if (s != NULL) {
+      *s = (slot_t){.c = c,
+                    .fd = fd ? fd->connect_fd : MHD_INVALID_SOCKET,
+                    .phase = PH_RECV,
+                    .since_ns = now,
+                    .deadline_ns = now + h->timeout_ns};
+      addr_key(ad ? ad->client_addr : NULL, s->addr);
+      ember_metric_add(h->m_conns, 1);
+      /* The reaper may be asleep with nothing to watch. */
+      pthread_cond_signal(&h->cv);
+    } else if (fd != NULL) {
+      /* Cannot happen: there are as many slots as libmicrohttpd takes
+       * connections. Without a slot there is no deadline, so close. */
+      shutdown(fd->connect_fd, SHUT_RDWR);
+    }
+    *socket_context = s;
+    pthread_mutex_unlock(&h->mu);
+  } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+    slot_t *s = *socket_context;
+    if (s == NULL) return;
+    pthread_mutex_lock(&h->mu);
+    if (!s->closing) ember_metric_add(h->m_conns, -1);
+    s->phase = PH_FREE;
+    s->closing = false;
+    pthread_mutex_unlock(&h->mu);
+    *socket_context = NULL;
+  }
+}
+
+static slot_t *slot_of(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *i =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return i ? i->socket_context : NULL;
+}
+
+/* Start a connection's next phase: PH_ANSWER when its answer is queued,
+ * PH_RECV when a request is done and the next may come. */
+static void set_phase(ember__http_t *h, struct MHD_Connection *c, int phase) {
+  slot_t *s = slot_of(c);
+  if (s == NULL) return;
+  int64_t now = ember_time_mono_ns();
+  pthread_mutex_lock(&h->mu);
+  s->phase = phase;
+  s->since_ns = now;
+  s->deadline_ns = now + (phase == PH_ANSWER ? h->answer_ns : h->timeout_ns);
+  pthread_mutex_unlock(&h->mu);
+}
+
+/* The reaper: closes every connection past its deadline. Trickling bytes
+ * cannot move a deadline; only the phases do. */
+static void *reaper_main(void *arg) {
+  ember__http_t *h = arg;
+  pthread_mutex_lock(&h->mu);
+  while (!h->reaper_stop) {
+    int64_t now = ember_time_mono_ns(), next = now + 1000 * MS_NS;
+    for (unsigned i = 0; i < h->nslots; i++) {
+      slot_t *s = &h->slots[i];
+      if (s->phase == PH_FREE || s->closing) continue;
+      if (s->deadline_ns > now) {
+        if (s->deadline_ns < next) next = s->deadline_ns;
+        continue;
+      }
+      int reason = s->phase == PH_RECV ? R_DEADLINE : R_ANSWER;
+      cut(h, s);
+      refused(h, reason);
+      ratelog(h, reason, "closed a connection after %lld ms: its %s",
+              (long long)((now - s->since_ns) / MS_NS),
+              reason == R_DEADLINE ? "request did not arrive in time (a slow or idle client)"
+                                   : "answer was not taken in time (a slow reader)");
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t wait = next - now + 5 * MS_NS;
+    ts.tv_sec += (time_t)(wait / 1000000000LL);
+    ts.tv_nsec += (long)(wait % 1000000000LL);
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+  }
+  pthread_mutex_unlock(&h->mu);
+  return NULL;
+}
 
 /* ------------------------------------------------------------ request -- */
 
@@ -177,6 +474,7 @@ static enum MHD_Result send_answer(ember__http_t *h, struct MHD_Connection *c,
   count_status(h, a->status);
   enum MHD_Result ret = MHD_queue_response(c, a->status, resp);
   MHD_destroy_response(resp);
+  if (ret == MHD_YES) set_phase(h, c, PH_ANSWER);
   return ret;
 }
 
@@ -247,9 +545,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-  (void)c;
-  (void)toe;
   ember__http_t *h = cls;
+  /* The next request on a kept-alive connection has request_timeout from
+   * now, idle time included. */
+  if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) set_phase(h, c, PH_RECV);
   if (*con_cls != NULL) {
     if (is_post_body(h, *con_cls)) {
       post_body_t *pb = *con_cls;
@@ -322,8 +621,8 @@ static int parse_listen(const char *key, const char *listen, listen_addr_t *la, 
 
 static ember_metric_t *counter(ember_metrics_t *m, const char *prefix, const char *name,
                                const char *help) {
-  char full[128];
-  snprintf(full, sizeof full, "%s_%s", prefix, name);
+  char full[192];
+  snprintf(full, sizeof full, "%.96s_%.64s", prefix, name);
   return ember_metrics_counter(m, full, help);
 }
 
@@ -335,6 +634,13 @@ static void register_metrics(ember__http_t *h, ember_metrics_t *m, const char *p
   h->m_5xx = counter(m, prefix, "responses_5xx_total", "HTTP responses with a 5xx status.");
   h->m_seconds = counter(m, prefix, "request_seconds_total",
                          "Time spent answering HTTP requests, in seconds.");
+  char full[128];
+  snprintf(full, sizeof full, "%.96s_connections", prefix);
+  h->m_conns = ember_metrics_gauge(m, full, "Open HTTP connections.");
+  for (int i = 0; i < R_NREASONS; i++) {
+    snprintf(full, sizeof full, "%.32s_total", reason_names[i]);
+    h->m_reason[i] = counter(m, prefix, full, reason_help[i]);
+  }
 }
 
 int ember__http_start(const ember__http_opts_t *opts, ember__http_t **out, char *errbuf,
@@ -360,25 +666,72 @@ int ember__http_start(const ember__http_opts_t *opts, ember__http_t **out, char 
   h->log = opts->log ? opts->log : "http";
   h->max_body = opts->max_body ? opts->max_body : DEFAULT_BODY;
   h->max_response = opts->max_response ? opts->max_response : DEFAULT_RESPONSE;
+  h->max_conns = opts->max_connections ? opts->max_connections : DEFAULT_CONNS;
+  h->max_per_ip = opts->max_per_ip ? opts->max_per_ip : DEFAULT_PER_IP;
+  h->timeout_ns =
+      (int64_t)(opts->request_timeout_ms ? opts->request_timeout_ms : DEFAULT_TIMEOUT) * MS_NS;
+  h->answer_ns =
+      (int64_t)(opts->answer_timeout_ms ? opts->answer_timeout_ms : DEFAULT_ANSWER) * MS_NS;
+  h->nslots = h->max_conns + SLACK;
   atomic_init(&h->stopping, false);
   atomic_init(&h->inflight, 0);
+  for (int i = 0; i < R_NREASONS; i++) {
+    atomic_init(&h->logs[i].last_ns, 0);
+    atomic_init(&h->logs[i].suppressed, 0);
+  }
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&h->mu, NULL);
+  pthread_cond_init(&h->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  h->slots = ember_calloc(h->nslots, sizeof *h->slots);
+  if (h->slots == NULL) {
+    rc = -ENOMEM;
+    goto cleanup;
+  }
   register_metrics(h, opts->metrics, opts->metric_prefix);
   unsigned threads = opts->threads ? opts->threads : 1;
+  /* libmicrohttpd's idle timeout (whole seconds) is only a backstop: the
+   * reaper enforces request_timeout whatever the client sends. */
+  unsigned idle_s = (unsigned)((h->timeout_ns + 1000 * MS_NS - 1) / (1000 * MS_NS));
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG;
   if (la.u.sa.sa_family == AF_INET6) flags |= la.any6 ? MHD_USE_DUAL_STACK : MHD_USE_IPv6;
-  h->d = MHD_start_daemon(flags, la.port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, &la.u.sa,
-                          MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_CONNECTION_LIMIT, 256u,
-                          MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_NOTIFY_COMPLETED,
-                          on_completed, h, MHD_OPTION_END);
+  /* The logger first, so that it gets every message; a pool only of two
+   * or more threads (libmicrohttpd warns about a pool of one). */
+  struct MHD_OptionItem ops[] = {
+      {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, h},
+      {MHD_OPTION_SOCK_ADDR, 0, &la.u.sa},
+      {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)h->nslots, NULL},
+      {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)idle_s, NULL},
+      {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, h},
+      {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, h},
+      {threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, (intptr_t)threads, NULL},
+      {MHD_OPTION_END, 0, NULL}};
+  h->d = MHD_start_daemon(flags, la.port, on_accept, h, on_request, h, MHD_OPTION_ARRAY, ops,
+                          MHD_OPTION_END);
   if (h->d == NULL) {
     snprintf(errbuf, errbuf_size, "cannot serve HTTP on %s (port in use?)", opts->listen);
-    ember_free(h);
-    return -EADDRINUSE;
+    rc = -EADDRINUSE;
+    goto cleanup;
   }
   const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
   h->port = info ? info->port : la.port;
+  if (pthread_create(&h->reaper, NULL, reaper_main, h) != 0) {
+    snprintf(errbuf, errbuf_size, "cannot start the HTTP server's deadline thread");
+    rc = -EAGAIN;
+    goto cleanup;
+  }
+  h->reaper_started = true;
   *out = h;
   return 0;
+cleanup:
+  if (h->d != NULL) MHD_stop_daemon(h->d);
+  pthread_mutex_destroy(&h->mu);
+  pthread_cond_destroy(&h->cv);
+  ember_free(h->slots);
+  ember_free(h);
+  return rc;
 }
 
 uint16_t ember__http_port(const ember__http_t *h) { return h ? h->port : 0; }
@@ -399,5 +752,14 @@ void ember__http_stop(ember__http_t *h) {
                atomic_load(&h->inflight));
   MHD_stop_daemon(h->d);
   if (lsock != MHD_INVALID_SOCKET) close(lsock);
+  /* After the daemon: every connection is closed and its slot free. */
+  pthread_mutex_lock(&h->mu);
+  h->reaper_stop = true;
+  pthread_cond_signal(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+  if (h->reaper_started) pthread_join(h->reaper, NULL);
+  pthread_mutex_destroy(&h->mu);
+  pthread_cond_destroy(&h->cv);
+  ember_free(h->slots);
   ember_free(h);
 }

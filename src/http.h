@@ -54,8 +54,16 @@ typedef struct ember__http_opts {
   const char *metric_prefix;
   ember_metrics_t *metrics; /* where they are registered at start; NULL = none. Borrowed. */
   unsigned threads;         /* polling threads; 0 = 1, at most 64 */
-  size_t max_body;          /* largest request body kept for the handler; 0 = 64 KiB */
-  size_t max_response;      /* the bound of answer->body; 0 = 64 MiB */
+  /* Open connections at most; past it, a new connection closes the oldest
+   * one still sending its request (or idle between requests), or is
+   * refused when all are being answered. 0 = 256. */
+  unsigned max_connections;
+  unsigned max_per_ip;         /* connections per client address; 0 = 32 */
+  unsigned request_timeout_ms; /* from accept (or the previous answer) to the whole request
+                                  in, however the bytes trickle; 0 = 10 s */
+  unsigned answer_timeout_ms;  /* from the answer queued to all of it taken; 0 = 60 s */
+  size_t max_body;             /* largest request body kept for the handler; 0 = 64 KiB */
+  size_t max_response;         /* the bound of answer->body; 0 = 64 MiB */
   ember__http_handler_fn handler;
   void *ctx; /* passed to the handler; borrowed, must outlive the server */
 } ember__http_opts_t;

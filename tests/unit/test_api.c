@@ -883,7 +883,8 @@ static void test_api_start_errors(void **state) {
   assert_int_equal(ember__api_start(&o, &api, err, sizeof err), -EINVAL);
   assert_null(api);
   assert_string_equal(ember__api_config_keys[0], "api.listen");
-  assert_null(ember__api_config_keys[3]);
+  assert_string_equal(ember__api_config_keys[5], "api.request_timeout");
+  assert_null(ember__api_config_keys[6]);
 }
 
 /* api.listen in brackets serves IPv6: [::1] on the loopback, [::] on every
