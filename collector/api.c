@@ -70,6 +70,7 @@ int ember__api_read_config(const ember_config_t *cfg, ember__api_opts_t *o, char
   o->max_connections = (unsigned)conns;
   o->max_per_ip = (unsigned)per_ip;
   o->request_timeout_ms = (unsigned)(timeout / MS_NS);
+  o->allowed_hosts = ember_config_get(cfg, "api.allowed_hosts");
   return 0;
 }
 
@@ -1377,6 +1378,19 @@ static void put_answer(req_t *r, ember__http_answer_t *a) {
   }
 }
 
+/* The methods a path takes, for the Allow header of a 405 that is
+ * answered before the path is routed. */
+static const char *allow_for(const char *url) {
+  static const char prefix[] = "/api/v1/sessions";
+  if (strncmp(url, prefix, sizeof prefix - 1) == 0) {
+    const char *rest = url + sizeof prefix - 1;
+    size_t n = strlen(rest);
+    if (n == 0 || strcmp(rest, "/") == 0) return "GET, HEAD, POST";
+    if (n > 7 && rest[0] == '/' && strcmp(rest + n - 7, "/cancel") == 0) return "POST";
+  }
+  return "GET, HEAD";
+}
+
 static void route(req_t *r) {
   ember__api_t *api = r->api;
   bool get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
@@ -1388,7 +1402,8 @@ static void route(req_t *r) {
   }
   if (get && route_ui(r)) return;
   if (!get && strcmp(r->method, "POST") != 0) {
-    fail(r, 405, "method %.16s not allowed: use GET (or POST for sessions)", r->method);
+    r->allow = allow_for(r->url);
+    fail(r, 405, "method %.16s not allowed: use %s", r->method, r->allow);
     return;
   }
   if (api->token != NULL && !token_ok(api, ember__http_header(r->q, "Authorization"))) {
@@ -1464,6 +1479,8 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
                            .max_connections = opts->max_connections,
                            .max_per_ip = opts->max_per_ip,
                            .request_timeout_ms = opts->request_timeout_ms,
+                           .allowed_hosts = opts->allowed_hosts,
+                           .hosts_key = "api.allowed_hosts",
                            .max_body = MAX_BODY,
                            .max_response = api->max_response,
                            .handler = serve,

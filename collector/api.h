@@ -43,19 +43,23 @@ typedef struct ember__api_opts {
   /* The HTTP layer's limits (src/http.h): 0 = its defaults (256
    * connections, 32 per client address, 10 s for a request to arrive). */
   unsigned max_connections, max_per_ip, request_timeout_ms;
+  /* Host names the API answers to besides localhost and IP addresses
+   * ("ember.example.com,ember"; "*" = any); NULL = none. Copied. */
+  const char *allowed_hosts;
 } ember__api_opts_t;
 
 /* The config keys the API reads, for ember_config_check lists. */
 #define EMBER__API_CONFIG_KEYS                                                                     \
   "api.listen", "api.token", "api.threads", "api.max_connections", "api.max_connections_per_ip",   \
-      "api.request_timeout"
+      "api.request_timeout", "api.allowed_hosts"
 /* The same, NULL-terminated. */
 extern const char *const ember__api_config_keys[];
 
 /* Read the API's keys but api.listen and api.token (which the caller
  * reads as strings) into `o`: api.threads, api.max_connections,
- * api.max_connections_per_ip, api.request_timeout. Returns 0 or
- * EMBER_ECONFIG with a sentence in errbuf. */
+ * api.max_connections_per_ip, api.request_timeout, api.allowed_hosts
+ * (borrowed from cfg). Returns 0 or EMBER_ECONFIG with a sentence in
+ * errbuf. */
 int ember__api_read_config(const ember_config_t *cfg, ember__api_opts_t *o, char *errbuf,
                            size_t errbuf_size);
 

@@ -42,6 +42,12 @@
 #define SLACK 32u
 /* One log line per reason per this long; the rest are counted. */
 #define LOG_EVERY_NS (10LL * 1000000000LL)
+/* Our limits on a request's head, below libmicrohttpd's memory for it
+ * (MEMORY), so that requests past them get our JSON 414/431 rather than
+ * libmicrohttpd's own HTML answer. */
+#define MAX_URL    8192u
+#define MAX_HEADER ((size_t)16 << 10)
+#define MEMORY     ((size_t)64 << 10)
 
 /* A connection's phase, for the deadline and for choosing which to close
  * when the server is full. */
@@ -65,19 +71,27 @@ enum {
   R_DEADLINE,  /* the request did not arrive within request_timeout */
   R_ANSWER,    /* the answer was not taken within answer_timeout */
   R_MALFORMED, /* libmicrohttpd answered the request itself (malformed, too large) */
+  R_HOST,      /* a Host this server does not answer to (DNS rebinding) */
+  R_ORIGIN,    /* a state-changing request from another origin (CSRF) */
+  R_TOO_LARGE, /* headers, URL or body past our limits (414, 431, 413) */
+  R_BAD,       /* a request we refused as malformed (400) */
   R_NREASONS
 };
 
-static const char *const reason_names[R_NREASONS] = {"refused_per_ip", "refused_full",
-                                                     "closed_slow",    "closed_deadline",
-                                                     "closed_answer",  "refused_malformed"};
+static const char *const reason_names[R_NREASONS] = {
+    "refused_per_ip",    "refused_full", "closed_slow",    "closed_deadline",   "closed_answer",
+    "refused_malformed", "refused_host", "refused_origin", "refused_too_large", "refused_bad"};
 static const char *const reason_help[R_NREASONS] = {
     "Connections refused because their client address held max_per_ip already.",
     "Connections refused because every connection was busy being answered.",
     "Connections closed to make room because they were the oldest still sending a request.",
     "Connections closed because their request did not arrive within the request timeout.",
     "Connections closed because their answer was not taken within the answer timeout.",
-    "Requests libmicrohttpd refused itself: malformed, or headers larger than it holds."};
+    "Requests libmicrohttpd refused itself: malformed, or headers larger than it holds.",
+    "Requests refused because their Host is not one this server answers to.",
+    "State-changing requests refused because they came from another origin.",
+    "Requests refused because their URL, headers or body were too large.",
+    "Requests refused as malformed."};
 
 typedef struct ratelog {
   _Atomic int64_t last_ns;
@@ -109,6 +123,12 @@ struct ember__http {
   unsigned nslots, max_conns, max_per_ip;
   int64_t timeout_ns, answer_ns;
   bool reaper_started, reaper_stop;
+  /* Host checks: any_host, or these names (lower case, no port) besides
+   * localhost and IP addresses. */
+  bool any_host;
+  char **hosts;
+  size_t nhosts;
+  const char *hosts_key;
   pthread_t reaper;
 };
 
@@ -349,6 +369,212 @@ static void *reaper_main(void *arg) {
   return NULL;
 }
 
+/* -------------------------------------------------- Host and Origin -- */
+
+/* Split "name", "name:port", "[v6]" or "[v6]:port" into the host (without
+ * brackets, lower case, no trailing dot) and the port (0 = none). False
+ * when it is not of that form. */
+static bool split_authority(const char *in, size_t len, char *host, size_t size, unsigned *port) {
+  const char *end = in + len, *colon = NULL;
+  const char *hs = in, *he;
+  if (len > 0 && in[0] == '[') {
+    const char *rb = memchr(in, ']', len);
+    if (rb == NULL) return false;
+    hs = in + 1;
+    he = rb;
+    if (rb + 1 < end) {
+      if (rb[1] != ':') return false;
+      colon = rb + 1;
+    }
+  } else {
+    colon = memchr(in, ':', len);
+    he = colon ? colon : end;
+    if (colon != NULL && memchr(colon + 1, ':', (size_t)(end - colon - 1)) != NULL) return false;
+  }
+  *port = 0;
+  if (colon != NULL) {
+    char digits[8];
+    size_t dl = (size_t)(end - colon - 1);
+    uint64_t p;
+    if (dl == 0 || dl >= sizeof digits) return false;
+    memcpy(digits, colon + 1, dl);
+    digits[dl] = '\0';
+    if (ember_parse_u64(digits, 1, 65535, &p) != 0) return false;
+    *port = (unsigned)p;
+  }
+  size_t hl = (size_t)(he - hs);
+  if (hl > 0 && hs[hl - 1] == '.') hl--;
+  if (hl == 0 || hl >= size) return false;
+  for (size_t i = 0; i < hl; i++) {
+    char ch = hs[i];
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '-' || ch == '.' || ch == '_' || (hs != in && ch == ':');
+    if (!ok) return false;
+    host[i] = (ch >= 'A' && ch <= 'Z') ? (char)(ch - 'A' + 'a') : ch;
+  }
+  host[hl] = '\0';
+  /* In brackets only an IPv6 address. */
+  unsigned char a6[16];
+  return hs == in || inet_pton(AF_INET6, host, a6) == 1;
+}
+
+static bool is_ip(const char *host) {
+  unsigned char buf[16];
+  return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
+static bool listed(const ember__http_t *h, const char *host) {
+  for (size_t i = 0; i < h->nhosts; i++) {
+    if (strcmp(h->hosts[i], host) == 0) return true;
+  }
+  return false;
+}
+
+/* A Host this server answers to. IP addresses always: a page can only
+ * have an address as its origin if the browser went to that address, so
+ * an address cannot be rebound to us. localhost (and *.localhost, which
+ * browsers resolve to the loopback themselves) always. Names otherwise
+ * only when listed: a page of evil.example whose name the attacker has
+ * pointed at 127.0.0.1 sends Host: evil.example. */
+static bool host_ok(const ember__http_t *h, const char *host) {
+  size_t n = strlen(host);
+  if (strcmp(host, "localhost") == 0 || (n > 10 && strcmp(host + n - 10, ".localhost") == 0))
+    return true;
+  return is_ip(host) || listed(h, host);
+}
+
+/* Methods that change something: these must come from our own origin. */
+static bool changes_state(const char *method) {
+  return strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0 &&
+         strcmp(method, "OPTIONS") != 0;
+}
+
+/* 0, or the status of a refusal written into `a`. Browsers send Origin
+ * with every POST and Sec-Fetch-Site with every request: a form or fetch
+ * from another site's page carries that site's origin. Clients that send
+ * neither (curl, the CLI) are not browsers and cannot be forged into
+ * sending a request. */
+static unsigned check_origin(ember__http_t *h, struct MHD_Connection *c, const char *method,
+                             const char *host, unsigned port, ember__http_answer_t *a) {
+  if (!changes_state(method)) return 0;
+  const char *site = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-Fetch-Site");
+  const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+  if (site != NULL && strcasecmp(site, "cross-site") == 0 && origin == NULL)
+    return ember__http_fail(a, 403,
+                            "cross-site %.16s refused: this request came from another site's page "
+                            "(Sec-Fetch-Site: cross-site), a guard against request forgery",
+                            method);
+  if (origin == NULL) return 0;
+  char ohost[256];
+  unsigned oport = 0, dflt = 0;
+  const char *rest = NULL;
+  if (strncasecmp(origin, "http://", 7) == 0) {
+    rest = origin + 7;
+    dflt = 80;
+  } else if (strncasecmp(origin, "https://", 8) == 0) {
+    rest = origin + 8;
+    dflt = 443;
+  }
+  bool parsed = rest != NULL && split_authority(rest, strlen(rest), ohost, sizeof ohost, &oport);
+  if (parsed) {
+    if (oport == 0) oport = dflt;
+    /* Same origin: our own page (the dashboard). A Host without a port
+     * (behind a proxy) matches the origin's host on any port. */
+    if (host != NULL && strcmp(ohost, host) == 0 && (port == 0 || port == oport)) return 0;
+    /* A name listed in allowed_hosts is trusted as an origin too, for a
+     * proxy that passes the backend's address as Host. */
+    if (listed(h, ohost)) return 0;
+  }
+  return ember__http_fail(a, 403,
+                          "cross-origin %.16s refused: Origin %.128s is not this server (a guard "
+                          "against request forgery); list a trusted origin's host in %s",
+                          method, origin, h->hosts_key);
+}
+
+/* The length of the query string, near enough (libmicrohttpd hands the
+ * path without it). */
+static enum MHD_Result add_arg_len(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value) {
+  (void)kind;
+  *(size_t *)cls += strlen(key) + (value ? strlen(value) : 0) + 2;
+  return MHD_YES;
+}
+
+/* Checks made as soon as a request's head is in, before its body is
+ * read: sizes, Host, Origin. 0, or the status of a refusal in `a`. */
+static unsigned check_head(ember__http_t *h, struct MHD_Connection *c, const char *url,
+                           const char *method, const char *version, ember__http_answer_t *a,
+                           int *reason) {
+  *reason = R_TOO_LARGE;
+  size_t url_len = strlen(url);
+  MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, add_arg_len, &url_len);
+  if (url_len > MAX_URL)
+    return ember__http_fail(a, 414, "the URL is longer than %u bytes", MAX_URL);
+  const union MHD_ConnectionInfo *hs =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+  if (hs != NULL && hs->header_size > MAX_HEADER)
+    return ember__http_fail(a, 431, "the request's headers are larger than %zu bytes", MAX_HEADER);
+  const char *clen = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+  uint64_t n = 0;
+  if (clen != NULL && ember_parse_u64(clen, 0, UINT64_MAX, &n) == 0 && n > h->max_body)
+    return ember__http_fail(a, 413, "the request body is larger than %zu bytes", h->max_body);
+  *reason = R_BAD;
+  const char *hosthdr = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+  char host[256];
+  unsigned port = 0;
+  if (hosthdr == NULL && strcmp(version, MHD_HTTP_VERSION_1_1) == 0)
+    return ember__http_fail(a, 400, "an HTTP/1.1 request needs a Host header");
+  if (hosthdr != NULL && !split_authority(hosthdr, strlen(hosthdr), host, sizeof host, &port))
+    return ember__http_fail(a, 400, "the Host header \"%.128s\" is not HOST or HOST:PORT", hosthdr);
+  *reason = R_HOST;
+  if (hosthdr != NULL && !h->any_host && !host_ok(h, host))
+    return ember__http_fail(a, 421,
+                            "this server does not answer to the host \"%.128s\" (a guard against "
+                            "DNS rebinding): use its address or localhost, or add the name to %s",
+                            host, h->hosts_key);
+  *reason = R_ORIGIN;
+  return check_origin(h, c, method, hosthdr != NULL ? host : NULL, port, a);
+}
+
+/* "a.example, b.example:80" into h->hosts (lower case, ports dropped:
+ * a name is allowed on any port, as addresses are). */
+static int parse_hosts(ember__http_t *h, const char *list, char *errbuf, size_t errbuf_size) {
+  if (list == NULL) return 0;
+  size_t cap = 1;
+  for (const char *p = list; *p; p++) cap += *p == ',';
+  h->hosts = ember_calloc(cap, sizeof *h->hosts);
+  if (h->hosts == NULL) return -ENOMEM;
+  const char *p = list;
+  while (*p != '\0') {
+    while (*p == ' ' || *p == ',') p++;
+    size_t n = strcspn(p, ", ");
+    if (n == 0) break;
+    if (n == 1 && p[0] == '*') {
+      h->any_host = true;
+    } else {
+      char host[256];
+      unsigned port;
+      if (!split_authority(p, n, host, sizeof host, &port)) {
+        snprintf(errbuf, errbuf_size,
+                 "%s: '%.*s' is not a host name or address (list them with commas: "
+                 "ember.example.com,10.0.0.5; * for any)",
+                 h->hosts_key, (int)(n > 64 ? 64 : n), p);
+        return EMBER_ECONFIG;
+      }
+      h->hosts[h->nhosts] = ember_strdup(host);
+      if (h->hosts[h->nhosts] == NULL) return -ENOMEM;
+      h->nhosts++;
+    }
+    p += n;
+  }
+  return 0;
+}
+
+static void free_hosts(ember__http_t *h) {
+  for (size_t i = 0; i < h->nhosts; i++) ember_free(h->hosts[i]);
+  ember_free(h->hosts);
+}
+
 /* ------------------------------------------------------------ request -- */
 
 const char *ember__http_method(const ember__http_req_t *q) { return q->method; }
@@ -493,13 +719,27 @@ static bool is_post_body(const ember__http_t *h, void *con_cls) {
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
-  (void)version;
   ember__http_t *h = cls;
   if (*con_cls == NULL) {
     /* Counted until on_completed, so stop can wait for the answer to go
      * out, not only for it to be made. */
     atomic_fetch_add(&h->inflight, 1);
     *con_cls = h;
+    ember__http_answer_t a = {0};
+    int reason;
+    if (check_head(h, c, url, method, version, &a, &reason) != 0) {
+      /* Answered before any body is read; libmicrohttpd closes the
+       * connection after, so the body never needs to be. */
+      ember_metric_add(h->m_requests, 1);
+      refused(h, reason);
+      char who[INET6_ADDRSTRLEN];
+      const union MHD_ConnectionInfo *ad =
+          MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+      addr_text(ad ? ad->client_addr : NULL, who, sizeof who);
+      ratelog(h, reason, "refused %.16s %.128s from %s with %u: %s", method, url, who, a.status,
+              a.err);
+      return send_answer(h, c, &a);
+    }
     if (strcmp(method, "POST") == 0) {
       /* Answered once the whole body is in (bounded by max_body); a POST
        * whose buffer cannot be made is answered 500 then. */
@@ -532,6 +772,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   ember_buf_init(&a.body, h->max_response);
   if (atomic_load(&h->stopping)) {
     ember__http_fail(&a, 503, "the server is shutting down");
+  } else if (q.in_too_big) {
+    /* A chunked body (no Content-Length to refuse it by) that outgrew
+     * max_body: read to its end (within the deadline), kept no further. */
+    refused(h, R_TOO_LARGE);
+    ember__http_fail(&a, 413, "the request body is larger than %zu bytes", h->max_body);
   } else if (*con_cls == &h->post_oom) {
     ember__http_fail(&a, 500, "internal error: out of memory reading the request body");
   } else {
@@ -673,6 +918,13 @@ int ember__http_start(const ember__http_opts_t *opts, ember__http_t **out, char 
   h->answer_ns =
       (int64_t)(opts->answer_timeout_ms ? opts->answer_timeout_ms : DEFAULT_ANSWER) * MS_NS;
   h->nslots = h->max_conns + SLACK;
+  h->hosts_key = opts->hosts_key ? opts->hosts_key : "the allowed hosts";
+  rc = parse_hosts(h, opts->allowed_hosts, errbuf, errbuf_size);
+  if (rc != 0) {
+    free_hosts(h);
+    ember_free(h);
+    return rc;
+  }
   atomic_init(&h->stopping, false);
   atomic_init(&h->inflight, 0);
   for (int i = 0; i < R_NREASONS; i++) {
@@ -704,6 +956,7 @@ int ember__http_start(const ember__http_opts_t *opts, ember__http_t **out, char 
       {MHD_OPTION_SOCK_ADDR, 0, &la.u.sa},
       {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)h->nslots, NULL},
       {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)idle_s, NULL},
+      {MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)MEMORY, NULL},
       {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, h},
       {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, h},
       {threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, (intptr_t)threads, NULL},
@@ -730,6 +983,7 @@ cleanup:
   pthread_mutex_destroy(&h->mu);
   pthread_cond_destroy(&h->cv);
   ember_free(h->slots);
+  free_hosts(h);
   ember_free(h);
   return rc;
 }
@@ -761,5 +1015,6 @@ void ember__http_stop(ember__http_t *h) {
   pthread_mutex_destroy(&h->mu);
   pthread_cond_destroy(&h->cv);
   ember_free(h->slots);
+  free_hosts(h);
   ember_free(h);
 }

@@ -62,8 +62,15 @@ typedef struct ember__http_opts {
   unsigned request_timeout_ms; /* from accept (or the previous answer) to the whole request
                                   in, however the bytes trickle; 0 = 10 s */
   unsigned answer_timeout_ms;  /* from the answer queued to all of it taken; 0 = 60 s */
-  size_t max_body;             /* largest request body kept for the handler; 0 = 64 KiB */
-  size_t max_response;         /* the bound of answer->body; 0 = 64 MiB */
+  /* Host names this server answers to besides localhost and any IP
+   * address, comma-separated ("ember.example.com,ember"); "*" = any Host.
+   * Other Hosts get a 421 (DNS rebinding). A POST, PUT, DELETE... must
+   * come from the same origin as its Host, or from a listed name, or it
+   * is a 403 (cross-site request forgery). NULL = none. Copied. */
+  const char *allowed_hosts;
+  const char *hosts_key; /* the config key it came from, for sentences */
+  size_t max_body;       /* largest request body kept for the handler; 0 = 64 KiB */
+  size_t max_response;   /* the bound of answer->body; 0 = 64 MiB */
   ember__http_handler_fn handler;
   void *ctx; /* passed to the handler; borrowed, must outlive the server */
 } ember__http_opts_t;

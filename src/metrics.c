@@ -161,6 +161,9 @@ int ember_http_metrics_start(ember_metrics_t *m, const char *listen, ember_http_
                            .listen_key = "listen address",
                            .log = "metrics",
                            .threads = 1,
+                           /* Scraped by whatever name the host has; it serves
+                            * counters and no page, and changes nothing. */
+                           .allowed_hosts = "*",
                            .max_response = (size_t)16 << 20,
                            .handler = serve,
                            .ctx = h};

@@ -363,12 +363,127 @@ static void test_http_errors_are_json(void **state) {
   server_stop(&srv);
 }
 
+/* Host: addresses, localhost and listed names only (DNS rebinding). A
+ * POST from another origin is refused (request forgery); from the same
+ * origin, or from a client that is not a browser, it is served. */
+static void test_http_host_and_origin(void **state) {
+  (void)state;
+  server_t srv;
+  server_start(
+      &srv, (ember__http_opts_t){.allowed_hosts = "ember.example.com", .hosts_key = "test.hosts"});
+  char req[1024];
+  resp_t r = request(srv.port, "GET /ok HTTP/1.0\r\nHost: rebind.example:7272\r\n\r\n");
+  assert_int_equal(r.status, 421);
+  assert_non_null(strstr(body_of(&r), "test.hosts"));
+  r = request(srv.port, "GET /ok HTTP/1.0\r\nHost: ember.example.com:7272\r\n\r\n");
+  assert_int_equal(r.status, 200);
+  r = request(srv.port, "GET /ok HTTP/1.0\r\nHost: [::1]:7272\r\n\r\n");
+  assert_int_equal(r.status, 200);
+  r = request(srv.port, "GET /ok HTTP/1.0\r\nHost: [not-v6]:7272\r\n\r\n");
+  assert_int_equal(r.status, 400);
+  static const char post[] = "POST /echo HTTP/1.0\r\nHost: 127.0.0.1:%u\r\n%sContent-Type: "
+                             "text/plain\r\nContent-Length: 5\r\n\r\nhello";
+  /* Same origin: the page this server served. */
+  char origin[128];
+  snprintf(origin, sizeof origin, "Origin: http://127.0.0.1:%u\r\n", srv.port);
+  snprintf(req, sizeof req, post, srv.port, origin);
+  r = request(srv.port, req);
+  assert_int_equal(r.status, 200);
+  assert_string_equal(body_of(&r), "hello");
+  /* Not a browser: no Origin. */
+  snprintf(req, sizeof req, post, srv.port, "");
+  r = request(srv.port, req);
+  assert_int_equal(r.status, 200);
+  /* A listed name is trusted as an origin (a proxy in front). */
+  snprintf(req, sizeof req, post, srv.port, "Origin: https://ember.example.com\r\n");
+  r = request(srv.port, req);
+  assert_int_equal(r.status, 200);
+  static const char *const cross[] = {"Origin: http://evil.example\r\n",
+                                      "Origin: http://localhost:1\r\n", "Origin: null\r\n",
+                                      "Origin: file://x\r\n", "Sec-Fetch-Site: cross-site\r\n"};
+  for (size_t i = 0; i < sizeof cross / sizeof cross[0]; i++) {
+    snprintf(req, sizeof req, post, srv.port, cross[i]);
+    r = request(srv.port, req);
+    if (r.status != 403) fail_msg("%s: %d", cross[i], r.status);
+  }
+  assert_true(metric(&srv, "t_refused_origin_total") == 5);
+  assert_true(metric(&srv, "t_refused_host_total") == 1);
+  server_stop(&srv);
+}
+
+/* Errors are JSON wherever this layer answers them: a body, URL or
+ * headers past its limits, an HTTP/1.1 request without Host. What
+ * libmicrohttpd 0.9.75 answers itself (a malformed request line or
+ * header, headers past its memory) is its own short HTML page, which it
+ * offers no way to replace: those are still refused and counted. */
+static void test_http_limits_answer_json(void **state) {
+  (void)state;
+  server_t srv;
+  server_start(&srv, (ember__http_opts_t){.max_body = 1024});
+  char v[256];
+  /* Refused from its Content-Length, before the body is sent. */
+  resp_t r = request(srv.port, "POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: "
+                               "1000000\r\nConnection: close\r\n\r\n");
+  assert_int_equal(r.status, 413);
+  assert_string_equal(header(&r, "Content-Type", v, sizeof v), "application/json");
+  assert_non_null(strstr(body_of(&r), "larger than 1024 bytes"));
+  /* A chunked body has no length to refuse it by: refused at its end. */
+  static char req[120000];
+  int n = snprintf(req, sizeof req,
+                   "POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: "
+                   "chunked\r\nConnection: close\r\n\r\n800\r\n");
+  memset(req + n, 'x', 2048);
+  snprintf(req + n + 2048, sizeof req - (size_t)n - 2048, "\r\n0\r\n\r\n");
+  r = request(srv.port, req);
+  assert_int_equal(r.status, 413);
+  assert_non_null(strstr(body_of(&r), "larger than 1024 bytes"));
+  /* A URL of 9000 bytes, headers of 20 KiB. */
+  n = snprintf(req, sizeof req, "GET /ok?");
+  memset(req + n, 'a', 9000);
+  snprintf(req + n + 9000, sizeof req - (size_t)n - 9000, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+  r = request(srv.port, req);
+  assert_int_equal(r.status, 414);
+  assert_string_equal(header(&r, "Content-Type", v, sizeof v), "application/json");
+  n = snprintf(req, sizeof req, "GET /ok HTTP/1.0\r\nHost: 127.0.0.1\r\n");
+  for (int i = 0; i < 20; i++) {
+    n += snprintf(req + n, sizeof req - (size_t)n, "X-%d: ", i);
+    memset(req + n, 'b', 1000);
+    n += 1000;
+    n += snprintf(req + n, sizeof req - (size_t)n, "\r\n");
+  }
+  snprintf(req + n, sizeof req - (size_t)n, "\r\n");
+  r = request(srv.port, req);
+  assert_int_equal(r.status, 431);
+  assert_string_equal(header(&r, "Content-Type", v, sizeof v), "application/json");
+  r = request(srv.port, "GET /ok HTTP/1.1\r\nConnection: close\r\n\r\n");
+  assert_int_equal(r.status, 400);
+  assert_non_null(strstr(body_of(&r), "Host header"));
+  assert_true(metric(&srv, "t_refused_too_large_total") == 4);
+  /* libmicrohttpd's own answers: a broken HTTP version; headers of 100
+   * KiB. A request line that is not one at all is closed unanswered. */
+  r = request(srv.port, "GET /ok HTTP/1.x\r\nHost: 127.0.0.1\r\n\r\n");
+  assert_int_equal(r.status, 400);
+  r = request(srv.port, "garbage\r\n\r\n");
+  assert_int_equal(r.status, -1);
+  n = snprintf(req, sizeof req, "GET /ok HTTP/1.0\r\nHost: 127.0.0.1\r\nX: ");
+  memset(req + n, 'c', 100000);
+  snprintf(req + n + 100000, sizeof req - (size_t)n - 100000, "\r\n\r\n");
+  r = request(srv.port, req);
+  assert_int_equal(r.status, 431);
+  assert_true(metric(&srv, "t_refused_malformed_total") == 2);
+  /* Still serving. */
+  assert_int_equal(request(srv.port, "GET /ok HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").status, 200);
+  server_stop(&srv);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_http_slow_clients_cannot_lock_others_out),
       cmocka_unit_test(test_http_deadline_not_extended_by_trickling),
       cmocka_unit_test(test_http_per_ip_limit),
       cmocka_unit_test(test_http_errors_are_json),
+      cmocka_unit_test(test_http_host_and_origin),
+      cmocka_unit_test(test_http_limits_answer_json),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
