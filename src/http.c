@@ -246,17 +246,27 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen
     if (memcmp(s->addr, key, 16) == 0) same++;
     if (s->phase == PH_RECV && (oldest == NULL || s->since_ns < oldest->since_ns)) oldest = s;
   }
+  bool evicted = false;
+  int64_t age_ms = 0;
   if (h->max_per_ip != 0 && same >= h->max_per_ip) {
     reason = R_PER_IP;
   } else if (live >= h->max_conns) {
     if (oldest != NULL) {
+      age_ms = (ember_time_mono_ns() - oldest->since_ns) / MS_NS;
       cut(h, oldest);
-      refused(h, R_EVICTED);
+      evicted = true;
     } else {
       reason = R_FULL;
     }
   }
   pthread_mutex_unlock(&h->mu);
+  if (evicted) {
+    refused(h, R_EVICTED);
+    ratelog(h, R_EVICTED,
+            "all %u connections open: closed the oldest still sending its request (for %lld ms) "
+            "to make room",
+            h->max_conns, (long long)age_ms);
+  }
   if (reason < 0) return MHD_YES;
   refused(h, reason);
   char who[INET6_ADDRSTRLEN];

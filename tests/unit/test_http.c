@@ -421,9 +421,11 @@ static void test_http_limits_answer_json(void **state) {
   server_t srv;
   server_start(&srv, (ember__http_opts_t){.max_body = 1024});
   char v[256];
-  /* Refused from its Content-Length, before the body is sent. */
+  /* Refused from its Content-Length, before the body is sent; the
+   * connection is closed after, kept alive or not (the unread body is
+   * never parsed as a request). */
   resp_t r = request(srv.port, "POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: "
-                               "1000000\r\nConnection: close\r\n\r\n");
+                               "1000000\r\n\r\nGET /ok HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   assert_int_equal(r.status, 413);
   assert_string_equal(header(&r, "Content-Type", v, sizeof v), "application/json");
   assert_non_null(strstr(body_of(&r), "larger than 1024 bytes"));
@@ -476,6 +478,36 @@ static void test_http_limits_answer_json(void **state) {
   server_stop(&srv);
 }
 
+/* 50 refusals of one kind are 50 counts and one log line. */
+static void test_http_refusals_logged_rate_limited(void **state) {
+  (void)state;
+  server_t srv;
+  server_start(&srv, (ember__http_opts_t){0});
+  char path[] = "/tmp/ember-test-http-log.XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  fflush(stderr);
+  int saved = dup(2);
+  assert_int_equal(dup2(fd, 2), 2);
+  for (int i = 0; i < 50; i++)
+    assert_int_equal(request(srv.port, "GET /ok HTTP/1.0\r\nHost: rebind.example\r\n\r\n").status,
+                     421);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  char text[16384];
+  ssize_t n = pread(fd, text, sizeof text - 1, 0);
+  close(fd);
+  unlink(path);
+  assert_true(n > 0);
+  text[n] = '\0';
+  int lines = 0;
+  for (const char *p = text; (p = strstr(p, "rebind.example")) != NULL; p++) lines++;
+  assert_int_equal(lines, 1);
+  assert_true(metric(&srv, "t_refused_host_total") == 50);
+  server_stop(&srv);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_http_slow_clients_cannot_lock_others_out),
@@ -484,6 +516,7 @@ int main(void) {
       cmocka_unit_test(test_http_errors_are_json),
       cmocka_unit_test(test_http_host_and_origin),
       cmocka_unit_test(test_http_limits_answer_json),
+      cmocka_unit_test(test_http_refusals_logged_rate_limited),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
