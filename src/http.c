@@ -329,7 +329,7 @@ static slot_t *slot_of(struct MHD_Connection *c) {
   return i ? i->socket_context : NULL;
 }
 
-/* Start a connection's next phase: PH_ANSWER when its answer is queued,
+/* Start a connection's next phase: PH_ANSWER when its request is in,
  * PH_RECV when a request is done and the next may come. */
 static void set_phase(ember__http_t *h, struct MHD_Connection *c, int phase) {
   slot_t *s = slot_of(c);
@@ -710,7 +710,6 @@ static enum MHD_Result send_answer(ember__http_t *h, struct MHD_Connection *c,
   count_status(h, a->status);
   enum MHD_Result ret = MHD_queue_response(c, a->status, resp);
   MHD_destroy_response(resp);
-  if (ret == MHD_YES) set_phase(h, c, PH_ANSWER);
   return ret;
 }
 
@@ -748,6 +747,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       addr_text(ad ? ad->client_addr : NULL, who, sizeof who);
       ratelog(h, reason, "refused %.16s %.128s from %s with %u: %s", method, url, who, a.status,
               a.err);
+      set_phase(h, c, PH_ANSWER);
       return send_answer(h, c, &a);
     }
     if (strcmp(method, "POST") == 0) {
@@ -776,6 +776,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     q.in_len = pb->buf.len;
     q.in_too_big = pb->too_big;
   }
+  /* The request is in: from here the answer's deadline holds, for the
+   * handler's work and the sending both, and the connection is no longer
+   * one that may be closed to make room. */
+  set_phase(h, c, PH_ANSWER);
   /* On the stack (about 1.5 KiB), so that even a failing allocator gets
    * an answer. */
   ember__http_answer_t a = {0};

@@ -61,7 +61,8 @@ typedef struct ember__http_opts {
   unsigned max_per_ip;         /* connections per client address; 0 = 32 */
   unsigned request_timeout_ms; /* from accept (or the previous answer) to the whole request
                                   in, however the bytes trickle; 0 = 10 s */
-  unsigned answer_timeout_ms;  /* from the answer queued to all of it taken; 0 = 60 s */
+  unsigned answer_timeout_ms;  /* from the request in to all of the answer taken (the
+                                  handler's work and the sending); 0 = 60 s */
   /* Host names this server answers to besides localhost and any IP
    * address, comma-separated ("ember.example.com,ember"); "*" = any Host.
    * Other Hosts get a 421 (DNS rebinding). A POST, PUT, DELETE... must
