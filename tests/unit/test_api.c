@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1065,6 +1067,66 @@ static void test_api_allow_headers(void **state) {
   }
 }
 
+/* 300 clients from 127.0.0.2-31 (as an attacker with several addresses)
+ * each start a request and send a byte now and then: a client from
+ * 127.0.0.1 is still answered within a second. The old server (256
+ * connections, an idle timeout every byte restarts) left it waiting for
+ * as long as the slow clients liked. test_http.c has the deadline. */
+static void test_api_slow_clients_do_not_lock_others_out(void **state) {
+  (void)state;
+  struct rlimit rl;
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  if (rl.rlim_cur < 2048 && rl.rlim_max > rl.rlim_cur) {
+    rl.rlim_cur = rl.rlim_max < 2048 ? rl.rlim_max : 2048;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  if (rl.rlim_cur < 800) skip();
+  enum { NSLOW = 300 };
+  static int fds[NSLOW];
+  static const char start[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
+  struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons((uint16_t)fx.port)};
+  dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int i = 0; i < NSLOW; i++) {
+    fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fds[i] >= 0);
+    struct sockaddr_in src = {.sin_family = AF_INET};
+    src.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 2 + (uint32_t)(i / 10));
+    assert_int_equal(bind(fds[i], (struct sockaddr *)&src, sizeof src), 0);
+    /* Blocking connects complete in the kernel's backlog even when the
+     * server does not take them. */
+    assert_int_equal(connect(fds[i], (struct sockaddr *)&dst, sizeof dst), 0);
+    assert_int_equal(send(fds[i], start, sizeof start - 1, MSG_NOSIGNAL),
+                     (ssize_t)sizeof start - 1);
+  }
+  /* A byte each, twice, 100 ms apart: they are alive and slow. */
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < NSLOW; i++) (void)send(fds[i], "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  int64_t t0 = ember_time_mono_ns();
+  assert_int_equal(connect(fd, (struct sockaddr *)&dst, sizeof dst), 0);
+  static const char req[] = "GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  assert_int_equal(send(fd, req, sizeof req - 1, MSG_NOSIGNAL), (ssize_t)sizeof req - 1);
+  char resp[512] = "";
+  size_t got = 0;
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  while (got < sizeof resp - 1 && poll(&p, 1, 1000) == 1) {
+    ssize_t n = recv(fd, resp + got, sizeof resp - 1 - got, 0);
+    if (n <= 0) break;
+    got += (size_t)n;
+  }
+  double took = (double)(ember_time_mono_ns() - t0) / 1e9;
+  close(fd);
+  for (int i = 0; i < NSLOW; i++) close(fds[i]);
+  print_message("answered in %.3f s: %.40s\n", took, resp);
+  assert_non_null(strstr(resp, "200 OK"));
+  assert_true(took < 1.0);
+}
+
 /* Last: everything above left the shared server healthy. */
 static void test_api_survives(void **state) {
   (void)state;
@@ -1096,6 +1158,7 @@ int main(void) {
       cmocka_unit_test(test_api_refuses_foreign_host),
       cmocka_unit_test(test_api_refuses_cross_origin_post),
       cmocka_unit_test(test_api_allow_headers),
+      cmocka_unit_test(test_api_slow_clients_do_not_lock_others_out),
       cmocka_unit_test(test_api_survives),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
