@@ -5,9 +5,10 @@
  * json.h; docs/internals/http.md says what it guarantees.
  *
  * Threads: libmicrohttpd's internal polling threads, `threads` of them in
- * a pool. The handler runs on the thread that read the request, once per
- * request, after the whole request (headers and body) has arrived; it may
- * run on several threads at once. */
+ * a pool, and one of the layer's that closes connections past their
+ * deadline. The handler runs on the thread that read the request, once per
+ * request, after the whole request (headers and body) has arrived and
+ * passed the layer's checks; it may run on several threads at once. */
 #ifndef EMBER_SRC_HTTP_H
 #define EMBER_SRC_HTTP_H
 
@@ -48,7 +49,7 @@ typedef struct ember__http_opts {
   const char *listen;     /* "127.0.0.1:7272", ":7272", "localhost:7272", "[::1]:7272",
                              "[::]:7272"; port 0 picks one. Required; borrowed for the call. */
   const char *listen_key; /* the config key it came from, for error sentences ("api.listen") */
-  const char *log;        /* log component ("api") */
+  const char *log;        /* log component ("api"); a literal: kept, not copied */
   /* Prefix of the layer's metrics ("ember_api" gives ember_api_requests_total,
    * ...); NULL = none. */
   const char *metric_prefix;
