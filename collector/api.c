@@ -1,17 +1,13 @@
-/* The HTTP API server: the daemon, authentication, parameter checking,
- * responses and the endpoints of docs/api.md.
+/* The HTTP API's handlers: routing, authentication, parameter checking
+ * and the endpoints of docs/api.md, served through the HTTP layer
+ * (src/http.h), which owns the daemon, the connections and the responses.
  *
  * Every handler works the same way: check the parameters (any error is a
  * 400 naming the parameter), ask the store, build the body in an ember_buf_t
- * bounded by max_response, and hand it to libmicrohttpd. Error bodies are
- * built in a fixed stack buffer, so an error can be reported even when
- * allocation fails. */
-#include <arpa/inet.h>
+ * bounded by max_response, and hand it to the layer, which sends errors as
+ * JSON. */
 #include <errno.h>
-#include <microhttpd.h>
-#include <netinet/in.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +23,7 @@
 #include "ember/export.h"
 #include "ember/log.h"
 #include "ember/parse.h"
+#include "http.h"
 #include "json.h"
 #include "sessions.h"
 #include "utf8.h"
@@ -37,7 +34,6 @@
 #define MAX_THREADS      64u
 #define MAX_PARAMS       32u
 #define DEFAULT_RESPONSE ((size_t)64 << 20)
-#define STOP_WAIT_NS     (10LL * 1000000000LL)
 #define SEC_NS           1000000000LL
 #define MS_NS            1000000LL
 /* The largest request body (session requests are a few hundred bytes). */
@@ -52,22 +48,41 @@
 #define TIMELINE_MAX_BUCKETS 10000u
 #define TIMELINE_MAX_CELLS   ((size_t)4 << 20)
 
-const char *const ember__api_config_keys[] = {"api.listen", "api.token", "api.threads", NULL};
+const char *const ember__api_config_keys[] = {EMBER__API_CONFIG_KEYS, NULL};
+
+int ember__api_read_config(const ember_config_t *cfg, ember__api_opts_t *o, char *errbuf,
+                           size_t errbuf_size) {
+  uint64_t threads, conns, per_ip;
+  int64_t timeout;
+  int rc =
+      ember_config_get_u64(cfg, "api.threads", 2, 1, MAX_THREADS, &threads, errbuf, errbuf_size);
+  if (rc == 0)
+    rc = ember_config_get_u64(cfg, "api.max_connections", 256, 1, 65536, &conns, errbuf,
+                              errbuf_size);
+  if (rc == 0)
+    rc = ember_config_get_u64(cfg, "api.max_connections_per_ip", 32, 1, 65536, &per_ip, errbuf,
+                              errbuf_size);
+  if (rc == 0)
+    rc = ember_config_get_duration_ns(cfg, "api.request_timeout", 10 * SEC_NS, 100 * MS_NS,
+                                      3600 * SEC_NS, &timeout, errbuf, errbuf_size);
+  if (rc != 0) return rc;
+  o->threads = (unsigned)threads;
+  o->max_connections = (unsigned)conns;
+  o->max_per_ip = (unsigned)per_ip;
+  o->request_timeout_ms = (unsigned)(timeout / MS_NS);
+  o->allowed_hosts = ember_config_get(cfg, "api.allowed_hosts");
+  return 0;
+}
 
 struct ember__api {
-  struct MHD_Daemon *d;
+  ember__http_t *http;
   ember_store_t *store;
   ember_metrics_t *metrics;
   ember__registry_t *registry;  /* NULL: /api/v1/targets answers an empty list */
   ember__csessions_t *sessions; /* NULL: session routes answer 503 */
-  char post_oom;                /* its address marks a POST whose body buffer could not be made */
   char *token;                  /* NULL = no authentication */
   size_t token_len;
   size_t max_response;
-  uint16_t port;
-  atomic_bool stopping;
-  atomic_long inflight; /* requests seen whose response is not yet done */
-  ember_metric_t *m_requests, *m_2xx, *m_4xx, *m_5xx, *m_seconds;
 };
 
 /* ------------------------------------------------------------ request -- */
@@ -78,7 +93,7 @@ typedef struct param {
 
 typedef struct req {
   ember__api_t *api;
-  struct MHD_Connection *c;
+  ember__http_req_t *q;
   const char *url;
   param_t params[MAX_PARAMS];
   size_t nparams;
@@ -126,16 +141,14 @@ static unsigned fail_internal(req_t *r, const char *what, int rc) {
               ember_strerror(rc));
 }
 
-static enum MHD_Result collect_param(void *cls, enum MHD_ValueKind kind, const char *key,
-                                     const char *value) {
-  (void)kind;
+static bool collect_param(void *cls, const char *key, const char *value) {
   req_t *r = cls;
   if (r->nparams == MAX_PARAMS) {
     r->too_many = true;
-    return MHD_NO;
+    return false;
   }
   r->params[r->nparams++] = (param_t){key, value};
-  return MHD_YES;
+  return true;
 }
 
 /* Check the parameters against the endpoint's list (NULL-terminated):
@@ -1233,7 +1246,7 @@ static bool route_sessions(req_t *r) {
     fail(r, 503, "sessions are not available on this server (no Kafka producer)");
     return true;
   }
-  MHD_get_connection_values(r->c, MHD_GET_ARGUMENT_KIND, collect_param, r);
+  ember__http_args(r->q, collect_param, r);
   if (*rest == '\0' || strcmp(rest, "/") == 0) {
     r->allow = "GET, HEAD, POST";
     if (post)
@@ -1305,17 +1318,6 @@ static bool token_ok(const ember__api_t *api, const char *hdr) {
   return diff == 0;
 }
 
-/* A 304 (a dashboard file the browser has) counts as a success. */
-static void count_status(ember__api_t *api, unsigned status) {
-  if (status < 400) {
-    ember_metric_add(api->m_2xx, 1);
-  } else if (status < 500) {
-    ember_metric_add(api->m_4xx, 1);
-  } else {
-    ember_metric_add(api->m_5xx, 1);
-  }
-}
-
 /* The dashboard: / is its page, /ui/NAME its other files. They are code,
  * not data, so they are served without the token: the page asks for the
  * token itself and sends it with its API calls. */
@@ -1330,7 +1332,7 @@ static bool route_ui(req_t *r) {
   }
   for (const ember__ui_asset_t *a = ember__ui_assets; a->name != NULL; a++) {
     if (strcmp(a->name, name) != 0) continue;
-    const char *inm = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "If-None-Match");
+    const char *inm = ember__http_header(r->q, "If-None-Match");
     r->asset = a;
     r->status = inm != NULL && strstr(inm, a->etag) != NULL ? 304 : 200;
     r->ctype = a->ctype;
@@ -1342,83 +1344,56 @@ static bool route_ui(req_t *r) {
 
 /* Sent with the dashboard's files: they may load only from this server,
  * in no frame, and the browser must not guess types. */
-static void ui_headers(struct MHD_Response *resp, const ember__ui_asset_t *a) {
-  MHD_add_response_header(resp, "ETag", a->etag);
-  MHD_add_response_header(resp, "Cache-Control", "no-cache");
-  MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-  MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
-  MHD_add_response_header(resp, "Content-Security-Policy",
-                          "default-src 'self'; img-src 'self' data:; object-src 'none'; "
-                          "base-uri 'none'; frame-ancestors 'none'");
+static void ui_headers(ember__http_answer_t *a, const ember__ui_asset_t *asset) {
+  ember__http_answer_header(a, "ETag", asset->etag);
+  ember__http_answer_header(a, "Cache-Control", "no-cache");
+  ember__http_answer_header(a, "X-Content-Type-Options", "nosniff");
+  ember__http_answer_header(a, "Referrer-Policy", "no-referrer");
+  ember__http_answer_header(a, "Content-Security-Policy",
+                            "default-src 'self'; img-src 'self' data:; object-src 'none'; "
+                            "base-uri 'none'; frame-ancestors 'none'");
 }
 
-static enum MHD_Result send_answer(req_t *r) {
-  struct MHD_Response *resp = NULL;
-  char errbody[1024];
+/* Hand the handler's answer to the layer. */
+static void put_answer(req_t *r, ember__http_answer_t *a) {
+  a->status = r->status;
+  a->ctype = r->ctype;
+  a->allow = r->allow;
   if (r->asset != NULL && r->status < 400) {
-    size_t len = r->status == 200 ? r->asset->len : 0;
-    resp = MHD_create_response_from_buffer(len, (void *)(uintptr_t)r->asset->data,
-                                           MHD_RESPMEM_PERSISTENT);
-    if (resp == NULL) return MHD_NO;
-    if (r->status == 200) MHD_add_response_header(resp, "Content-Type", r->ctype);
-    ui_headers(resp, r->asset);
-    count_status(r->api, r->status);
-    enum MHD_Result ret = MHD_queue_response(r->c, r->status, resp);
-    MHD_destroy_response(resp);
-    return ret;
-  }
-  if (r->status < 300) {
-    size_t len = 0;
-    char *data = r->fixed_body ? NULL : ember_buf_take(&r->body, &len);
+    a->fixed = r->asset->data;
+    a->fixed_len = r->asset->len;
+    ui_headers(a, r->asset);
+  } else if (r->status < 300) {
     if (r->fixed_body != NULL) {
-      resp = MHD_create_response_from_buffer(
-          strlen(r->fixed_body), (void *)(uintptr_t)r->fixed_body, MHD_RESPMEM_PERSISTENT);
-    } else if (data != NULL) {
-      resp = MHD_create_response_from_buffer_with_free_callback(len, data, ember_free);
-      if (resp == NULL) ember_free(data);
+      a->fixed = r->fixed_body;
+      a->fixed_len = strlen(r->fixed_body);
     } else {
-      resp = MHD_create_response_from_buffer(0, (void *)(uintptr_t) "", MHD_RESPMEM_PERSISTENT);
+      a->body = r->body;
+      ember_buf_init(&r->body, 0);
     }
-    if (resp != NULL) {
-      MHD_add_response_header(resp, "Content-Type", r->ctype ? r->ctype : "text/plain");
-      if (r->disposition[0] != '\0')
-        MHD_add_response_header(resp, "Content-Disposition", r->disposition);
-    }
+    if (r->disposition[0] != '\0')
+      ember__http_answer_header(a, "Content-Disposition", r->disposition);
   } else {
-    /* Built without Ember's allocator, so errors are reported even when
-     * it fails: jansson allocates with malloc. */
-    json_t *j = json_object();
-    size_t len = 0;
-    if (j != NULL && ember__json_set(j, "error", ember__json_str(r->err)) == 0)
-      len = json_dumpb(j, errbody, sizeof errbody - 2, JSON_COMPACT);
-    json_decref(j);
-    if (len == 0 || len > sizeof errbody - 2) {
-      len = (size_t)snprintf(errbody, sizeof errbody, "{\"error\":\"internal error\"}");
-    }
-    errbody[len++] = '\n';
-    resp = MHD_create_response_from_buffer(len, errbody, MHD_RESPMEM_MUST_COPY);
-    if (resp != NULL) {
-      MHD_add_response_header(resp, "Content-Type", "application/json");
-      if (r->status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
-      if (r->status == 405)
-        MHD_add_response_header(resp, "Allow", r->allow ? r->allow : "GET, HEAD");
-      if (r->status == 503) MHD_add_response_header(resp, "Connection", "close");
-    }
+    snprintf(a->err, sizeof a->err, "%s", r->err);
+    if (r->status == 401) ember__http_answer_header(a, "WWW-Authenticate", "Bearer");
   }
-  if (resp == NULL) return MHD_NO;
-  MHD_add_response_header(resp, "Cache-Control", "no-store");
-  count_status(r->api, r->status);
-  enum MHD_Result ret = MHD_queue_response(r->c, r->status, resp);
-  MHD_destroy_response(resp);
-  return ret;
+}
+
+/* The methods a path takes, for the Allow header of a 405 that is
+ * answered before the path is routed. */
+static const char *allow_for(const char *url) {
+  static const char prefix[] = "/api/v1/sessions";
+  if (strncmp(url, prefix, sizeof prefix - 1) == 0) {
+    const char *rest = url + sizeof prefix - 1;
+    size_t n = strlen(rest);
+    if (n == 0 || strcmp(rest, "/") == 0) return "GET, HEAD, POST";
+    if (n > 7 && rest[0] == '/' && strcmp(rest + n - 7, "/cancel") == 0) return "POST";
+  }
+  return "GET, HEAD";
 }
 
 static void route(req_t *r) {
   ember__api_t *api = r->api;
-  if (atomic_load(&api->stopping)) {
-    fail(r, 503, "the server is shutting down");
-    return;
-  }
   bool get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
   if (strcmp(r->url, "/healthz") == 0 && get) {
     r->status = 200;
@@ -1428,11 +1403,11 @@ static void route(req_t *r) {
   }
   if (get && route_ui(r)) return;
   if (!get && strcmp(r->method, "POST") != 0) {
-    fail(r, 405, "method %.16s not allowed: use GET (or POST for sessions)", r->method);
+    r->allow = allow_for(r->url);
+    fail(r, 405, "method %.16s not allowed: use %s", r->method, r->allow);
     return;
   }
-  if (api->token != NULL &&
-      !token_ok(api, MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, "Authorization"))) {
+  if (api->token != NULL && !token_ok(api, ember__http_header(r->q, "Authorization"))) {
     fail(r, 401, "missing or wrong bearer token: send Authorization: Bearer <api.token>");
     return;
   }
@@ -1443,7 +1418,7 @@ static void route(req_t *r) {
   }
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
     if (strcmp(r->url, routes[i].path) == 0) {
-      MHD_get_connection_values(r->c, MHD_GET_ARGUMENT_KIND, collect_param, r);
+      ember__http_args(r->q, collect_param, r);
       routes[i].fn(r);
       return;
     }
@@ -1451,154 +1426,22 @@ static void route(req_t *r) {
   fail(r, 404, "no such path: %.128s (the API is under /api/v1/, see docs/api.md)", r->url);
 }
 
-/* The state of a POST while its body arrives. */
-typedef struct post_body {
-  ember_buf_t buf;
-  bool too_big;
-} post_body_t;
-
-static bool is_post_body(const ember__api_t *api, void *con_cls) {
-  return con_cls != NULL && con_cls != api && con_cls != &api->post_oom;
-}
-
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version, const char *upload,
-                                  size_t *upload_size, void **con_cls) {
-  (void)version;
-  ember__api_t *api = cls;
-  if (*con_cls == NULL) {
-    /* Counted until on_completed, so stop can wait for the answer to go
-     * out, not only for it to be made. */
-    atomic_fetch_add(&api->inflight, 1);
-    *con_cls = api;
-    if (strcmp(method, "POST") == 0) {
-      /* Answered once the whole body is in (bounded by MAX_BODY); a POST
-       * whose buffer cannot be made is answered 500 then. */
-      post_body_t *pb = ember_calloc(1, sizeof *pb);
-      if (pb != NULL) ember_buf_init(&pb->buf, MAX_BODY);
-      *con_cls = pb != NULL ? (void *)pb : (void *)&api->post_oom;
-      return MHD_YES;
-    }
-  }
-  if (*upload_size != 0) {
-    if (is_post_body(api, *con_cls)) {
-      post_body_t *pb = *con_cls;
-      if (!pb->too_big && ember_buf_append(&pb->buf, upload, *upload_size) != 0) pb->too_big = true;
-    }
-    *upload_size = 0; /* GET bodies are ignored */
-    return MHD_YES;
-  }
-  int64_t t0 = ember_time_mono_ns();
-  ember_metric_add(api->m_requests, 1);
+/* The layer's handler: one request, answered into `a`. */
+static void serve(void *ctx, ember__http_req_t *q, ember__http_answer_t *a) {
+  ember__api_t *api = ctx;
   /* On the stack (about 1.5 KiB), so that even a failing allocator gets
    * an answer. */
-  req_t r = {.api = api, .c = c, .url = url, .method = method, .now_ns = ember_time_now_ns()};
-  ember_buf_init(&r.body, api->max_response);
-  if (is_post_body(api, *con_cls)) {
-    post_body_t *pb = *con_cls;
-    r.in = pb->buf.data;
-    r.in_len = pb->buf.len;
-    r.in_too_big = pb->too_big;
-  }
-  if (*con_cls == &api->post_oom) {
-    fail(&r, 500, "internal error: out of memory reading the request body");
-  } else {
-    route(&r);
-  }
-  enum MHD_Result ret = send_answer(&r);
+  req_t r = {.api = api,
+             .q = q,
+             .url = ember__http_url(q),
+             .method = ember__http_method(q),
+             .now_ns = ember__http_now_ns(q)};
+  r.body = a->body;
+  ember_buf_init(&a->body, 0);
+  r.in = ember__http_body(q, &r.in_len, &r.in_too_big);
+  route(&r);
+  put_answer(&r, a);
   ember_buf_free(&r.body);
-  ember_metric_add(api->m_seconds, (double)(ember_time_mono_ns() - t0) / 1e9);
-  return ret;
-}
-
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-                         enum MHD_RequestTerminationCode toe) {
-  (void)c;
-  (void)toe;
-  ember__api_t *api = cls;
-  if (*con_cls != NULL) {
-    if (is_post_body(api, *con_cls)) {
-      post_body_t *pb = *con_cls;
-      ember_buf_free(&pb->buf);
-      ember_free(pb);
-    }
-    atomic_fetch_sub(&api->inflight, 1);
-    *con_cls = NULL;
-  }
-}
-
-/* An address to listen on: IPv4 "HOST:PORT" (HOST an address or
- * localhost; empty = every IPv4 address) or IPv6 "[ADDR]:PORT" ("[::]" =
- * every address, IPv4 too where the system allows dual stack). */
-typedef struct listen_addr {
-  union {
-    struct sockaddr sa;
-    struct sockaddr_in v4;
-    struct sockaddr_in6 v6;
-  } u;
-  uint16_t port;
-  bool any6; /* [::]: dual stack */
-} listen_addr_t;
-
-static int parse_listen(const char *listen, listen_addr_t *la, char *errbuf, size_t errbuf_size) {
-  const char *colon = strrchr(listen, ':');
-  uint64_t port;
-  if (colon == NULL || ember_parse_u64(colon + 1, 0, 65535, &port) != 0) {
-    snprintf(errbuf, errbuf_size,
-             "api.listen '%s': expected HOST:PORT (127.0.0.1:7272, :7272, [::1]:7272)", listen);
-    return EMBER_ECONFIG;
-  }
-  memset(la, 0, sizeof *la);
-  la->port = (uint16_t)port;
-  char host[64];
-  size_t hl = (size_t)(colon - listen);
-  if (hl >= sizeof host) {
-    snprintf(errbuf, errbuf_size, "api.listen '%s': host too long", listen);
-    return EMBER_ECONFIG;
-  }
-  memcpy(host, listen, hl);
-  host[hl] = '\0';
-  if (hl > 0 && host[0] == '[') {
-    if (hl < 3 || host[hl - 1] != ']') {
-      snprintf(errbuf, errbuf_size, "api.listen '%s': an IPv6 address goes in [brackets]", listen);
-      return EMBER_ECONFIG;
-    }
-    host[hl - 1] = '\0';
-    la->u.v6 = (struct sockaddr_in6){.sin6_family = AF_INET6, .sin6_port = htons(la->port)};
-    if (inet_pton(AF_INET6, host + 1, &la->u.v6.sin6_addr) != 1) {
-      snprintf(errbuf, errbuf_size, "api.listen '%s': '%s' is not an IPv6 address", listen,
-               host + 1);
-      return EMBER_ECONFIG;
-    }
-    la->any6 = memcmp(&la->u.v6.sin6_addr, &in6addr_any, sizeof in6addr_any) == 0;
-    return 0;
-  }
-  la->u.v4 = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons(la->port)};
-  if (hl == 0) {
-    la->u.v4.sin_addr.s_addr = htonl(INADDR_ANY);
-  } else if (strcmp(host, "localhost") == 0) {
-    la->u.v4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  } else if (inet_pton(AF_INET, host, &la->u.v4.sin_addr) != 1) {
-    snprintf(errbuf, errbuf_size,
-             "api.listen '%s': '%s' is not an IPv4 address (write IPv6 as [::1]:PORT)", listen,
-             host);
-    return EMBER_ECONFIG;
-  }
-  return 0;
-}
-
-static void register_metrics(ember__api_t *api) {
-  ember_metrics_t *m = api->metrics;
-  if (m == NULL) return;
-  api->m_requests = ember_metrics_counter(m, "ember_api_requests_total", "HTTP API requests.");
-  api->m_2xx = ember_metrics_counter(m, "ember_api_responses_2xx_total",
-                                     "HTTP API responses with a 2xx status.");
-  api->m_4xx = ember_metrics_counter(m, "ember_api_responses_4xx_total",
-                                     "HTTP API responses with a 4xx status.");
-  api->m_5xx = ember_metrics_counter(m, "ember_api_responses_5xx_total",
-                                     "HTTP API responses with a 5xx status.");
-  api->m_seconds = ember_metrics_counter(m, "ember_api_request_seconds_total",
-                                         "Time spent answering HTTP API requests, in seconds.");
 }
 
 int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *errbuf,
@@ -1612,10 +1455,6 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
   if (opts == NULL || out == NULL || opts->store == NULL || opts->threads > MAX_THREADS)
     return -EINVAL;
   const char *listen = opts->listen ? opts->listen : DEFAULT_LISTEN;
-  listen_addr_t la;
-  int rc = parse_listen(listen, &la, errbuf, errbuf_size);
-  if (rc != 0) return rc;
-
   ember__api_t *api = ember_calloc(1, sizeof *api);
   if (api == NULL) return -ENOMEM;
   api->store = opts->store;
@@ -1623,8 +1462,6 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
   api->registry = opts->registry;
   api->sessions = opts->sessions;
   api->max_response = opts->max_response ? opts->max_response : DEFAULT_RESPONSE;
-  atomic_init(&api->stopping, false);
-  atomic_init(&api->inflight, 0);
   if (opts->token != NULL && opts->token[0] != '\0') {
     api->token = ember_strdup(opts->token);
     if (api->token == NULL) {
@@ -1633,46 +1470,39 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
     }
     api->token_len = strlen(api->token);
   }
-  register_metrics(api);
   unsigned threads = opts->threads ? opts->threads : 2;
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG;
-  if (la.u.sa.sa_family == AF_INET6) flags |= la.any6 ? MHD_USE_DUAL_STACK : MHD_USE_IPv6;
-  api->d = MHD_start_daemon(flags, la.port, NULL, NULL, on_request, api, MHD_OPTION_SOCK_ADDR,
-                            &la.u.sa, MHD_OPTION_THREAD_POOL_SIZE, threads,
-                            MHD_OPTION_CONNECTION_LIMIT, 256u, MHD_OPTION_CONNECTION_TIMEOUT, 30u,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, api, MHD_OPTION_END);
-  if (api->d == NULL) {
-    snprintf(errbuf, errbuf_size, "cannot serve the API on %s (port in use?)", listen);
+  ember__http_opts_t ho = {.listen = listen,
+                           .listen_key = "api.listen",
+                           .log = LOG,
+                           .metric_prefix = "ember_api",
+                           .metrics = opts->metrics,
+                           .threads = threads,
+                           .max_connections = opts->max_connections,
+                           .max_per_ip = opts->max_per_ip,
+                           .request_timeout_ms = opts->request_timeout_ms,
+                           .allowed_hosts = opts->allowed_hosts,
+                           .hosts_key = "api.allowed_hosts",
+                           .max_body = MAX_BODY,
+                           .max_response = api->max_response,
+                           .handler = serve,
+                           .ctx = api};
+  int rc = ember__http_start(&ho, &api->http, errbuf, errbuf_size);
+  if (rc != 0) {
     ember_free(api->token);
     ember_free(api);
-    return -EADDRINUSE;
+    return rc;
   }
-  const union MHD_DaemonInfo *info = MHD_get_daemon_info(api->d, MHD_DAEMON_INFO_BIND_PORT);
-  api->port = info ? info->port : la.port;
-  EMBER_INFO(LOG, "serving the HTTP API on %s (port %u, %u threads%s)", listen, api->port, threads,
-             api->token ? ", bearer token required" : "");
+  EMBER_INFO(LOG, "serving the HTTP API on %s (port %u, %u threads%s)", listen,
+             ember__http_port(api->http), threads, api->token ? ", bearer token required" : "");
   *out = api;
   return 0;
 }
 
-uint16_t ember__api_port(const ember__api_t *api) { return api ? api->port : 0; }
+uint16_t ember__api_port(const ember__api_t *api) { return api ? ember__http_port(api->http) : 0; }
 
 void ember__api_stop(ember__api_t *api) {
   if (api == NULL) return;
-  atomic_store(&api->stopping, true);
-  MHD_socket lsock = MHD_quiesce_daemon(api->d);
-  /* Requests already being answered run to the end and their answers go
-   * out; idle keep-alive connections are not waited for. */
-  int64_t deadline = ember_time_mono_ns() + STOP_WAIT_NS;
-  while (atomic_load(&api->inflight) > 0 && ember_time_mono_ns() < deadline) {
-    struct timespec ts = {0, 10 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
-  if (atomic_load(&api->inflight) > 0)
-    EMBER_WARN(LOG, "stopping with %ld requests unfinished after 10 s",
-               atomic_load(&api->inflight));
-  MHD_stop_daemon(api->d);
-  if (lsock != MHD_INVALID_SOCKET) close(lsock);
+  ember__http_stop(api->http);
   ember_free(api->token);
   ember_free(api);
 }

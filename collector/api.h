@@ -6,15 +6,17 @@
  * and opens its own store read transactions, so queries never block ingest
  * and a slow query holds up only the connections of its own thread.
  *
- * Limits: at most 256 connections, 30 s of idleness per connection, 32
- * query parameters per request, and a response body of at most
- * `max_response` bytes (413 past it). */
+ * Limits: those of the HTTP layer (src/http.h: connections in all and per
+ * client address, a deadline for each request to arrive), 32 query
+ * parameters per request, and a response body of at most `max_response`
+ * bytes (413 past it). */
 #ifndef EMBER_COLLECTOR_API_H
 #define EMBER_COLLECTOR_API_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ember/config.h"
 #include "ember/metrics.h"
 #include "ember/store.h"
 #include "registry.h"
@@ -38,11 +40,28 @@ typedef struct ember__api_opts {
                                   Borrowed; must outlive the server. */
   unsigned threads;             /* worker threads; 0 = 2, at most 64 */
   size_t max_response;          /* largest response body in bytes; 0 = 64 MiB */
+  /* The HTTP layer's limits (src/http.h): 0 = its defaults (256
+   * connections, 32 per client address, 10 s for a request to arrive). */
+  unsigned max_connections, max_per_ip, request_timeout_ms;
+  /* Host names the API answers to besides localhost and IP addresses
+   * ("ember.example.com,ember"; "*" = any); NULL = none. Copied. */
+  const char *allowed_hosts;
 } ember__api_opts_t;
 
-/* The config keys the API reads (api.listen, api.token, api.threads), for
- * ember_config_check lists. NULL-terminated. */
+/* The config keys the API reads, for ember_config_check lists. */
+#define EMBER__API_CONFIG_KEYS                                                                     \
+  "api.listen", "api.token", "api.threads", "api.max_connections", "api.max_connections_per_ip",   \
+      "api.request_timeout", "api.allowed_hosts"
+/* The same, NULL-terminated. */
 extern const char *const ember__api_config_keys[];
+
+/* Read the API's keys but api.listen and api.token (which the caller
+ * reads as strings) into `o`: api.threads, api.max_connections,
+ * api.max_connections_per_ip, api.request_timeout, api.allowed_hosts
+ * (borrowed from cfg). Returns 0 or EMBER_ECONFIG with a sentence in
+ * errbuf. */
+int ember__api_read_config(const ember_config_t *cfg, ember__api_opts_t *o, char *errbuf,
+                           size_t errbuf_size);
 
 /* Start serving. Returns 0, -EINVAL (no store, no out, threads > 64),
  * EMBER_ECONFIG (bad listen address), -errno (cannot bind: errbuf says

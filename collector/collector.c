@@ -45,9 +45,7 @@ const char *const ember__collector_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                     "retention",
                                                     "retention_interval",
                                                     "log_level",
-                                                    "api.listen",
-                                                    "api.token",
-                                                    "api.threads",
+                                                    EMBER__API_CONFIG_KEYS,
                                                     EMBER__CSESSION_CONFIG_KEYS,
                                                     NULL};
 
@@ -744,15 +742,13 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
     rc = ember__csessions_new(&c->session_opts, &c->sessions, errbuf, errbuf_size);
   }
   if (rc == 0) {
-    uint64_t threads;
-    rc = ember_config_get_u64(cfg, "api.threads", 2, 1, 64, &threads, errbuf, errbuf_size);
     ember__api_opts_t ao = {.listen = ember_config_get_str(cfg, "api.listen", "127.0.0.1:7272"),
                             .token = ember_config_get(cfg, "api.token"),
                             .store = c->store,
                             .metrics = c->metrics,
                             .registry = c->registry,
-                            .sessions = c->sessions,
-                            .threads = (unsigned)threads};
+                            .sessions = c->sessions};
+    rc = ember__api_read_config(cfg, &ao, errbuf, errbuf_size);
     if (rc == 0) rc = ember__api_start(&ao, &c->api, errbuf, errbuf_size);
     if (rc == 0)
       EMBER_INFO("collector", "API on http://%s/api/v1 (port %u)%s", ao.listen,

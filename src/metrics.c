@@ -1,9 +1,6 @@
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <microhttpd.h>
-#include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +9,7 @@
 
 #include "ember/metrics.h"
 #include "ember/parse.h"
+#include "http.h"
 
 struct ember_metric {
   char *name, *help;
@@ -140,99 +138,71 @@ int ember_metrics_render(const ember_metrics_t *m, ember_buf_t *out) {
   return rc;
 }
 
+/* The daemons' /metrics and /healthz, served through the HTTP layer
+ * (http.h) with its limits and JSON errors. */
 struct ember_http_metrics {
-  struct MHD_Daemon *d;
+  ember__http_t *http;
   ember_metrics_t *m;
-  uint16_t port;
 };
 
-static enum MHD_Result respond(struct MHD_Connection *c, unsigned code, const char *type,
-                               const char *body, size_t len) {
-  struct MHD_Response *r =
-      MHD_create_response_from_buffer(len, (void *)(uintptr_t)body, MHD_RESPMEM_MUST_COPY);
-  if (r == NULL) return MHD_NO;
-  MHD_add_response_header(r, "Content-Type", type);
-  enum MHD_Result ret = MHD_queue_response(c, code, r);
-  MHD_destroy_response(r);
-  return ret;
-}
-
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version, const char *upload,
-                                  size_t *upload_size, void **con_cls) {
-  (void)version;
-  (void)upload;
-  (void)con_cls;
-  ember_http_metrics_t *h = cls;
-  if (*upload_size != 0) {
-    *upload_size = 0; /* a body on these endpoints is ignored */
-    return MHD_YES;
-  }
+static void serve(void *ctx, ember__http_req_t *q, ember__http_answer_t *a) {
+  ember_http_metrics_t *h = ctx;
+  const char *method = ember__http_method(q), *url = ember__http_url(q);
   if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
-    static const char msg[] = "method not allowed: use GET\n";
-    return respond(c, 405, "text/plain", msg, sizeof msg - 1);
+    ember__http_fail(a, 405, "method %.16s not allowed: use GET", method);
+    return;
   }
-  if (strcmp(url, "/healthz") == 0) return respond(c, 200, "text/plain", "ok\n", 3);
+  if (strcmp(url, "/healthz") == 0) {
+    a->status = 200;
+    a->fixed = "ok\n";
+    a->fixed_len = 3;
+    return;
+  }
   if (strcmp(url, "/metrics") != 0) {
-    static const char msg[] = "not found: try /metrics or /healthz\n";
-    return respond(c, 404, "text/plain", msg, sizeof msg - 1);
+    ember__http_fail(a, 404, "no such path: %.128s (try /metrics or /healthz)", url);
+    return;
   }
-  ember_buf_t b;
-  ember_buf_init(&b, 16u << 20);
-  int rc = ember_metrics_render(h->m, &b);
-  enum MHD_Result ret =
-      rc == 0 ? respond(c, 200, "text/plain; version=0.0.4", b.data ? b.data : "", b.len)
-              : respond(c, 500, "text/plain", "render failed\n", 14);
-  ember_buf_free(&b);
-  return ret;
+  int rc = ember_metrics_render(h->m, &a->body);
+  if (rc != 0) {
+    ember__http_fail(a, 500, "rendering the metrics failed: %s", ember_strerror(rc));
+    return;
+  }
+  a->status = 200;
+  a->ctype = "text/plain; version=0.0.4";
 }
 
 int ember_http_metrics_start(ember_metrics_t *m, const char *listen, ember_http_metrics_t **out,
                              char *errbuf, size_t errbuf_size) {
   if (m == NULL || listen == NULL || out == NULL) return -EINVAL;
-  const char *colon = strrchr(listen, ':');
-  uint64_t port;
-  if (colon == NULL || ember_parse_u64(colon + 1, 0, 65535, &port) != 0) {
-    snprintf(errbuf, errbuf_size, "listen address '%s': expected HOST:PORT", listen);
-    return EMBER_ECONFIG;
-  }
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  char host[64];
-  size_t hl = (size_t)(colon - listen);
-  if (hl >= sizeof host) hl = sizeof host - 1;
-  memcpy(host, listen, hl);
-  host[hl] = '\0';
-  if (hl == 0) {
-    sa.sin_addr.s_addr = htonl(INADDR_ANY);
-  } else if (strcmp(host, "localhost") == 0) {
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  } else if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
-    snprintf(errbuf, errbuf_size, "listen address '%s': '%s' is not an IPv4 address", listen, host);
-    return EMBER_ECONFIG;
-  }
   ember_http_metrics_t *h = ember_calloc(1, sizeof *h);
   if (h == NULL) return -ENOMEM;
   h->m = m;
-  h->d =
-      MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port, NULL,
-                       NULL, on_request, h, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_CONNECTION_LIMIT,
-                       64u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
-  if (h->d == NULL) {
-    snprintf(errbuf, errbuf_size, "cannot serve metrics on %s (port in use?)", listen);
+  ember__http_opts_t ho = {.listen = listen,
+                           .listen_key = "listen address",
+                           .log = "metrics",
+                           .threads = 1,
+                           /* Scraped by whatever name the host has; it serves
+                            * counters and no page, and changes nothing. */
+                           .allowed_hosts = "*",
+                           .max_response = (size_t)16 << 20,
+                           .handler = serve,
+                           .ctx = h};
+  int rc = ember__http_start(&ho, &h->http, errbuf, errbuf_size);
+  if (rc != 0) {
     ember_free(h);
-    return -EADDRINUSE;
+    return rc;
   }
-  const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-  h->port = info ? info->port : (uint16_t)port;
   *out = h;
   return 0;
 }
 
-uint16_t ember_http_metrics_port(const ember_http_metrics_t *h) { return h ? h->port : 0; }
+uint16_t ember_http_metrics_port(const ember_http_metrics_t *h) {
+  return h ? ember__http_port(h->http) : 0;
+}
 
 void ember_http_metrics_stop(ember_http_metrics_t *h) {
   if (h == NULL) return;
-  MHD_stop_daemon(h->d);
+  ember__http_stop(h->http);
   ember_free(h);
 }
 

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -192,8 +194,10 @@ static resp_t http(unsigned port, const char *method, const char *path, const ch
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   char req[2048];
-  int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: test\r\n%s\r\n", method, path,
-                   headers ? headers : "");
+  /* Host: 127.0.0.1 unless the test gives its own. */
+  bool host = headers != NULL && strstr(headers, "Host:") != NULL;
+  int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\n%s%s\r\n", method, path,
+                   host ? "" : "Host: 127.0.0.1\r\n", headers ? headers : "");
   assert_true(n > 0 && (size_t)n < sizeof req);
   if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || write(fd, req, (size_t)n) != n) {
     close(fd);
@@ -883,7 +887,9 @@ static void test_api_start_errors(void **state) {
   assert_int_equal(ember__api_start(&o, &api, err, sizeof err), -EINVAL);
   assert_null(api);
   assert_string_equal(ember__api_config_keys[0], "api.listen");
-  assert_null(ember__api_config_keys[3]);
+  assert_string_equal(ember__api_config_keys[5], "api.request_timeout");
+  assert_string_equal(ember__api_config_keys[6], "api.allowed_hosts");
+  assert_null(ember__api_config_keys[7]);
 }
 
 /* api.listen in brackets serves IPv6: [::1] on the loopback, [::] on every
@@ -894,7 +900,7 @@ static int get6(unsigned port, const char *path) {
   struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
   sa.sin6_addr = in6addr_loopback;
   char req[256], resp[512] = "";
-  int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: t\r\n\r\n", path);
+  int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: [::1]\r\n\r\n", path);
   int status = -1;
   if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && write(fd, req, (size_t)n) == n) {
     ssize_t got = read(fd, resp, sizeof resp - 1);
@@ -919,6 +925,206 @@ static void test_api_ipv6(void **state) {
     assert_int_equal(get6(port, "/api/v1/nothing"), 404);
     ember__api_stop(api);
   }
+}
+
+/* The error sentence of a JSON error answer ("" when it is not one). */
+static const char *error_of(const resp_t *r, char *out, size_t size) {
+  json_error_t e;
+  json_t *j = r->body ? json_loadb(r->body, r->len, 0, &e) : NULL;
+  const char *msg = j ? json_string_value(json_object_get(j, "error")) : NULL;
+  snprintf(out, size, "%s", msg ? msg : "");
+  json_decref(j);
+  if (strstr(r->head, "Content-Type: application/json") == NULL) out[0] = '\0';
+  return out;
+}
+
+/* DNS rebinding: a page of rebind.example, whose name its owner pointed at
+ * 127.0.0.1, reads the API with Host: rebind.example. Refused with 421;
+ * addresses, localhost and listed names are served. The old server
+ * answered any Host. */
+static void test_api_refuses_foreign_host(void **state) {
+  (void)state;
+  char hdr[128], err[512];
+  static const char *const foreign[] = {"rebind.example", "rebind.example:7272",
+                                        "ember.example.com", "localhost.rebind.example"};
+  for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
+    snprintf(hdr, sizeof hdr, "Host: %s\r\n", foreign[i]);
+    static const char *const paths[] = {"/api/v1/workers", "/", "/healthz"};
+    for (size_t k = 0; k < 3; k++) {
+      resp_t r = http(fx.port, "GET", paths[k], hdr);
+      if (r.status != 421) fail_msg("Host %s %s: %d", foreign[i], paths[k], r.status);
+      assert_non_null(strstr(error_of(&r, err, sizeof err), "api.allowed_hosts"));
+      resp_free(&r);
+    }
+  }
+  char host[64];
+  const char *ok[] = {"localhost", host, "127.0.0.1", "[::1]:7272", "LocalHost:1", "app.localhost"};
+  snprintf(host, sizeof host, "127.0.0.1:%u", fx.port);
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    snprintf(hdr, sizeof hdr, "Host: %s\r\n", ok[i]);
+    resp_t r = http(fx.port, "GET", "/", hdr);
+    if (r.status != 200) fail_msg("Host %s: %d", ok[i], r.status);
+    resp_free(&r);
+  }
+  resp_t r = http(fx.port, "GET", "/healthz", "Host: a b\r\n");
+  assert_int_equal(r.status, 400);
+  resp_free(&r);
+  /* A listed name is served, on any port. */
+  ember__api_opts_t o = {.listen = "127.0.0.1:0",
+                         .store = fx.store,
+                         .allowed_hosts = "ember.example.com, other.example"};
+  ember__api_t *api = NULL;
+  assert_int_equal(ember__api_start(&o, &api, err, sizeof err), 0);
+  r = http(ember__api_port(api), "GET", "/api/v1/workers", "Host: Ember.Example.com:80\r\n");
+  assert_int_equal(r.status, 200);
+  resp_free(&r);
+  r = http(ember__api_port(api), "GET", "/", "Host: rebind.example\r\n");
+  assert_int_equal(r.status, 421);
+  resp_free(&r);
+  ember__api_stop(api);
+  o.allowed_hosts = "ok.example, bad host:x";
+  assert_int_equal(ember__api_start(&o, &api, err, sizeof err), EMBER_ECONFIG);
+  assert_non_null(strstr(err, "api.allowed_hosts"));
+}
+
+/* Cross-site request forgery: with no token (the default) a page of any
+ * site could make the visitor's browser POST a session. Refused with 403
+ * when the Origin is not the server's own, or Sec-Fetch-Site says
+ * cross-site; the dashboard's own POSTs (same origin) and clients that are
+ * not browsers (no Origin) still reach the handler, here 503 as the
+ * fixture has no sessions. The old server served them all. */
+static void test_api_refuses_cross_origin_post(void **state) {
+  (void)state;
+  char hdr[256], err[512];
+  const char *cross[] = {"Origin: http://evil.example\r\n", "Origin: null\r\n",
+                         "Origin: http://127.0.0.1:1\r\n", "Origin: https://127.0.0.1\r\n",
+                         "Sec-Fetch-Site: cross-site\r\n"};
+  for (size_t i = 0; i < sizeof cross / sizeof cross[0]; i++) {
+    /* A form's POST: text/plain needs no CORS preflight. */
+    char full[512];
+    snprintf(full, sizeof full,
+             "Host: 127.0.0.1:%u\r\n%sContent-Type: text/plain\r\nContent-Length: 0\r\n", fx.port,
+             cross[i]);
+    resp_t r = http(fx.port, "POST", "/api/v1/sessions", full);
+    if (r.status != 403) fail_msg("%s: %d %s", cross[i], r.status, r.body ? r.body : "");
+    assert_non_null(strstr(error_of(&r, err, sizeof err), "refused"));
+    resp_free(&r);
+    r = http(fx.port, "DELETE", "/api/v1/sessions/abc", full);
+    assert_int_equal(r.status, 403);
+    resp_free(&r);
+  }
+  const char *same[] = {"", "Sec-Fetch-Site: same-origin\r\n", "Sec-Fetch-Site: none\r\n"};
+  for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+    snprintf(hdr, sizeof hdr, "Host: 127.0.0.1:%u\r\n%sContent-Length: 0\r\n", fx.port, same[i]);
+    resp_t r = http(fx.port, "POST", "/api/v1/sessions", hdr);
+    if (r.status != 503) fail_msg("%s: %d %s", same[i], r.status, r.body ? r.body : "");
+    resp_free(&r);
+  }
+  snprintf(hdr, sizeof hdr,
+           "Host: 127.0.0.1:%u\r\nOrigin: http://127.0.0.1:%u\r\nSec-Fetch-Site: "
+           "same-origin\r\nContent-Length: 0\r\n",
+           fx.port, fx.port);
+  resp_t r = http(fx.port, "POST", "/api/v1/sessions", hdr);
+  assert_int_equal(r.status, 503);
+  resp_free(&r);
+  /* GETs from another origin are the browser's business (no CORS): the
+   * page cannot read them. */
+  r = http(fx.port, "GET", "/api/v1/workers", "Origin: http://evil.example\r\n");
+  assert_int_equal(r.status, 200);
+  resp_free(&r);
+  r = get("/metrics");
+  assert_non_null(strstr(r.body, "\nember_api_refused_origin_total "));
+  assert_null(strstr(r.body, "\nember_api_refused_origin_total 0\n"));
+  assert_null(strstr(r.body, "\nember_api_refused_host_total 0\n"));
+  resp_free(&r);
+}
+
+/* 405 says which methods the path takes. */
+static void test_api_allow_headers(void **state) {
+  (void)state;
+  static const struct {
+    const char *method, *path, *allow;
+  } cases[] = {
+      {"DELETE", "/api/v1/workers", "GET, HEAD"},
+      {"POST", "/api/v1/profile", "GET, HEAD"},
+      {"PUT", "/", "GET, HEAD"},
+      {"PATCH", "/healthz", "GET, HEAD"},
+      {"DELETE", "/api/v1/sessions", "GET, HEAD, POST"},
+      {"PUT", "/api/v1/sessions/", "GET, HEAD, POST"},
+      {"DELETE", "/api/v1/sessions/abc/cancel", "POST"},
+      {"PUT", "/api/v1/sessions/abc", "GET, HEAD"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    resp_t r = http(fx.port, cases[i].method, cases[i].path, "Content-Length: 0\r\n");
+    char want[64], err[512];
+    snprintf(want, sizeof want, "\r\nAllow: %s\r\n", cases[i].allow);
+    char head[2048];
+    snprintf(head, sizeof head, "%s\r\n", r.head);
+    if (r.status != 405 || strstr(head, want) == NULL || error_of(&r, err, sizeof err)[0] == '\0')
+      fail_msg("%s %s: %d, want Allow: %s in\n%s", cases[i].method, cases[i].path, r.status,
+               cases[i].allow, r.head);
+    resp_free(&r);
+  }
+}
+
+/* 300 clients from 127.0.0.2-31 (as an attacker with several addresses)
+ * each start a request and send a byte now and then: a client from
+ * 127.0.0.1 is still answered within a second. The old server (256
+ * connections, an idle timeout every byte restarts) left it waiting for
+ * as long as the slow clients liked. test_http.c has the deadline. */
+static void test_api_slow_clients_do_not_lock_others_out(void **state) {
+  (void)state;
+  struct rlimit rl;
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  if (rl.rlim_cur < 2048 && rl.rlim_max > rl.rlim_cur) {
+    rl.rlim_cur = rl.rlim_max < 2048 ? rl.rlim_max : 2048;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+  if (rl.rlim_cur < 800) skip();
+  enum { NSLOW = 300 };
+  static int fds[NSLOW];
+  static const char start[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
+  struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons((uint16_t)fx.port)};
+  dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int i = 0; i < NSLOW; i++) {
+    fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fds[i] >= 0);
+    struct sockaddr_in src = {.sin_family = AF_INET};
+    src.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 2 + (uint32_t)(i / 10));
+    assert_int_equal(bind(fds[i], (struct sockaddr *)&src, sizeof src), 0);
+    /* Blocking connects complete in the kernel's backlog even when the
+     * server does not take them. */
+    assert_int_equal(connect(fds[i], (struct sockaddr *)&dst, sizeof dst), 0);
+    assert_int_equal(send(fds[i], start, sizeof start - 1, MSG_NOSIGNAL),
+                     (ssize_t)sizeof start - 1);
+  }
+  /* A byte each, twice, 100 ms apart: they are alive and slow. */
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < NSLOW; i++) (void)send(fds[i], "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fd >= 0);
+  int64_t t0 = ember_time_mono_ns();
+  assert_int_equal(connect(fd, (struct sockaddr *)&dst, sizeof dst), 0);
+  static const char req[] = "GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  assert_int_equal(send(fd, req, sizeof req - 1, MSG_NOSIGNAL), (ssize_t)sizeof req - 1);
+  char resp[512] = "";
+  size_t got = 0;
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  while (got < sizeof resp - 1 && poll(&p, 1, 1000) == 1) {
+    ssize_t n = recv(fd, resp + got, sizeof resp - 1 - got, 0);
+    if (n <= 0) break;
+    got += (size_t)n;
+  }
+  double took = (double)(ember_time_mono_ns() - t0) / 1e9;
+  close(fd);
+  for (int i = 0; i < NSLOW; i++) close(fds[i]);
+  print_message("answered in %.3f s: %.40s\n", took, resp);
+  assert_non_null(strstr(resp, "200 OK"));
+  assert_true(took < 1.0);
 }
 
 /* Last: everything above left the shared server healthy. */
@@ -949,6 +1155,10 @@ int main(void) {
       cmocka_unit_test(test_api_stop_while_busy),
       cmocka_unit_test(test_api_start_errors),
       cmocka_unit_test(test_api_ipv6),
+      cmocka_unit_test(test_api_refuses_foreign_host),
+      cmocka_unit_test(test_api_refuses_cross_origin_post),
+      cmocka_unit_test(test_api_allow_headers),
+      cmocka_unit_test(test_api_slow_clients_do_not_lock_others_out),
       cmocka_unit_test(test_api_survives),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -42,8 +42,9 @@ static int http(const char *method, const char *path, const char *headers, const
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   char req[4096];
   size_t blen = body ? strlen(body) : 0;
-  int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: t\r\n%sContent-Length: %zu\r\n\r\n%s",
-                   method, path, headers ? headers : "", blen, body ? body : "");
+  int n = snprintf(req, sizeof req,
+                   "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n%sContent-Length: %zu\r\n\r\n%s", method,
+                   path, headers ? headers : "", blen, body ? body : "");
   assert_true(n > 0 && (size_t)n < sizeof req);
   if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || write(fd, req, (size_t)n) != n) {
     close(fd);
