@@ -5,6 +5,7 @@
  * Flags after the file override it. See docs/internals/agent.md for the
  * keys. */
 #include "agent.h"
+#include "ember/log.h"
 
 int main(int argc, char **argv) {
   ember_config_t *cfg = NULL;
@@ -12,6 +13,14 @@ int main(int argc, char **argv) {
                                         "usage: ember-agent [--config FILE] [key=value ...]\n",
                                         argc - 1, argv + 1, ember__agent_config_keys, &cfg);
   if (status >= 0) return status;
+  /* A refused login is a configuration error to fix, not an outage to
+   * ride out: say so once and stop, before anything else starts. */
+  char err[1024] = "";
+  if (ember_kafka_check_startup(cfg, EMBER_KAFKA_STARTUP_CHECK_MS, err, sizeof err) != 0) {
+    EMBER_ERROR("kafka", "%s", err);
+    ember_config_free(cfg);
+    return 1;
+  }
   int rc = ember__agent_run(cfg, NULL);
   ember_config_free(cfg);
   return rc == 0 ? 0 : 1;

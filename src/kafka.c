@@ -1,8 +1,10 @@
 /* Kafka configuration and the embedded mock cluster. See ember/kafka.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <syslog.h>
+#include <unistd.h>
 
 #include "ember/kafka.h"
 #include "ember/log.h"
@@ -46,6 +48,74 @@ static int collect_passthrough(void *ctx, const char *key, const char *value) {
   pt[2 * k->npassthrough + 1] = ember_strdup(value);
   k->npassthrough++;
   if (pt[2 * k->npassthrough - 2] == NULL || pt[2 * k->npassthrough - 1] == NULL) return -ENOMEM;
+  return 0;
+}
+
+/* The pass-through value of librdkafka property `key`, or NULL. */
+static const char *passthrough_get(const ember_kafka_t *k, const char *key) {
+  const char *v = NULL;
+  for (size_t i = 0; i < k->npassthrough; i++) {
+    if (strcmp(k->passthrough[2 * i], key) == 0) v = k->passthrough[2 * i + 1];
+  }
+  return v;
+}
+
+/* kafka.sasl.password_file: Ember's own key, not librdkafka's. The file's
+ * first line becomes sasl.password, so the password need not be in the
+ * config file or on a command line (where ps shows it). */
+#define EMBER_KAFKA_PASSWORD_FILE "sasl.password_file"
+#define EMBER_KAFKA_PASSWORD_MAX  4096
+
+static int read_password_file(ember_kafka_t *k, size_t i, char *errbuf, size_t errbuf_size) {
+  const char *path = k->passthrough[2 * i + 1];
+  if (passthrough_get(k, "sasl.password") != NULL) {
+    snprintf(errbuf, errbuf_size,
+             "config keys 'kafka.sasl.password' and 'kafka.%s' are both set; keep one",
+             EMBER_KAFKA_PASSWORD_FILE);
+    return EMBER_ECONFIG;
+  }
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    int e = errno;
+    snprintf(errbuf, errbuf_size, "config key 'kafka.%s': cannot open %s: %s",
+             EMBER_KAFKA_PASSWORD_FILE, path, strerror(e));
+    return EMBER_ECONFIG;
+  }
+  char buf[EMBER_KAFKA_PASSWORD_MAX + 1];
+  size_t n = 0;
+  ssize_t r = 0;
+  do {
+    r = read(fd, buf + n, sizeof buf - n);
+    if (r > 0) n += (size_t)r;
+  } while ((r > 0 && n < sizeof buf) || (r < 0 && errno == EINTR));
+  int e = r < 0 ? errno : 0;
+  close(fd);
+  if (e != 0 || n > EMBER_KAFKA_PASSWORD_MAX) {
+    snprintf(errbuf, errbuf_size, "config key 'kafka.%s': cannot read %s: %s",
+             EMBER_KAFKA_PASSWORD_FILE, path, e != 0 ? strerror(e) : "longer than 4096 bytes");
+    return EMBER_ECONFIG;
+  }
+  buf[n] = '\0';
+  buf[strcspn(buf, "\r\n")] = '\0';
+  if (buf[0] == '\0') {
+    snprintf(errbuf, errbuf_size, "config key 'kafka.%s': %s starts with an empty line",
+             EMBER_KAFKA_PASSWORD_FILE, path);
+    return EMBER_ECONFIG;
+  }
+  char *key = ember_strdup("sasl.password");
+  char *value = ember_strdup(buf);
+  /* The password stays in this process's memory anyway (librdkafka keeps
+   * its own copy); the stack copy is wiped so it is not left behind twice. */
+  memset(buf, 0, sizeof buf);
+  if (key == NULL || value == NULL) {
+    ember_free(key);
+    ember_free(value);
+    return -ENOMEM;
+  }
+  ember_free(k->passthrough[2 * i]);
+  ember_free(k->passthrough[2 * i + 1]);
+  k->passthrough[2 * i] = key;
+  k->passthrough[2 * i + 1] = value;
   return 0;
 }
 
@@ -244,6 +314,12 @@ int ember_kafka_new(const ember_config_t *cfg, ember_kafka_t **out, char *errbuf
   if (k->brokers == NULL || k->client_id == NULL) goto cleanup;
   rc = ember_config_each(cfg, "kafka.", collect_passthrough, k);
   if (rc != 0) goto cleanup;
+  for (size_t i = 0; i < k->npassthrough; i++) {
+    if (strcmp(k->passthrough[2 * i], EMBER_KAFKA_PASSWORD_FILE) == 0) {
+      rc = read_password_file(k, i, errbuf, errbuf_size);
+      if (rc != 0) goto cleanup;
+    }
+  }
   /* Check the pass-through keys now, so a typo fails at start-up with the
    * key's name rather than when the first client is made. */
   rd_kafka_conf_t *probe = NULL;
@@ -345,5 +421,107 @@ cleanup:
     if (nt[i]) rd_kafka_NewTopic_destroy(nt[i]);
   }
   rd_kafka_destroy(rk);
+  return rc;
+}
+
+/* What the probe client's error callback saw. Written on the polling
+ * thread only (rd_kafka_poll serves error_cb there), so no lock. */
+typedef struct check_state {
+  rd_kafka_resp_err_t auth; /* RD_KAFKA_RESP_ERR__AUTHENTICATION once seen */
+  bool all_down;            /* every bootstrap broker failed to connect */
+  char auth_reason[512];
+  char down_reason[512]; /* the last transport error, for the warning */
+} check_state_t;
+
+static void check_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque) {
+  (void)rk;
+  check_state_t *st = opaque;
+  if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION) {
+    if (st->auth == RD_KAFKA_RESP_ERR_NO_ERROR)
+      snprintf(st->auth_reason, sizeof st->auth_reason, "%s", reason);
+    st->auth = RD_KAFKA_RESP_ERR__AUTHENTICATION;
+  } else if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+    st->all_down = true;
+  } else {
+    snprintf(st->down_reason, sizeof st->down_reason, "%s", reason);
+  }
+}
+
+/* The probe's own log lines would repeat what error_cb reports (and what
+ * the caller then says in one sentence), so they go to debug. */
+static void check_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf) {
+  (void)rk;
+  (void)level;
+  EMBER_DEBUG("kafka", "start-up check: %s: %s", fac, buf);
+}
+
+/* librdkafka before 2.6.1 repeats the client nonce in the SCRAM
+ * client-final message; Kafka 4 brokers compare it strictly and refuse
+ * every such login as if the password were wrong (librdkafka #4895). */
+#define EMBER_KAFKA_SCRAM_FIXED_VERSION 0x020601ff
+
+int ember_kafka_check_auth(const ember_kafka_t *k, int timeout_ms, char *errbuf,
+                           size_t errbuf_size) {
+  if (k == NULL || timeout_ms <= 0) return -EINVAL;
+  if (k->mock != NULL) return 0; /* no authentication in the mock */
+  check_state_t st = {.auth = RD_KAFKA_RESP_ERR_NO_ERROR};
+  rd_kafka_conf_t *conf = NULL;
+  static const char *const none[] = {NULL};
+  int rc = base_conf(k, &conf, none, errbuf, errbuf_size);
+  if (rc != 0) return rc;
+  rd_kafka_conf_set_log_cb(conf, check_log_cb);
+  rd_kafka_conf_set_error_cb(conf, check_error_cb);
+  rd_kafka_conf_set_opaque(conf, &st);
+  rd_kafka_t *rk = NULL;
+  rc = client_new(RD_KAFKA_PRODUCER, conf, &rk, errbuf, errbuf_size);
+  if (rc != 0) return rc;
+
+  /* A metadata request (brokers only) needs a connection that passed TLS
+   * and SASL, so its success settles it; until then error_cb says why not.
+   * Short requests, so the callbacks are served between them. */
+  int64_t deadline = ember_time_mono_ns() + (int64_t)timeout_ms * 1000000;
+  bool answered = false;
+  while (!answered && st.auth == RD_KAFKA_RESP_ERR_NO_ERROR && !st.all_down) {
+    const struct rd_kafka_metadata *md = NULL;
+    if (rd_kafka_metadata(rk, 0, NULL, &md, 250) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      rd_kafka_metadata_destroy(md);
+      answered = true;
+    }
+    rd_kafka_poll(rk, 0);
+    if (ember_time_mono_ns() >= deadline) break;
+  }
+  if (st.auth != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    const char *user = passthrough_get(k, "sasl.username");
+    const char *mech = passthrough_get(k, "sasl.mechanisms");
+    if (mech == NULL) mech = passthrough_get(k, "sasl.mechanism");
+    if (mech == NULL) mech = "GSSAPI"; /* librdkafka's default */
+    bool scram = strncmp(mech, "SCRAM-", 6) == 0;
+    char hint[256] = "";
+    if (scram && rd_kafka_version() < EMBER_KAFKA_SCRAM_FIXED_VERSION)
+      snprintf(hint, sizeof hint,
+               " (note: librdkafka %s, older than 2.6.1, cannot log in with SCRAM to Kafka 4"
+               " brokers whatever the password; use PLAIN over TLS or a newer librdkafka)",
+               rd_kafka_version_str());
+    snprintf(errbuf, errbuf_size, "authentication failed for user '%s' (SASL/%s) at %s: %s%s",
+             user ? user : "", mech, k->brokers, st.auth_reason, hint);
+    rc = EMBER_EKAFKA;
+  } else if (!answered) {
+    /* An outage is not a misconfiguration: the callers ride it out. */
+    EMBER_WARN("kafka", "no broker at %s answered at start-up (%s); continuing, it is retried",
+               k->brokers, st.down_reason[0] ? st.down_reason : "no answer yet");
+  }
+  rd_kafka_destroy(rk);
+  return rc;
+}
+
+int ember_kafka_check_startup(const ember_config_t *cfg, int timeout_ms, char *errbuf,
+                              size_t errbuf_size) {
+  if (cfg == NULL || timeout_ms <= 0) return -EINVAL;
+  /* Embedded: nothing to log in to, and no second mock cluster wanted. */
+  if (strcmp(ember_config_get_str(cfg, "brokers", "embedded"), "embedded") == 0) return 0;
+  ember_kafka_t *k = NULL;
+  int rc = ember_kafka_new(cfg, &k, errbuf, errbuf_size);
+  if (rc == 0) rc = ember_kafka_check_auth(k, timeout_ms, errbuf, errbuf_size);
+  ember_kafka_free(k);
   return rc;
 }

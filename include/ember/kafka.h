@@ -16,6 +16,10 @@
  *                      defaults, so security settings (kafka.security.protocol,
  *                      kafka.sasl.mechanisms, kafka.ssl.ca.location, ...) and
  *                      tuning reach both producers and consumers.
+ *   kafka.sasl.password_file
+ *                      Ember's own key: the first line of this file is used
+ *                      as kafka.sasl.password (set one of the two), so the
+ *                      password need be in no config file or command line.
  *
  * Producer defaults: compression.codec=zstd, enable.idempotence=true,
  * acks=all, linger.ms=100. Consumer defaults: enable.auto.commit=false (the
@@ -84,6 +88,29 @@ EMBER_API int ember_kafka_consumer_new(const ember_kafka_t *k, const char *group
                                        rd_kafka_conf_t *conf, const char *const *topics,
                                        size_t ntopics, rd_kafka_t **out, char *errbuf,
                                        size_t errbuf_size);
+
+/* How long a daemon waits at start for the cluster to accept or refuse it
+ * (ember_kafka_check_startup). */
+#define EMBER_KAFKA_STARTUP_CHECK_MS 10000
+
+/* Connect to the cluster once (a metadata request from a short-lived
+ * client with the pass-through security settings) and wait at most
+ * timeout_ms for a broker to answer or to refuse the credentials.
+ * Returns 0 when a broker answered, and also when none could be reached or
+ * none answered in time (an outage is not a misconfiguration: that is
+ * logged as a warning and the callers ride it out as before); returns
+ * EMBER_EKAFKA when a broker refused the login (RD_KAFKA_RESP_ERR__
+ * AUTHENTICATION), with one sentence in errbuf naming the user, the
+ * mechanism, the brokers and librdkafka's reason, never the password.
+ * Embedded: returns 0 at once. */
+EMBER_API int ember_kafka_check_auth(const ember_kafka_t *k, int timeout_ms, char *errbuf,
+                                     size_t errbuf_size);
+/* ember_kafka_check_auth for a daemon's main(), from its config (borrowed):
+ * makes a short-lived ember_kafka_t, checks, frees it. With `brokers =
+ * embedded` returns 0 at once (no mock cluster is started). Also returns
+ * ember_kafka_new's errors. */
+EMBER_API int ember_kafka_check_startup(const ember_config_t *cfg, int timeout_ms, char *errbuf,
+                                        size_t errbuf_size);
 
 /* Create Ember's topics where they do not exist yet (ember.targets
  * compacted, the rest deleted by time), waiting at most timeout_ms. Topics

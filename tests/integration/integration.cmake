@@ -39,3 +39,13 @@ set_property(TEST test_publish_outage APPEND PROPERTY ENVIRONMENT
   EMBER_TEST_BOOTSTRAP_FILE=${EMBER_BROKER_DIR}/bootstrap
   EMBER_TEST_BROKER_DIR=${EMBER_BROKER_DIR}
   EMBER_TEST_BROKER_SH=${EMBER_BROKER_SH})
+
+# Agent and collector through the broker's SASL_SSL listener (TLS with the
+# throw-away CA broker.sh makes, SASL/SCRAM or PLAIN): a window end to end,
+# and a wrong password that must stop both at start.
+ember_test(integration test_kafka_tls integration)
+add_dependencies(test_kafka_tls ember-collector ember_agent)
+set_tests_properties(test_kafka_tls PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 300)
+set_property(TEST test_kafka_tls APPEND PROPERTY ENVIRONMENT
+  EMBER_TEST_BOOTSTRAP_FILE=${EMBER_BROKER_DIR}/bootstrap
+  EMBER_TEST_BROKER_DIR=${EMBER_BROKER_DIR})

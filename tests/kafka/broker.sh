@@ -13,9 +13,24 @@
 # halt + resume simulate a broker outage: clients configured with the old
 # bootstrap address reconnect and find the topics and messages they left.
 #
+# The broker has two client listeners. PLAINTEXT (address in
+# STATE_DIR/bootstrap, printed by start) is what most tests use. SASL_SSL
+# (address in STATE_DIR/bootstrap_sasl_ssl) is TLS with a throw-away CA made
+# at every start (STATE_DIR/ca.pem; the broker's certificate is for
+# 127.0.0.1 and localhost) and SASL with SCRAM-SHA-512 or PLAIN; its one
+# user, "ember", gets a random password at every start
+# (STATE_DIR/sasl_password), the same for both mechanisms.
+# STATE_DIR/sasl_ssl.properties holds librdkafka settings for it (kcat -F).
+#
+# PLAIN is there because librdkafka before 2.6.1 (Debian 12 ships 2.0.2)
+# computes a SCRAM client-final message that Kafka 4 rejects (the client
+# nonce is repeated; Kafka 4 compares it strictly), so with those clients
+# every SCRAM login fails as if the password were wrong. Over TLS, PLAIN
+# keeps the password off the wire just as well.
+#
 # Everything a broker writes lives in STATE_DIR (config, data, logs,
-# broker.pid, bootstrap), so several test trees can each run their own
-# broker at the same time. The jars live in a per-user cache outside the
+# broker.pid, bootstrap, TLS and SCRAM material), so several test trees can
+# each run their own broker at the same time. The jars live in a per-user cache outside the
 # repository and are shared; a lock serialises the first download.
 #
 # Environment overrides (defaults in brackets):
@@ -48,6 +63,11 @@ DEPENDENCY_PLUGIN=org.apache.maven.plugins:maven-dependency-plugin:3.8.1
 # Attempts at picking ports: the first try plus 3 retries after a bind
 # error (another process may grab a port between our check and the bind).
 PORT_ATTEMPTS=4
+
+# The SASL_SSL listener's one user. SCRAM-SHA-512 rather than -256: both
+# cost the same here, and 512 is what a production cluster would pick.
+SASL_USER=ember
+SCRAM_MECHANISM=SCRAM-SHA-512
 
 CACHE_DIR=${EMBER_KAFKA_CACHE}/${EMBER_KAFKA_VERSION}
 LIBS_DIR=${CACHE_DIR}/libs
@@ -216,10 +236,10 @@ port_free() {
 # Random port in 20000-60999 not currently listened on. Two $RANDOMs are
 # combined because one only reaches 32767.
 pick_port() {
-    local avoid=${1:-} port i
+    local avoid1=${1:-} avoid2=${2:-} port i
     for ((i = 0; i < 100; i++)); do
         port=$((20000 + ((RANDOM << 15) | RANDOM) % 41000))
-        if [[ "$port" != "$avoid" ]] && port_free "$port"; then
+        if [[ "$port" != "$avoid1" && "$port" != "$avoid2" ]] && port_free "$port"; then
             printf '%s\n' "$port"
             return 0
         fi
@@ -240,8 +260,66 @@ cluster_id() {
     printf '%s\n' "$id"
 }
 
+# A throw-away CA and a broker certificate signed by it, for 127.0.0.1 and
+# localhost, valid for a week (a test tree's broker is restarted far more
+# often). P-256 keys because they are made in milliseconds, where RSA takes
+# a noticeable part of a second. Kafka's PEM key store wants the unencrypted
+# PKCS#8 key and the certificate in one file.
+make_tls() {
+    local state=$1 tls=$1/tls
+    rm -rf "$tls"
+    mkdir -p "$tls"
+    (
+        umask 077
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+            -keyout "$tls/ca.key" -out "$tls/ca.pem" -days 7 \
+            -subj "/CN=Ember test broker CA" &&
+            openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+                -keyout "$tls/broker.key" -out "$tls/broker.csr" -subj "/CN=localhost" &&
+            printf '%s\n' 'subjectAltName=IP:127.0.0.1,DNS:localhost' \
+                'basicConstraints=critical,CA:FALSE' 'keyUsage=critical,digitalSignature' \
+                'extendedKeyUsage=serverAuth' >"$tls/broker.ext" &&
+            openssl x509 -req -in "$tls/broker.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" \
+                -CAcreateserial -days 7 -extfile "$tls/broker.ext" -out "$tls/broker.crt" &&
+            cat "$tls/broker.key" "$tls/broker.crt" >"$tls/broker.pem"
+    ) </dev/null >"$tls/openssl.out" 2>&1 || {
+        cat "$tls/openssl.out" >&2
+        die "openssl could not make the test broker's certificates"
+    }
+    cp "$tls/ca.pem" "$state/ca.pem"
+}
+
+# A fresh random SCRAM password (alphanumeric, so it needs no quoting in
+# StorageTool's --add-scram syntax, properties files or Ember's config).
+make_password() {
+    local state=$1 pw
+    pw=$(head -c 32 /dev/urandom | base64 | tr -dc 'A-Za-z0-9')
+    pw=${pw:0:24}
+    (umask 077 && printf '%s\n' "$pw" >"$state/sasl_password")
+}
+
+# The client side of the SASL_SSL listener for kcat -F (librdkafka
+# properties; PLAIN, which every librdkafka can do, see the top). Written
+# before the broker is ready; bootstrap_sasl_ssl, written once the broker
+# answers there, says it is usable.
+write_client_files() {
+    local state=$1 pw
+    pw=$(<"$state/sasl_password")
+    (
+        umask 077
+        cat >"$state/sasl_ssl.properties" <<EOF
+security.protocol=SASL_SSL
+sasl.mechanisms=PLAIN
+sasl.username=$SASL_USER
+sasl.password=$pw
+ssl.ca.location=$state/ca.pem
+EOF
+    )
+}
+
 write_config() {
-    local state=$1 port=$2 cport=$3
+    local state=$1 port=$2 sport=$3 cport=$4 pw
+    pw=$(<"$state/sasl_password")
     # Replication factors and ISRs of 1 because there is a single node;
     # without them the internal topics (consumer offsets, transactions,
     # share groups) can never be created. No rebalance delay so consumer
@@ -251,11 +329,20 @@ write_config() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$cport
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sport,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sport
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
+# SASL_SSL: TLS with the key store made by make_tls; SCRAM users come from
+# the metadata log (added at format time), PLAIN users from the login
+# module's user_NAME options. Only clients authenticate on this listener,
+# so neither module has credentials of its own.
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location=$state/tls/broker.pem
+listener.name.sasl_ssl.sasl.enabled.mechanisms=$SCRAM_MECHANISM,PLAIN
+listener.name.sasl_ssl.${SCRAM_MECHANISM,,}.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$SASL_USER="$pw";
 log.dirs=$state/data
 offsets.topic.replication.factor=1
 transaction.state.log.replication.factor=1
@@ -355,7 +442,7 @@ stop_broker() {
             done
         fi
     fi
-    rm -f "$state/broker.pid" "$state/bootstrap"
+    rm -f "$state/broker.pid" "$state/bootstrap" "$state/bootstrap_sasl_ssl"
 }
 
 # ---------------------------------------------------------------- start --
@@ -363,35 +450,52 @@ stop_broker() {
 # Launch one broker on the given ports and wait for it.
 # Returns 0 when ready, 2 on a port bind error, 1 on any other failure.
 try_start() {
-    local state=$1 port=$2 cport=$3
+    local state=$1 port=$2 sport=$3 cport=$4 pw
     local -a opts
     mapfile -t opts < <(jvm_opts "$state")
 
-    write_config "$state" "$port" "$cport"
-    rm -f "$state/broker.out" "$state/server.log" "$state/server.log.old" "$state/bootstrap"
+    rm -f "$state/broker.out" "$state/server.log" "$state/server.log.old" "$state/bootstrap" \
+        "$state/bootstrap_sasl_ssl"
+    make_tls "$state"
+    make_password "$state"
+    write_client_files "$state"
+    write_config "$state" "$port" "$sport" "$cport"
+    pw=$(<"$state/sasl_password")
     # Fresh data on every start: the formatted metadata log records the
     # controller's address, so it cannot be reused with new ports anyway.
     rm -rf "$state/data"
 
     # The formatter is short-lived, so C1 only (TieredStopAtLevel=1) makes
-    # it start noticeably faster.
+    # it start noticeably faster. --add-scram writes the SCRAM user into the
+    # first metadata records, so it exists before any client can connect
+    # (no kafka-configs round trip after start-up).
     if ! "$JAVA" "${opts[@]}" -XX:TieredStopAtLevel=1 -Xshare:auto \
         -cp "$LIBS_DIR/*" kafka.tools.StorageTool format --standalone \
         -t "$(cluster_id)" -c "$state/server.properties" \
+        --add-scram "$SCRAM_MECHANISM=[name=\"$SASL_USER\",password=\"$pw\"]" \
         </dev/null >"$state/format.out" 2>&1; then
         log "formatting storage failed"
         cat "$state/format.out" >&2
         return 1
     fi
 
-    launch "$state" "$port"
+    launch "$state" "$port" "$sport"
+}
+
+# True if the broker answers at ADDR on the SASL_SSL listener, through TLS
+# (verified against ca.pem) and SASL/PLAIN with the generated password.
+answers_sasl_ssl() {
+    local state=$1 addr=$2 out
+    out=$("$KCAT" -F "$state/sasl_ssl.properties" -L -b "$addr" -m 5 2>/dev/null) || return 1
+    [[ "$out" == *"broker 1 at $addr"* ]]
 }
 
 # Run kafka.Kafka on STATE_DIR/server.properties as it is and wait until it
-# answers on PORT. Returns 0 when ready (STATE_DIR/bootstrap written), 2 on
-# a port bind error, 1 on any other failure.
+# answers on PORT (PLAINTEXT) and SPORT (SASL_SSL). Returns 0 when ready
+# (STATE_DIR/bootstrap and bootstrap_sasl_ssl written), 2 on a port bind
+# error, 1 on any other failure.
 launch() {
-    local state=$1 port=$2 addr=127.0.0.1:$2 pid deadline
+    local state=$1 port=$2 sport=$3 addr=127.0.0.1:$2 saddr=127.0.0.1:$3 pid deadline
     local -a opts heap
     mapfile -t opts < <(jvm_opts "$state")
     read -r -a heap <<<"$HEAP_OPTS"
@@ -426,7 +530,11 @@ launch() {
             rm -f "$state/broker.pid"
             return 1
         fi
-        if owns_port "$pid" "$port" && answers "$addr"; then
+        # Both listeners open together; the SASL_SSL check also proves the
+        # TLS set-up and the password. bootstrap last: the tests wait for it.
+        if owns_port "$pid" "$port" && owns_port "$pid" "$sport" && answers "$addr" &&
+            answers_sasl_ssl "$state" "$saddr"; then
+            printf '%s\n' "$saddr" >"$state/bootstrap_sasl_ssl"
             printf '%s\n' "$addr" >"$state/bootstrap"
             return 0
         fi
@@ -439,9 +547,10 @@ launch() {
 }
 
 cmd_start() {
-    local state port cport attempt pid rc=1 t0=$SECONDS
+    local state port sport cport attempt pid rc=1 t0=$SECONDS
     need "$JAVA" EMBER_KAFKA_JAVA
     need "$KCAT" EMBER_KAFKA_KCAT
+    need openssl PATH
     need ss PATH
     need setsid PATH
     state=$(state_dir "$1")
@@ -456,10 +565,11 @@ cmd_start() {
 
     for ((attempt = 1; attempt <= PORT_ATTEMPTS; attempt++)); do
         port=$(pick_port)
-        cport=$(pick_port "$port")
-        log "starting Kafka $EMBER_KAFKA_VERSION on 127.0.0.1:$port (controller $cport) in $state"
+        sport=$(pick_port "$port")
+        cport=$(pick_port "$port" "$sport")
+        log "starting Kafka $EMBER_KAFKA_VERSION on 127.0.0.1:$port (SASL_SSL $sport, controller $cport) in $state"
         rc=0
-        try_start "$state" "$port" "$cport" || rc=$?
+        try_start "$state" "$port" "$sport" "$cport" || rc=$?
         case $rc in
         0)
             log "broker ready in $((SECONDS - t0))s"
@@ -497,17 +607,36 @@ prop() {
     return 1
 }
 
+# The port of listener NAME in advertised.listeners.
+listener_port() {
+    local state=$1 name=$2 list item
+    local -a items
+    list=$(prop "$state" advertised.listeners) || return 1
+    IFS=, read -r -a items <<<"$list"
+    for item in "${items[@]}"; do
+        if [[ "$item" == "$name://"* && "${item##*:}" =~ ^[0-9]+$ ]]; then
+            printf '%s\n' "${item##*:}"
+            return 0
+        fi
+    done
+    return 1
+}
+
 # Stop the broker but keep what a restart needs: data, server.properties
-# (which holds the ports) and the bootstrap address.
+# (which holds the ports), the TLS and SCRAM material and the bootstrap
+# addresses.
 cmd_halt() {
-    local state=$1 pid addr
+    local state=$1 pid addr saddr
     [[ -d "$state" ]] || die "no broker state in $state"
     state=$(state_dir "$state")
     if ! pid=$(read_pid "$state") || ! is_our_broker "$pid" "$state"; then
         die "no broker is running for $state"
     fi
     addr=$(cat "$state/bootstrap" 2>/dev/null) || die "no bootstrap address in $state"
+    saddr=$(cat "$state/bootstrap_sasl_ssl" 2>/dev/null) ||
+        die "no bootstrap_sasl_ssl address in $state"
     stop_broker "$state"
+    printf '%s\n' "$saddr" >"$state/bootstrap_sasl_ssl"
     printf '%s\n' "$addr" >"$state/bootstrap"
     log "broker halted; '$PROG resume $state' starts it again on $addr"
 }
@@ -515,7 +644,7 @@ cmd_halt() {
 # Start a halted broker again: same server.properties (so the same ports
 # and cluster), same data directory, no formatting.
 cmd_resume() {
-    local state=$1 pid port cport rc=0 t0=$SECONDS
+    local state=$1 pid port sport cport rc=0 t0=$SECONDS
     need "$JAVA" EMBER_KAFKA_JAVA
     need "$KCAT" EMBER_KAFKA_KCAT
     need ss PATH
@@ -529,21 +658,21 @@ cmd_resume() {
         cat "$state/bootstrap"
         return 0
     fi
-    port=$(prop "$state" advertised.listeners) || die "no advertised.listeners in $state"
-    port=${port##*:}
+    port=$(listener_port "$state" PLAINTEXT) || die "no PLAINTEXT listener in $state"
+    sport=$(listener_port "$state" SASL_SSL) || die "no SASL_SSL listener in $state"
     cport=$(prop "$state" controller.quorum.bootstrap.servers) ||
         die "no controller.quorum.bootstrap.servers in $state"
     cport=${cport##*:}
-    [[ "$port" =~ ^[0-9]+$ && "$cport" =~ ^[0-9]+$ ]] || die "bad ports in $state/server.properties"
+    [[ "$cport" =~ ^[0-9]+$ ]] || die "bad ports in $state/server.properties"
     # The previous run's log is kept beside the new one; bind_error reads
     # only the new run's files.
     if [[ -f "$state/server.log" ]]; then
         cat "$state/server.log" >>"$state/server.log.old"
         rm -f "$state/server.log"
     fi
-    rm -f "$state/broker.out" "$state/bootstrap"
-    log "resuming Kafka on 127.0.0.1:$port (controller $cport) in $state"
-    launch "$state" "$port" || rc=$?
+    rm -f "$state/broker.out" "$state/bootstrap" "$state/bootstrap_sasl_ssl"
+    log "resuming Kafka on 127.0.0.1:$port (SASL_SSL $sport, controller $cport) in $state"
+    launch "$state" "$port" "$sport" || rc=$?
     case $rc in
     0)
         log "broker ready in $((SECONDS - t0))s"
@@ -551,8 +680,9 @@ cmd_resume() {
         ;;
     2)
         # The address is the point of resuming, so no other port will do.
+        printf '127.0.0.1:%s\n' "$sport" >"$state/bootstrap_sasl_ssl"
         printf '127.0.0.1:%s\n' "$port" >"$state/bootstrap"
-        die "port $port or $cport is taken by another process; cannot resume on the same address"
+        die "port $port, $sport or $cport is taken by another process; cannot resume on the same address"
         ;;
     *) exit 1 ;;
     esac
