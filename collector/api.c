@@ -68,6 +68,9 @@ struct ember__api {
   atomic_bool stopping;
   atomic_long inflight; /* requests seen whose response is not yet done */
   ember_metric_t *m_requests, *m_2xx, *m_4xx, *m_5xx, *m_seconds;
+
+  bool (*ready)(void *ctx, char *why, size_t n); /* NULL: /healthz always ok */
+  void *ready_ctx;
 };
 
 /* ------------------------------------------------------------ request -- */
@@ -123,7 +126,7 @@ static unsigned fail_internal(req_t *r, const char *what, int rc) {
                 r->api->max_response);
   EMBER_ERROR(LOG, "GET %s: %s failed: %s", r->url, what, ember_strerror(rc));
   return fail(r, 500, "internal error: %s failed (%s); the server log has details", what,
-              ember_strerror(rc));
+              ember_store_strerror(rc));
 }
 
 static enum MHD_Result collect_param(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -1420,6 +1423,11 @@ static void route(req_t *r) {
   }
   bool get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
   if (strcmp(r->url, "/healthz") == 0 && get) {
+    char why[400];
+    if (api->ready && !api->ready(api->ready_ctx, why, sizeof why)) {
+      fail(r, 503, "not ready: %s", why);
+      return;
+    }
     r->status = 200;
     r->ctype = "text/plain";
     r->fixed_body = "ok\n";
@@ -1621,6 +1629,8 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
   api->metrics = opts->metrics;
   api->registry = opts->registry;
   api->sessions = opts->sessions;
+  api->ready = opts->ready;
+  api->ready_ctx = opts->ready_ctx;
   api->max_response = opts->max_response ? opts->max_response : DEFAULT_RESPONSE;
   atomic_init(&api->stopping, false);
   atomic_init(&api->inflight, 0);

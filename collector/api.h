@@ -12,6 +12,7 @@
 #ifndef EMBER_COLLECTOR_API_H
 #define EMBER_COLLECTOR_API_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,12 @@ typedef struct ember__api_opts {
                                   Borrowed; must outlive the server. */
   unsigned threads;             /* worker threads; 0 = 2, at most 64 */
   size_t max_response;          /* largest response body in bytes; 0 = 64 MiB */
+
+  /* /healthz: NULL = always ready. Else called per request (from any API
+   * thread): false = answer 503 with `why` (a sentence, at most why_size
+   * bytes) as the JSON error. ready_ctx is borrowed; must outlive the server. */
+  bool (*ready)(void *ready_ctx, char *why, size_t why_size);
+  void *ready_ctx;
 } ember__api_opts_t;
 
 /* The config keys the API reads (api.listen, api.token, api.threads), for

@@ -38,7 +38,11 @@ const char *const ember__collector_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                     "data_dir",
                                                     "group_id",
                                                     "store.map_size",
+                                                    "store.max_size",
                                                     "store.sync",
+                                                    "store.verify",
+                                                    "health.stall_after",
+                                                    "health.max_lag",
                                                     "batch.max_messages",
                                                     "batch.max_bytes",
                                                     "batch.linger",
@@ -71,7 +75,7 @@ typedef struct metrics_set {
   ember_metric_t *messages, *profiles, *samples, *duplicates, *expired, *malformed, *dlq_errors,
       *batches, *batch_seconds, *store_errors, *commit_errors, *consumer_errors, *targets,
       *target_messages, *target_errors, *store_bytes, *store_series, *store_stacks, *retained,
-      *cpu_seconds, *rss_bytes, *lag;
+      *cpu_seconds, *rss_bytes, *lag, *splits, *map_bytes, *map_grows;
 } metrics_set_t;
 
 struct ember__collector {
@@ -98,6 +102,16 @@ struct ember__collector {
   /* Log rate limit for malformed input: one line per second at most. */
   int64_t last_bad_log_ns;
   uint64_t bad_unlogged;
+
+  /* Health (/healthz). Written by the ingest thread, read by the API's. */
+  int64_t stall_ns;                 /* health.stall_after */
+  int64_t max_lag;                  /* health.max_lag */
+  atomic_llong store_failing_since; /* mono ns of the first failure in a row; 0 = ok */
+  atomic_int store_rc;              /* the last of those failures */
+  atomic_llong lag_growing_since;   /* mono ns since which the lag is over max_lag and grew; 0 */
+  atomic_llong lag_seen;
+  int64_t lag_base, lag_base_ns; /* ingest thread only */
+  uint64_t max_size, map_grows_seen, last_split_log_ns;
 };
 
 /* ---- batch ---------------------------------------------------------- */
@@ -208,6 +222,53 @@ static int store_session_results(ember__collector_t *c, ember_profile_t **ps, si
   return 0;
 }
 
+/* Ingest health: a store write that failed, or one that succeeded. */
+static void store_failed(ember__collector_t *c, int rc) {
+  atomic_store(&c->store_rc, rc);
+  int64_t zero = 0;
+  atomic_compare_exchange_strong(&c->store_failing_since, &zero, ember_time_mono_ns());
+}
+
+static void store_ok(ember__collector_t *c) { atomic_store(&c->store_failing_since, 0); }
+
+/* The map is full at store.max_size and the batch does not fit: write its
+ * unstored profiles in parts, halving the part while even that does not
+ * fit, so a batch larger than what is left never wedges ingest. Returns 0
+ * when all are stored, else the error of the smallest part (EMBER_EMAPFULL
+ * when not even one window fits). */
+static int store_split(ember__collector_t *c, ember_profile_t **ps, size_t left) {
+  batch_t *b = &c->batch;
+  size_t part = (left + 1) / 2;
+  ember_metric_add(c->m.splits, 1);
+  int64_t now = ember_time_mono_ns();
+  if (now - (int64_t)c->last_split_log_ns >= NS_PER_S) {
+    EMBER_WARN("collector",
+               "the store's map is full at store.max_size (%" PRIu64 " MiB): writing %zu "
+               "profiles in parts of at most %zu",
+               c->max_size >> 20, left, part);
+    c->last_split_log_ns = (uint64_t)now;
+  }
+  for (;;) {
+    size_t k = 0;
+    for (size_t i = 0; i < b->n && k < part; i++)
+      if (b->items[i].profile != NULL && !b->items[i].stored) ps[k++] = b->items[i].profile;
+    if (k == 0) return 0;
+    ember_store_write_result_t res = {0};
+    int rc = ember_store_write(c->store, ps, k, &res);
+    if (rc == EMBER_EMAPFULL && part > 1) {
+      part = (part + 1) / 2;
+      continue;
+    }
+    if (rc != 0) return rc;
+    count_result(c, ps, k, &res);
+    for (size_t i = 0, m = 0; i < b->n && m < k; i++) {
+      if (b->items[i].profile == NULL || b->items[i].stored) continue;
+      b->items[i].stored = true;
+      m++;
+    }
+  }
+}
+
 /* Step 1. Returns 0 when every profile is stored (or found malformed), or
  * an error when stopping before the store accepted the batch. */
 static int store_batch(ember__collector_t *c) {
@@ -227,9 +288,10 @@ static int store_batch(ember__collector_t *c) {
     rc = n > 0 ? store_session_results(c, ps, n) : 0;
     if (rc != 0) {
       ember_metric_add(c->m.store_errors, 1);
+      store_failed(c, rc);
       EMBER_ERROR("collector",
                   "cannot write %zu session results to the store: %s; retrying in %d ms", n,
-                  ember_strerror(rc), backoff_ms);
+                  ember_store_strerror(rc), backoff_ms);
       if (atomic_load(&c->stop)) break;
       nap(c, backoff_ms);
       if (atomic_load(&c->stop)) break;
@@ -251,6 +313,10 @@ static int store_batch(ember__collector_t *c) {
     if (rc == 0) {
       count_result(c, ps, n, &res);
       break;
+    }
+    if (rc == EMBER_EMAPFULL && n > 1) {
+      rc = store_split(c, ps, n);
+      if (rc == 0) continue; /* all stored: the loop finds nothing left */
     }
     if (is_input_error(rc)) {
       /* Some profile the store refuses: find it by writing one at a time
@@ -275,13 +341,15 @@ static int store_batch(ember__collector_t *c) {
       if (rc == 0) continue; /* nothing left, or only good ones: loop writes/ends */
     }
     ember_metric_add(c->m.store_errors, 1);
+    store_failed(c, rc);
     EMBER_ERROR("collector", "cannot write %zu profiles to the store: %s; retrying in %d ms", n,
-                ember_strerror(rc), backoff_ms);
+                ember_store_strerror(rc), backoff_ms);
     if (atomic_load(&c->stop)) break;
     nap(c, backoff_ms);
     if (atomic_load(&c->stop)) break;
     if (backoff_ms < 5000) backoff_ms *= 2;
   }
+  if (rc == 0) store_ok(c);
   ember_free(ps);
   return rc;
 }
@@ -456,11 +524,59 @@ static void update_lag(ember__collector_t *c) {
   }
   rd_kafka_topic_partition_list_destroy(a);
   ember_metric_set(c->m.lag, (double)lag);
+  /* Health: the lag is over health.max_lag and has not come back below
+   * where it was when it crossed (or last fell): the group falls behind. */
+  int64_t now = ember_time_mono_ns();
+  atomic_store(&c->lag_seen, lag);
+  if (lag <= c->max_lag) {
+    c->lag_base_ns = 0;
+    atomic_store(&c->lag_growing_since, 0);
+  } else if (c->lag_base_ns == 0 || lag < c->lag_base) {
+    c->lag_base = lag;
+    c->lag_base_ns = now;
+    atomic_store(&c->lag_growing_since, 0);
+  } else if (lag > c->lag_base) {
+    atomic_store(&c->lag_growing_since, c->lag_base_ns);
+  }
+}
+
+/* /healthz (api.h): not ready while store writes have failed for longer
+ * than health.stall_after in a row (ingest is wedged), or while the
+ * consumer lag has been over health.max_lag and growing for as long. */
+static bool collector_ready(void *ctx, char *why, size_t n) {
+  ember__collector_t *c = ctx;
+  int64_t now = ember_time_mono_ns();
+  int64_t since = atomic_load(&c->store_failing_since);
+  if (since != 0 && now - since >= c->stall_ns) {
+    snprintf(why, n, "ingest is wedged: store writes have failed for %lld s: %s",
+             (long long)((now - since) / NS_PER_S),
+             ember_store_strerror(atomic_load(&c->store_rc)));
+    return false;
+  }
+  int64_t lag_since = atomic_load(&c->lag_growing_since);
+  if (lag_since != 0 && now - lag_since >= c->stall_ns) {
+    snprintf(why, n,
+             "consumer lag is %lld messages, over health.max_lag (%lld), and has grown for "
+             "%lld s: add a collector to the group",
+             (long long)atomic_load(&c->lag_seen), (long long)c->max_lag,
+             (long long)((now - lag_since) / NS_PER_S));
+    return false;
+  }
+  return true;
 }
 
 static void update_gauges(ember__collector_t *c) {
   ember_store_stats_t st;
   if (ember_store_stats(c->store, &st) == 0) {
+    if (st.map_grows > c->map_grows_seen) {
+      ember_metric_add(c->m.map_grows, (double)(st.map_grows - c->map_grows_seen));
+      EMBER_WARN("collector",
+                 "the store's map was full: grown to %" PRIu64 " MiB (store.max_size %" PRIu64
+                 " MiB)",
+                 st.map_bytes >> 20, c->max_size >> 20);
+      c->map_grows_seen = st.map_grows;
+    }
+    ember_metric_set(c->m.map_bytes, (double)st.map_bytes);
     ember_metric_set(c->m.store_bytes, (double)st.file_bytes);
     ember_metric_set(c->m.store_series, (double)st.series);
     ember_metric_set(c->m.store_stacks, (double)st.stacks);
@@ -598,6 +714,13 @@ static void register_metrics(ember__collector_t *c) {
                                        "CPU time used by the collector process.");
   m->rss_bytes = ember_metrics_gauge(r, "ember_collector_resident_bytes",
                                      "Resident memory of the collector process.");
+  m->splits = ember_metrics_counter(r, "ember_collector_batch_splits_total",
+                                    "Batches written in parts: the store's map was full at "
+                                    "store.max_size.");
+  m->map_bytes = ember_metrics_gauge(
+      r, "ember_store_map_bytes", "Current size of the store's map (grows up to store.max_size).");
+  m->map_grows = ember_metrics_counter(r, "ember_store_map_grows_total",
+                                       "Times the store's map was full and was grown.");
 }
 
 static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
@@ -631,6 +754,14 @@ static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *e
   if (rc == 0)
     rc = ember_config_get_duration_ns(cfg, "session.answer_timeout", 30 * NS_PER_S, NS_PER_S,
                                       3600 * NS_PER_S, &answer, err, n);
+  uint64_t max_lag = 0;
+  if (rc == 0)
+    rc = ember_config_get_duration_ns(cfg, "health.stall_after", 30 * NS_PER_S, NS_PER_S / 10,
+                                      3600 * NS_PER_S, &c->stall_ns, err, n);
+  if (rc == 0)
+    rc =
+        ember_config_get_u64(cfg, "health.max_lag", 100000, 0, (uint64_t)1 << 40, &max_lag, err, n);
+  c->max_lag = (int64_t)max_lag;
   c->session_opts = (ember__csessions_opts_t){.max_duration_ms = (uint32_t)(max_dur / 1000000),
                                               .max_hz = (uint32_t)max_hz,
                                               .max_active = (size_t)max_active,
@@ -646,18 +777,40 @@ static int open_store(ember__collector_t *c, const ember_config_t *cfg, char *er
     snprintf(err, n, "cannot create data_dir %s: %s", dir, strerror(errno));
     return rc;
   }
-  uint64_t map_size;
-  bool sync;
-  int rc = ember_config_get_u64(cfg, "store.map_size", (uint64_t)16 << 30, (uint64_t)1 << 24,
+  uint64_t map_size, max_size;
+  bool sync, verify;
+  int rc = ember_config_get_u64(cfg, "store.map_size", (uint64_t)16 << 30, (uint64_t)1 << 20,
                                 (uint64_t)1 << 44, &map_size, err, n);
+  if (rc == 0)
+    rc = ember_config_get_u64(cfg, "store.max_size",
+                              map_size > ((uint64_t)1 << 42) ? map_size : map_size * 4, map_size,
+                              (uint64_t)1 << 44, &max_size, err, n);
   if (rc == 0) rc = ember_config_get_bool(cfg, "store.sync", true, &sync, err, n);
+  if (rc == 0) rc = ember_config_get_bool(cfg, "store.verify", true, &verify, err, n);
   if (rc != 0) return rc;
+  c->max_size = max_size;
   char path[4096];
   if ((size_t)snprintf(path, sizeof path, "%s/store.lmdb", dir) >= sizeof path) {
     snprintf(err, n, "data_dir is too long");
     return EMBER_ECONFIG;
   }
-  ember_store_opts_t so = {.map_size = (size_t)map_size, .no_sync = !sync};
+  if (verify) {
+    /* Before anything touches the file (retention runs first thing): a
+     * damaged page faults the child that walks it, not the collector. */
+    uint64_t entries = 0;
+    int64_t t0 = ember_time_mono_ns();
+    rc = ember_store_verify(path, &entries, err, n);
+    if (rc == -ENOENT) {
+      rc = 0; /* a new store */
+    } else if (rc != 0) {
+      return rc; /* err says what and how to recover */
+    } else {
+      EMBER_INFO("collector", "store %s verified: %" PRIu64 " entries in %.1f s", path, entries,
+                 (double)(ember_time_mono_ns() - t0) / 1e9);
+    }
+  }
+  ember_store_opts_t so = {
+      .map_size = (size_t)map_size, .max_size = (size_t)max_size, .no_sync = !sync};
   rc = ember_store_open(path, &so, &c->store, err, n);
   if (rc == 0) EMBER_INFO("collector", "store %s", path);
   return rc;
@@ -716,6 +869,10 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
   ember__collector_t *c = ember_calloc(1, sizeof *c);
   if (c == NULL) return -ENOMEM;
   atomic_init(&c->stop, false);
+  atomic_init(&c->store_failing_since, 0);
+  atomic_init(&c->store_rc, 0);
+  atomic_init(&c->lag_growing_since, 0);
+  atomic_init(&c->lag_seen, 0);
   /* Every thread made from here on (ours, librdkafka's, libmicrohttpd's)
    * starts with all signals blocked; the caller's mask comes back after. */
   sigset_t all, old;
@@ -751,6 +908,8 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
                             .metrics = c->metrics,
                             .registry = c->registry,
                             .sessions = c->sessions,
+                            .ready = collector_ready,
+                            .ready_ctx = c,
                             .threads = (unsigned)threads};
     if (rc == 0) rc = ember__api_start(&ao, &c->api, errbuf, errbuf_size);
     if (rc == 0)
