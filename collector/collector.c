@@ -26,6 +26,7 @@
 
 #include "api.h"
 #include "collector.h"
+#include "health.h"
 #include "sessions.h"
 #include "ember/codec.h"
 #include "ember/log.h"
@@ -103,14 +104,9 @@ struct ember__collector {
   int64_t last_bad_log_ns;
   uint64_t bad_unlogged;
 
-  /* Health (/healthz). Written by the ingest thread, read by the API's. */
-  int64_t stall_ns;                 /* health.stall_after */
-  int64_t max_lag;                  /* health.max_lag */
-  atomic_llong store_failing_since; /* mono ns of the first failure in a row; 0 = ok */
-  atomic_int store_rc;              /* the last of those failures */
-  atomic_llong lag_growing_since;   /* mono ns since which the lag is over max_lag and grew; 0 */
-  atomic_llong lag_seen;
-  int64_t lag_base, lag_base_ns; /* ingest thread only */
+  /* /healthz: fed by the ingest thread, read by the API's. */
+  ember__health_t health;
+  int64_t stall_ns, max_lag; /* health.stall_after, health.max_lag */
   uint64_t max_size, map_grows_seen, last_split_log_ns;
 };
 
@@ -224,12 +220,12 @@ static int store_session_results(ember__collector_t *c, ember_profile_t **ps, si
 
 /* Ingest health: a store write that failed, or one that succeeded. */
 static void store_failed(ember__collector_t *c, int rc) {
-  atomic_store(&c->store_rc, rc);
-  int64_t zero = 0;
-  atomic_compare_exchange_strong(&c->store_failing_since, &zero, ember_time_mono_ns());
+  ember__health_store(&c->health, rc, ember_time_mono_ns());
 }
 
-static void store_ok(ember__collector_t *c) { atomic_store(&c->store_failing_since, 0); }
+static void store_ok(ember__collector_t *c) {
+  ember__health_store(&c->health, 0, ember_time_mono_ns());
+}
 
 /* The map is full at store.max_size and the batch does not fit: write its
  * unstored profiles in parts, halving the part while even that does not
@@ -524,45 +520,12 @@ static void update_lag(ember__collector_t *c) {
   }
   rd_kafka_topic_partition_list_destroy(a);
   ember_metric_set(c->m.lag, (double)lag);
-  /* Health: the lag is over health.max_lag and has not come back below
-   * where it was when it crossed (or last fell): the group falls behind. */
-  int64_t now = ember_time_mono_ns();
-  atomic_store(&c->lag_seen, lag);
-  if (lag <= c->max_lag) {
-    c->lag_base_ns = 0;
-    atomic_store(&c->lag_growing_since, 0);
-  } else if (c->lag_base_ns == 0 || lag < c->lag_base) {
-    c->lag_base = lag;
-    c->lag_base_ns = now;
-    atomic_store(&c->lag_growing_since, 0);
-  } else if (lag > c->lag_base) {
-    atomic_store(&c->lag_growing_since, c->lag_base_ns);
-  }
+  ember__health_lag(&c->health, lag, ember_time_mono_ns());
 }
 
-/* /healthz (api.h): not ready while store writes have failed for longer
- * than health.stall_after in a row (ingest is wedged), or while the
- * consumer lag has been over health.max_lag and growing for as long. */
 static bool collector_ready(void *ctx, char *why, size_t n) {
   ember__collector_t *c = ctx;
-  int64_t now = ember_time_mono_ns();
-  int64_t since = atomic_load(&c->store_failing_since);
-  if (since != 0 && now - since >= c->stall_ns) {
-    snprintf(why, n, "ingest is wedged: store writes have failed for %lld s: %s",
-             (long long)((now - since) / NS_PER_S),
-             ember_store_strerror(atomic_load(&c->store_rc)));
-    return false;
-  }
-  int64_t lag_since = atomic_load(&c->lag_growing_since);
-  if (lag_since != 0 && now - lag_since >= c->stall_ns) {
-    snprintf(why, n,
-             "consumer lag is %lld messages, over health.max_lag (%lld), and has grown for "
-             "%lld s: add a collector to the group",
-             (long long)atomic_load(&c->lag_seen), (long long)c->max_lag,
-             (long long)((now - lag_since) / NS_PER_S));
-    return false;
-  }
-  return true;
+  return ember__health_ready(&c->health, ember_time_mono_ns(), why, n);
 }
 
 static void update_gauges(ember__collector_t *c) {
@@ -762,6 +725,7 @@ static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *e
     rc =
         ember_config_get_u64(cfg, "health.max_lag", 100000, 0, (uint64_t)1 << 40, &max_lag, err, n);
   c->max_lag = (int64_t)max_lag;
+  ember__health_init(&c->health, c->stall_ns, c->max_lag);
   c->session_opts = (ember__csessions_opts_t){.max_duration_ms = (uint32_t)(max_dur / 1000000),
                                               .max_hz = (uint32_t)max_hz,
                                               .max_active = (size_t)max_active,
@@ -869,10 +833,6 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
   ember__collector_t *c = ember_calloc(1, sizeof *c);
   if (c == NULL) return -ENOMEM;
   atomic_init(&c->stop, false);
-  atomic_init(&c->store_failing_since, 0);
-  atomic_init(&c->store_rc, 0);
-  atomic_init(&c->lag_growing_since, 0);
-  atomic_init(&c->lag_seen, 0);
   /* Every thread made from here on (ours, librdkafka's, libmicrohttpd's)
    * starts with all signals blocked; the caller's mask comes back after. */
   sigset_t all, old;
