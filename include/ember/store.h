@@ -28,6 +28,8 @@
  * its snapshot every few thousand rows so the file does not grow) may also
  * see batches committed while it ran. Every call opens and ends its own
  * transactions: nothing returned by the store points into the database.
+ * A call that must grow the map (below) waits until the calls running on
+ * the same handle have ended, and holds new ones back while it remaps.
  *
  * Errors: 0 on success, -EINVAL for bad arguments, -ENOMEM, -ENOSPC when the
  * disk is full, EMBER_EMAPFULL when the map is full at its largest size
