@@ -220,6 +220,71 @@ static void test_store_disk_full_mid_commit_then_freed(void **state) {
   unmount_tmpfs(dir);
 }
 
+/* The failure sweep of the full disk: for free space from 0 to 252 pages
+ * in steps of 4, a batch that brings new dictionary entries meets the full
+ * disk wherever in its commit that space runs out (or fits); freed, the
+ * retry stores it and every total is exact. A failure at any point of the
+ * commit must leave nothing a retry could trust. */
+static void test_store_disk_full_sweep(void **state) {
+  (void)state;
+  char dir[512], path[600], filler[600];
+  if (!mount_tmpfs(dir, sizeof dir, "sweep", (size_t)8 << 20)) skip();
+  snprintf(path, sizeof path, "%s/store.lmdb", dir);
+  snprintf(filler, sizeof filler, "%s/filler", dir);
+  int failed = 0;
+  for (int level = 0; level < 64; level++) {
+    int free_pages = level * 4;
+    char lock[700];
+    snprintf(lock, sizeof lock, "%s-lock", path);
+    unlink(path);
+    unlink(lock);
+    ember_store_opts_t o = {.map_size = (size_t)16 << 20};
+    ember_store_t *s = NULL;
+    char err[256];
+    assert_int_equal(ember_store_open(path, &o, &s, err, sizeof err), 0);
+    expect_t e = {0};
+    ember_profile_t *ps[8];
+    int64_t samples[8];
+    for (int round = 0; round < 2; round++) {
+      for (int i = 0; i < 8; i++)
+        ps[i] = make_window(workers[i % 4], T0 + (int64_t)(round * 2 + i / 4) * 10 * SEC,
+                            (uint64_t)(round * 8 + i), 30,
+                            (uint64_t)(free_pages * 100 + round * 8 + i), &samples[i]);
+      if (round == 1) {
+        /* The disk full but for free_pages pages. */
+        fill(filler, (size_t)64 << 20);
+        struct stat st;
+        assert_int_equal(stat(filler, &st), 0);
+        off_t keep = st.st_size - (off_t)free_pages * 4096;
+        assert_int_equal(truncate(filler, keep > 0 ? keep : 0), 0);
+      }
+      int rc = ember_store_write(s, ps, 8, NULL);
+      if (rc != 0) {
+        assert_int_equal(rc, -ENOSPC);
+        failed++;
+        assert_int_equal(unlink(filler), 0);
+        assert_int_equal(ember_store_write(s, ps, 8, NULL), 0);
+      }
+      for (int i = 0; i < 8; i++) {
+        e.total += samples[i];
+        e.per_worker[i % 4] += samples[i];
+        ember_profile_free(ps[i]);
+      }
+      e.windows += 8;
+    }
+    unlink(filler);
+    assert_queries_exact(s, &e, 3600 * SEC);
+    ember_store_close(s);
+    s = NULL;
+    assert_int_equal(ember_store_open(path, &o, &s, err, sizeof err), 0);
+    assert_queries_exact(s, &e, 3600 * SEC);
+    ember_store_close(s);
+  }
+  print_message("64 free-space levels: %d met the full disk\n", failed);
+  assert_true(failed >= 8 && failed < 64); /* both sides of the edge */
+  unmount_tmpfs(dir);
+}
+
 static void store_path(char *buf, size_t size, const char *name) {
   snprintf(buf, size, "%s/disk_%s_%ld.lmdb", EMBER_TEST_TMP, name, (long)getpid());
 }
@@ -557,6 +622,7 @@ static void test_store_checksum_refuses_a_changed_value(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_store_disk_full_mid_commit_then_freed),
+      cmocka_unit_test(test_store_disk_full_sweep),
       cmocka_unit_test(test_store_map_full_grows_then_reports_map_full),
       cmocka_unit_test(test_store_damaged_pages_refused_never_crash),
       cmocka_unit_test(test_store_checksum_refuses_a_changed_value),
