@@ -184,9 +184,14 @@ int ember_store_verify(const char *path, uint64_t *entries, char *errbuf, size_t
   if (pid == 0) {
     close(fds[0]);
     /* A fault here must end the child with its signal, whatever handlers
-     * the parent had installed. */
+     * and mask the parent had (the collector starts with every signal
+     * blocked). */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGBUS, SIG_DFL);
     signal(SIGSEGV, SIG_DFL);
+    signal(SIGABRT, SIG_DFL);
     _exit(child_main(path, fds[1]));
   }
   close(fds[1]);
@@ -238,6 +243,14 @@ int ember_store_verify(const char *path, uint64_t *entries, char *errbuf, size_t
              "store %s is damaged: its verification made no progress for %d s in table %s "
              "(LMDB is going round in circles); %s",
              path, STALL_MS / 1000, table, EMBER_STORE_RECOVERY);
+  } else if (WIFSIGNALED(status) && WTERMSIG(status) != SIGBUS && WTERMSIG(status) != SIGSEGV &&
+             WTERMSIG(status) != SIGABRT && WTERMSIG(status) != SIGFPE &&
+             WTERMSIG(status) != SIGILL) {
+    /* Not a fault: someone stopped it (a ^C reaches the whole group). */
+    rc = -EINTR;
+    snprintf(errbuf ? errbuf : line, errbuf ? errbuf_size : sizeof line,
+             "store %s: its verification was stopped by %s before it finished", path,
+             strsignal(WTERMSIG(status)));
   } else if (WIFSIGNALED(status)) {
     rc = EMBER_ECORRUPT;
     snprintf(errbuf ? errbuf : line, errbuf ? errbuf_size : sizeof line,

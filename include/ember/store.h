@@ -250,8 +250,9 @@ EMBER_API int ember_store_stats(ember_store_t *store, ember_store_stats_t *stats
  * ember_store_open). On damage errbuf gets a sentence naming the file, the
  * table and what was wrong, and how to recover. *entries (may be NULL) gets
  * the number of entries walked. Returns 0, EMBER_ECORRUPT (damaged),
- * EMBER_EVERSION (another schema), -ENOENT (no store there yet) or -errno
- * (fork, pipe). The cost is one read of the whole file. */
+ * EMBER_EVERSION (another schema), -ENOENT (no store there yet), -EINTR
+ * (the child was stopped by a signal that is not a fault, e.g. a ^C) or
+ * -errno (fork, pipe). The cost is one read of the whole file. */
 EMBER_API int ember_store_verify(const char *path, uint64_t *entries, char *errbuf,
                                  size_t errbuf_size);
 
