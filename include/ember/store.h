@@ -201,8 +201,9 @@ EMBER_API int ember_store_retain(ember_store_t *store, int64_t before_ns, size_t
  * retention deletes results by the same rule as windows. `profiles` are
  * borrowed for the call; `result` may be NULL. Returns 0, -EINVAL (no
  * session id, one longer than 128 bytes, or a bad window; nothing
- * written), -ENOSPC, -ENOMEM, -EACCES (read-only), EMBER_ETOOBIG (a profile
- * too large to encode). */
+ * written), -ENOSPC, EMBER_EMAPFULL (after growing the map to max_size),
+ * -ENOMEM, -EACCES (read-only), EMBER_ETOOBIG (a profile too large to
+ * encode). */
 EMBER_API int ember_store_session_add(ember_store_t *store, ember_profile_t *const *profiles,
                                       size_t n, ember_store_write_result_t *result);
 
