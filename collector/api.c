@@ -83,6 +83,9 @@ struct ember__api {
   char *token;                  /* NULL = no authentication */
   size_t token_len;
   size_t max_response;
+
+  bool (*ready)(void *ctx, char *why, size_t n); /* NULL: /healthz always ok */
+  void *ready_ctx;
 };
 
 /* ------------------------------------------------------------ request -- */
@@ -138,7 +141,7 @@ static unsigned fail_internal(req_t *r, const char *what, int rc) {
                 r->api->max_response);
   EMBER_ERROR(LOG, "GET %s: %s failed: %s", r->url, what, ember_strerror(rc));
   return fail(r, 500, "internal error: %s failed (%s); the server log has details", what,
-              ember_strerror(rc));
+              ember_store_strerror(rc));
 }
 
 static bool collect_param(void *cls, const char *key, const char *value) {
@@ -1396,6 +1399,11 @@ static void route(req_t *r) {
   ember__api_t *api = r->api;
   bool get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
   if (strcmp(r->url, "/healthz") == 0 && get) {
+    char why[400];
+    if (api->ready && !api->ready(api->ready_ctx, why, sizeof why)) {
+      fail(r, 503, "not ready: %s", why);
+      return;
+    }
     r->status = 200;
     r->ctype = "text/plain";
     r->fixed_body = "ok\n";
@@ -1461,6 +1469,8 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
   api->metrics = opts->metrics;
   api->registry = opts->registry;
   api->sessions = opts->sessions;
+  api->ready = opts->ready;
+  api->ready_ctx = opts->ready_ctx;
   api->max_response = opts->max_response ? opts->max_response : DEFAULT_RESPONSE;
   if (opts->token != NULL && opts->token[0] != '\0') {
     api->token = ember_strdup(opts->token);

@@ -13,6 +13,7 @@
 #ifndef EMBER_COLLECTOR_API_H
 #define EMBER_COLLECTOR_API_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,6 +47,12 @@ typedef struct ember__api_opts {
   /* Host names the API answers to besides localhost and IP addresses
    * ("ember.example.com,ember"; "*" = any); NULL = none. Copied. */
   const char *allowed_hosts;
+
+  /* /healthz: NULL = always ready. Else called per request (from any API
+   * thread): false = answer 503 with `why` (a sentence, at most why_size
+   * bytes) as the JSON error. ready_ctx is borrowed; must outlive the server. */
+  bool (*ready)(void *ready_ctx, char *why, size_t why_size);
+  void *ready_ctx;
 } ember__api_opts_t;
 
 /* The config keys the API reads, for ember_config_check lists. */

@@ -26,6 +26,7 @@
 
 #include "api.h"
 #include "collector.h"
+#include "health.h"
 #include "sessions.h"
 #include "ember/codec.h"
 #include "ember/log.h"
@@ -38,7 +39,11 @@ const char *const ember__collector_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                     "data_dir",
                                                     "group_id",
                                                     "store.map_size",
+                                                    "store.max_size",
                                                     "store.sync",
+                                                    "store.verify",
+                                                    "health.stall_after",
+                                                    "health.max_lag",
                                                     "batch.max_messages",
                                                     "batch.max_bytes",
                                                     "batch.linger",
@@ -69,7 +74,7 @@ typedef struct metrics_set {
   ember_metric_t *messages, *profiles, *samples, *duplicates, *expired, *malformed, *dlq_errors,
       *batches, *batch_seconds, *store_errors, *commit_errors, *consumer_errors, *targets,
       *target_messages, *target_errors, *store_bytes, *store_series, *store_stacks, *retained,
-      *cpu_seconds, *rss_bytes, *lag;
+      *cpu_seconds, *rss_bytes, *lag, *splits, *map_bytes, *map_grows;
 } metrics_set_t;
 
 struct ember__collector {
@@ -96,6 +101,11 @@ struct ember__collector {
   /* Log rate limit for malformed input: one line per second at most. */
   int64_t last_bad_log_ns;
   uint64_t bad_unlogged;
+
+  /* /healthz: fed by the ingest thread, read by the API's. */
+  ember__health_t health;
+  int64_t stall_ns, max_lag; /* health.stall_after, health.max_lag */
+  uint64_t max_size, map_grows_seen, last_split_log_ns;
 };
 
 /* ---- batch ---------------------------------------------------------- */
@@ -206,6 +216,53 @@ static int store_session_results(ember__collector_t *c, ember_profile_t **ps, si
   return 0;
 }
 
+/* Ingest health: a store write that failed, or one that succeeded. */
+static void store_failed(ember__collector_t *c, int rc) {
+  ember__health_store(&c->health, rc, ember_time_mono_ns());
+}
+
+static void store_ok(ember__collector_t *c) {
+  ember__health_store(&c->health, 0, ember_time_mono_ns());
+}
+
+/* The map is full at store.max_size and the batch does not fit: write its
+ * unstored profiles in parts, halving the part while even that does not
+ * fit, so a batch larger than what is left never wedges ingest. Returns 0
+ * when all are stored, else the error of the smallest part (EMBER_EMAPFULL
+ * when not even one window fits). */
+static int store_split(ember__collector_t *c, ember_profile_t **ps, size_t left) {
+  batch_t *b = &c->batch;
+  size_t part = (left + 1) / 2;
+  ember_metric_add(c->m.splits, 1);
+  int64_t now = ember_time_mono_ns();
+  if (now - (int64_t)c->last_split_log_ns >= NS_PER_S) {
+    EMBER_WARN("collector",
+               "the store's map is full at store.max_size (%" PRIu64 " MiB): writing %zu "
+               "profiles in parts of at most %zu",
+               c->max_size >> 20, left, part);
+    c->last_split_log_ns = (uint64_t)now;
+  }
+  for (;;) {
+    size_t k = 0;
+    for (size_t i = 0; i < b->n && k < part; i++)
+      if (b->items[i].profile != NULL && !b->items[i].stored) ps[k++] = b->items[i].profile;
+    if (k == 0) return 0;
+    ember_store_write_result_t res = {0};
+    int rc = ember_store_write(c->store, ps, k, &res);
+    if (rc == EMBER_EMAPFULL && part > 1) {
+      part = (part + 1) / 2;
+      continue;
+    }
+    if (rc != 0) return rc;
+    count_result(c, ps, k, &res);
+    for (size_t i = 0, m = 0; i < b->n && m < k; i++) {
+      if (b->items[i].profile == NULL || b->items[i].stored) continue;
+      b->items[i].stored = true;
+      m++;
+    }
+  }
+}
+
 /* Step 1. Returns 0 when every profile is stored (or found malformed), or
  * an error when stopping before the store accepted the batch. */
 static int store_batch(ember__collector_t *c) {
@@ -225,9 +282,10 @@ static int store_batch(ember__collector_t *c) {
     rc = n > 0 ? store_session_results(c, ps, n) : 0;
     if (rc != 0) {
       ember_metric_add(c->m.store_errors, 1);
+      store_failed(c, rc);
       EMBER_ERROR("collector",
                   "cannot write %zu session results to the store: %s; retrying in %d ms", n,
-                  ember_strerror(rc), backoff_ms);
+                  ember_store_strerror(rc), backoff_ms);
       if (atomic_load(&c->stop)) break;
       nap(c, backoff_ms);
       if (atomic_load(&c->stop)) break;
@@ -249,6 +307,10 @@ static int store_batch(ember__collector_t *c) {
     if (rc == 0) {
       count_result(c, ps, n, &res);
       break;
+    }
+    if (rc == EMBER_EMAPFULL && n > 1) {
+      rc = store_split(c, ps, n);
+      if (rc == 0) continue; /* all stored: the loop finds nothing left */
     }
     if (is_input_error(rc)) {
       /* Some profile the store refuses: find it by writing one at a time
@@ -273,13 +335,15 @@ static int store_batch(ember__collector_t *c) {
       if (rc == 0) continue; /* nothing left, or only good ones: loop writes/ends */
     }
     ember_metric_add(c->m.store_errors, 1);
+    store_failed(c, rc);
     EMBER_ERROR("collector", "cannot write %zu profiles to the store: %s; retrying in %d ms", n,
-                ember_strerror(rc), backoff_ms);
+                ember_store_strerror(rc), backoff_ms);
     if (atomic_load(&c->stop)) break;
     nap(c, backoff_ms);
     if (atomic_load(&c->stop)) break;
     if (backoff_ms < 5000) backoff_ms *= 2;
   }
+  if (rc == 0) store_ok(c);
   ember_free(ps);
   return rc;
 }
@@ -454,11 +518,26 @@ static void update_lag(ember__collector_t *c) {
   }
   rd_kafka_topic_partition_list_destroy(a);
   ember_metric_set(c->m.lag, (double)lag);
+  ember__health_lag(&c->health, lag, ember_time_mono_ns());
+}
+
+static bool collector_ready(void *ctx, char *why, size_t n) {
+  ember__collector_t *c = ctx;
+  return ember__health_ready(&c->health, ember_time_mono_ns(), why, n);
 }
 
 static void update_gauges(ember__collector_t *c) {
   ember_store_stats_t st;
   if (ember_store_stats(c->store, &st) == 0) {
+    if (st.map_grows > c->map_grows_seen) {
+      ember_metric_add(c->m.map_grows, (double)(st.map_grows - c->map_grows_seen));
+      EMBER_WARN("collector",
+                 "the store's map was full: grown to %" PRIu64 " MiB (store.max_size %" PRIu64
+                 " MiB)",
+                 st.map_bytes >> 20, c->max_size >> 20);
+      c->map_grows_seen = st.map_grows;
+    }
+    ember_metric_set(c->m.map_bytes, (double)st.map_bytes);
     ember_metric_set(c->m.store_bytes, (double)st.file_bytes);
     ember_metric_set(c->m.store_series, (double)st.series);
     ember_metric_set(c->m.store_stacks, (double)st.stacks);
@@ -596,6 +675,13 @@ static void register_metrics(ember__collector_t *c) {
                                        "CPU time used by the collector process.");
   m->rss_bytes = ember_metrics_gauge(r, "ember_collector_resident_bytes",
                                      "Resident memory of the collector process.");
+  m->splits = ember_metrics_counter(r, "ember_collector_batch_splits_total",
+                                    "Batches written in parts: the store's map was full at "
+                                    "store.max_size.");
+  m->map_bytes = ember_metrics_gauge(
+      r, "ember_store_map_bytes", "Current size of the store's map (grows up to store.max_size).");
+  m->map_grows = ember_metrics_counter(r, "ember_store_map_grows_total",
+                                       "Times the store's map was full and was grown.");
 }
 
 static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
@@ -629,6 +715,15 @@ static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *e
   if (rc == 0)
     rc = ember_config_get_duration_ns(cfg, "session.answer_timeout", 30 * NS_PER_S, NS_PER_S,
                                       3600 * NS_PER_S, &answer, err, n);
+  uint64_t max_lag = 0;
+  if (rc == 0)
+    rc = ember_config_get_duration_ns(cfg, "health.stall_after", 30 * NS_PER_S, NS_PER_S / 10,
+                                      3600 * NS_PER_S, &c->stall_ns, err, n);
+  if (rc == 0)
+    rc =
+        ember_config_get_u64(cfg, "health.max_lag", 100000, 0, (uint64_t)1 << 40, &max_lag, err, n);
+  c->max_lag = (int64_t)max_lag;
+  ember__health_init(&c->health, c->stall_ns, c->max_lag);
   c->session_opts = (ember__csessions_opts_t){.max_duration_ms = (uint32_t)(max_dur / 1000000),
                                               .max_hz = (uint32_t)max_hz,
                                               .max_active = (size_t)max_active,
@@ -645,18 +740,40 @@ static int open_store(ember__collector_t *c, const ember_config_t *cfg, char *er
     snprintf(err, n, "cannot create data_dir %s: %s", dir, strerror(errno));
     return rc;
   }
-  uint64_t map_size;
-  bool sync;
-  int rc = ember_config_get_u64(cfg, "store.map_size", (uint64_t)16 << 30, (uint64_t)1 << 24,
+  uint64_t map_size, max_size;
+  bool sync, verify;
+  int rc = ember_config_get_u64(cfg, "store.map_size", (uint64_t)16 << 30, (uint64_t)1 << 20,
                                 (uint64_t)1 << 44, &map_size, err, n);
+  if (rc == 0)
+    rc = ember_config_get_u64(cfg, "store.max_size",
+                              map_size > ((uint64_t)1 << 42) ? map_size : map_size * 4, map_size,
+                              (uint64_t)1 << 44, &max_size, err, n);
   if (rc == 0) rc = ember_config_get_bool(cfg, "store.sync", true, &sync, err, n);
+  if (rc == 0) rc = ember_config_get_bool(cfg, "store.verify", true, &verify, err, n);
   if (rc != 0) return rc;
+  c->max_size = max_size;
   char path[4096];
   if ((size_t)snprintf(path, sizeof path, "%s/store.lmdb", dir) >= sizeof path) {
     snprintf(err, n, "data_dir is too long");
     return EMBER_ECONFIG;
   }
-  ember_store_opts_t so = {.map_size = (size_t)map_size, .no_sync = !sync};
+  if (verify) {
+    /* Before anything touches the file (retention runs first thing): a
+     * damaged page faults the child that walks it, not the collector. */
+    uint64_t entries = 0;
+    int64_t t0 = ember_time_mono_ns();
+    rc = ember_store_verify(path, &entries, err, n);
+    if (rc == -ENOENT) {
+      rc = 0; /* a new store */
+    } else if (rc != 0) {
+      return rc; /* err says what and how to recover */
+    } else {
+      EMBER_INFO("collector", "store %s verified: %" PRIu64 " entries in %.1f s", path, entries,
+                 (double)(ember_time_mono_ns() - t0) / 1e9);
+    }
+  }
+  ember_store_opts_t so = {
+      .map_size = (size_t)map_size, .max_size = (size_t)max_size, .no_sync = !sync};
   rc = ember_store_open(path, &so, &c->store, err, n);
   if (rc == 0) EMBER_INFO("collector", "store %s", path);
   return rc;
@@ -747,7 +864,9 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
                             .store = c->store,
                             .metrics = c->metrics,
                             .registry = c->registry,
-                            .sessions = c->sessions};
+                            .sessions = c->sessions,
+                            .ready = collector_ready,
+                            .ready_ctx = c};
     rc = ember__api_read_config(cfg, &ao, errbuf, errbuf_size);
     if (rc == 0) rc = ember__api_start(&ao, &c->api, errbuf, errbuf_size);
     if (rc == 0)

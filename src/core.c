@@ -19,6 +19,9 @@ const char *ember_strerror(int err) {
   case EMBER_EKAFKA: return "Kafka client error";
   case EMBER_ECONFIG: return "invalid configuration";
   case EMBER_ETIMEDOUT: return "timed out";
+  case EMBER_EMAPFULL:
+    return "the store's map is full (its largest size, store.max_size, is reached; the disk may "
+           "have room)";
   default: break;
   }
   if (err < 0 && err > EMBER_ERRNO_BASE) {

@@ -28,6 +28,9 @@ static int scan(MDB_txn *txn, MDB_cursor *cur, size_t keylen, uint32_t sid, int6
   while (mrc == MDB_SUCCESS) {
     if (k.mv_size != keylen) return EMBER_ECORRUPT;
     if (ember__get_be32(k.mv_data) != sid || ember__get_time((uint8_t *)k.mv_data + 4) >= to) break;
+    /* Every table scanned is sealed: a value that fails its checksum is
+     * refused, not decoded. */
+    if (!ember__unseal(&k, &v)) return EMBER_ECORRUPT;
     int rc = fn(ctx, &k, &v);
     if (rc < 0) return rc;
     if (++*since_renew < RENEW_EVERY) {
@@ -166,7 +169,7 @@ static int resolve(ember_store_t *s, MDB_txn *txn, const acc_t *a, ember_profile
     uint8_t key[4];
     ember__put_be32(key, a->ids[i]);
     MDB_val k = {.mv_size = 4, .mv_data = key}, v;
-    rc = ember__store_err(mdb_get(txn, s->dbi[EMBER__DB_STACKS], &k, &v));
+    rc = ember__store_err(ember__get(s, txn, EMBER__DB_STACKS, &k, &v));
     if (rc == EMBER_ENOTFOUND) rc = EMBER_ECORRUPT;
     if (rc < 0) goto cleanup;
     ember__in_t in = ember__in(v.mv_data, v.mv_size);
@@ -191,7 +194,7 @@ static int resolve(ember_store_t *s, MDB_txn *txn, const acc_t *a, ember_profile
       ember__put_be32(fkey, (uint32_t)fid);
       MDB_val fk = {.mv_size = 4, .mv_data = fkey}, fv;
       ember_frame_t f;
-      rc = ember__store_err(mdb_get(txn, s->dbi[EMBER__DB_FRAMES], &fk, &fv));
+      rc = ember__store_err(ember__get(s, txn, EMBER__DB_FRAMES, &fk, &fv));
       if (rc == EMBER_ENOTFOUND) rc = EMBER_ECORRUPT;
       if (rc < 0) goto cleanup;
       if (!decode_frame(&fv, &f)) {
@@ -252,9 +255,23 @@ static bool vt_valid(ember_value_type_t vt) {
   return (int)vt >= 1 && (int)vt <= EMBER_MAX_VALUE_TYPES;
 }
 
+static int merge_locked(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
+                        int64_t to_ns, ember_value_type_t vt, ember_profile_t **out);
+
 int ember_store_merge(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
                       int64_t to_ns, ember_value_type_t vt, ember_profile_t **out) {
   if (!s || !out || from_ns >= to_ns || !vt_valid(vt)) return -EINVAL;
+  int rc;
+  do {
+    ember__store_enter(s);
+    rc = merge_locked(s, sel, from_ns, to_ns, vt, out);
+    ember__store_leave(s);
+  } while (rc < 0 && ember__store_retry(s, &rc));
+  return rc;
+}
+
+static int merge_locked(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
+                        int64_t to_ns, ember_value_type_t vt, ember_profile_t **out) {
   MDB_txn *txn = NULL;
   MDB_cursor *cur = NULL, *rcur = NULL, *mcur = NULL;
   uint32_t *sids = NULL;
@@ -361,9 +378,23 @@ static int series_span(MDB_cursor *cur, uint32_t sid, int64_t from, int64_t to, 
   return 0;
 }
 
+static int series_locked(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
+                         int64_t to_ns, ember_store_series_t **out, size_t *count);
+
 int ember_store_series(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
                        int64_t to_ns, ember_store_series_t **out, size_t *count) {
   if (!s || !out || !count || from_ns >= to_ns) return -EINVAL;
+  int rc;
+  do {
+    ember__store_enter(s);
+    rc = series_locked(s, sel, from_ns, to_ns, out, count);
+    ember__store_leave(s);
+  } while (rc < 0 && ember__store_retry(s, &rc));
+  return rc;
+}
+
+static int series_locked(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
+                         int64_t to_ns, ember_store_series_t **out, size_t *count) {
   MDB_txn *txn = NULL;
   MDB_cursor *cur = NULL;
   uint32_t *sids = NULL;
@@ -390,7 +421,8 @@ int ember_store_series(ember_store_t *s, const ember_store_selector_t *sel, int6
     ember__put_be32(key, sids[i]);
     MDB_val k = {.mv_size = 4, .mv_data = key}, v;
     const char *l[EMBER__NLABELS];
-    rc = ember__store_err(mdb_get(txn, s->dbi[EMBER__DB_SERIES], &k, &v));
+    rc = ember__store_err(ember__get(s, txn, EMBER__DB_SERIES, &k, &v));
+    if (rc == EMBER_ENOTFOUND) rc = EMBER_ECORRUPT;
     if (rc < 0) goto cleanup;
     if (!ember__labels_decode(&v, l)) {
       rc = EMBER_ECORRUPT;
@@ -442,12 +474,28 @@ static int cpu_row(void *ctx, const MDB_val *k, const MDB_val *v) {
   return 0;
 }
 
+static int timeline_locked(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
+                           int64_t to_ns, int64_t step_ns, uint64_t nb, int64_t **out,
+                           size_t *count);
+
 int ember_store_cpu_timeline(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
                              int64_t to_ns, int64_t step_ns, int64_t **out, size_t *count) {
   if (!s || !out || !count || from_ns >= to_ns || step_ns <= 0) return -EINVAL;
   uint64_t span = (uint64_t)to_ns - (uint64_t)from_ns;
   uint64_t nb = span / (uint64_t)step_ns + (span % (uint64_t)step_ns ? 1 : 0);
   if (nb > EMBER_STORE_MAX_BUCKETS) return EMBER_ETOOBIG;
+  int rc;
+  do {
+    ember__store_enter(s);
+    rc = timeline_locked(s, sel, from_ns, to_ns, step_ns, nb, out, count);
+    ember__store_leave(s);
+  } while (rc < 0 && ember__store_retry(s, &rc));
+  return rc;
+}
+
+static int timeline_locked(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
+                           int64_t to_ns, int64_t step_ns, uint64_t nb, int64_t **out,
+                           size_t *count) {
   MDB_txn *txn = NULL;
   MDB_cursor *cur = NULL;
   uint32_t *sids = NULL;

@@ -15,7 +15,7 @@ typedef struct rctx {
  * its share, so that the writer lock is never held for long. */
 static int maybe_commit(rctx_t *r, bool force) {
   if (!force && r->in_txn < r->max_per_txn) return 0;
-  int rc = ember__store_err(mdb_txn_commit(r->txn));
+  int rc = ember__store_commit(r->s, r->txn);
   r->txn = NULL;
   if (rc < 0) return rc;
   r->in_txn = 0;
@@ -43,7 +43,8 @@ static int delete_where(rctx_t *r, ember__db_t db, const uint8_t *from, size_t l
     int mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
     bool full = false;
     while (mrc == MDB_SUCCESS && !full) {
-      verdict_t verdict = judge(&k, &v, ctx);
+      /* Every table retention scans is sealed. */
+      verdict_t verdict = ember__unseal(&k, &v) ? judge(&k, &v, ctx) : V_CORRUPT;
       if (verdict == V_CORRUPT) {
         rc = EMBER_ECORRUPT;
         break;
@@ -113,9 +114,29 @@ static int delete_idem(rctx_t *r, int64_t cutoff) {
   return delete_where(r, EMBER__DB_IDEM, first, sizeof first, judge_idem, &cutoff);
 }
 
+static int retain_locked(ember_store_t *s, int64_t before_ns, size_t max_per_txn,
+                         uint64_t *deleted);
+
 int ember_store_retain(ember_store_t *s, int64_t before_ns, size_t max_per_txn, uint64_t *deleted) {
   if (!s) return -EINVAL;
   if (s->read_only) return -EACCES;
+  /* Deleting needs fresh pages too (copy on write); a run cut short by a
+   * full map resumes once the map is grown. */
+  uint64_t total = 0;
+  int rc;
+  do {
+    uint64_t d = 0;
+    ember__store_enter(s);
+    rc = retain_locked(s, before_ns, max_per_txn, &d);
+    ember__store_leave(s);
+    total += d;
+  } while (rc < 0 && ember__store_retry(s, &rc));
+  if (rc == 0 && deleted) *deleted = total;
+  return rc;
+}
+
+static int retain_locked(ember_store_t *s, int64_t before_ns, size_t max_per_txn,
+                         uint64_t *deleted) {
   rctx_t r = {.s = s, .max_per_txn = max_per_txn ? max_per_txn : 1000};
   uint32_t *sids = NULL;
   size_t nsids = 0;
@@ -154,18 +175,14 @@ int ember_store_retain(ember_store_t *s, int64_t before_ns, size_t max_per_txn, 
   }
   rc = delete_idem(&r, cutoff);
   if (rc == 0) rc = ember__session_retain(s, &r.txn, cutoff, r.max_per_txn, &r.in_txn, &r.deleted);
-  if (rc == 0) rc = ember__store_err(mdb_txn_commit(r.txn));
+  if (rc == 0) rc = ember__store_commit(s, r.txn);
   r.txn = NULL;
-  if (rc < 0) goto cleanup;
-  if (deleted) *deleted = r.deleted;
 cleanup:
-  if (r.txn) {
-    mdb_txn_abort(r.txn);
-    /* Retention creates no ids, but keep the rule of write.c: an aborted
-     * write transaction empties the dictionary caches. */
-    for (size_t i = 0; i < sizeof s->cache / sizeof s->cache[0]; i++)
-      ember__dcache_clear(&s->cache[i]);
-  }
+  *deleted = r.deleted;
+  if (r.txn) mdb_txn_abort(r.txn);
+  /* Retention creates no ids, but keep the rule of write.c: a failed
+   * write transaction (its commit included) empties the dictionary caches. */
+  if (rc < 0) ember__store_caches_clear(s);
   ember_free(sids);
   return rc;
 }

@@ -59,8 +59,23 @@ static int retained_cutoff(ember_store_t *s, MDB_txn *txn, int64_t *cutoff) {
   return 0;
 }
 
+static int add_locked(ember_store_t *s, ember_profile_t *const *profiles, size_t n,
+                      ember_store_write_result_t *result);
+
 int ember_store_session_add(ember_store_t *s, ember_profile_t *const *profiles, size_t n,
                             ember_store_write_result_t *result) {
+  if (!s) return -EINVAL;
+  int rc;
+  do {
+    ember__store_enter(s);
+    rc = add_locked(s, profiles, n, result);
+    ember__store_leave(s);
+  } while (rc < 0 && ember__store_retry(s, &rc));
+  return rc;
+}
+
+static int add_locked(ember_store_t *s, ember_profile_t *const *profiles, size_t n,
+                      ember_store_write_result_t *result) {
   if (!s || (n > 0 && !profiles)) return -EINVAL;
   if (s->read_only) return -EACCES;
   for (size_t i = 0; i < n; i++) {
@@ -98,7 +113,7 @@ int ember_store_session_add(ember_store_t *s, ember_profile_t *const *profiles, 
     size_t klen = session_key(profiles[i], &body, key);
     assert(klen > 0); /* session ids were checked above */
     MDB_val k = {.mv_size = klen, .mv_data = key}, v = {.mv_size = enc.len, .mv_data = enc.data};
-    int mrc = mdb_put(txn, s->dbi[EMBER__DB_SESSIONS], &k, &v, MDB_NOOVERWRITE);
+    int mrc = ember__put(s, txn, EMBER__DB_SESSIONS, &k, &v, MDB_NOOVERWRITE);
     if (mrc == MDB_KEYEXIST) {
       res.duplicates++;
     } else {
@@ -107,7 +122,7 @@ int ember_store_session_add(ember_store_t *s, ember_profile_t *const *profiles, 
     }
   }
   if (rc == 0) {
-    rc = ember__store_err(mdb_txn_commit(txn));
+    rc = ember__store_commit(s, txn);
     txn = NULL;
   }
   if (txn) mdb_txn_abort(txn);
@@ -139,9 +154,24 @@ static int add_projected(ember_profile_t *dst, const ember_profile_t *src, size_
   return rc;
 }
 
+static int merge_locked(ember_store_t *s, const char *session_id, ember_value_type_t value_type,
+                        ember_profile_t **out, ember_store_session_info_t *info);
+
 int ember_store_session_merge(ember_store_t *s, const char *session_id,
                               ember_value_type_t value_type, ember_profile_t **out,
                               ember_store_session_info_t *info) {
+  if (!s) return -EINVAL;
+  int rc;
+  do {
+    ember__store_enter(s);
+    rc = merge_locked(s, session_id, value_type, out, info);
+    ember__store_leave(s);
+  } while (rc < 0 && ember__store_retry(s, &rc));
+  return rc;
+}
+
+static int merge_locked(ember_store_t *s, const char *session_id, ember_value_type_t value_type,
+                        ember_profile_t **out, ember_store_session_info_t *info) {
   if (!s || !session_id || !out || ember_value_type_name(value_type) == NULL) return -EINVAL;
   size_t idlen = strlen(session_id);
   if (idlen == 0 || idlen > EMBER__SESSION_ID_MAX) return -EINVAL;
@@ -168,7 +198,7 @@ int ember_store_session_merge(ember_store_t *s, const char *session_id,
     if (k.mv_size != idlen + EMBER__SESSION_KEY_TAIL || memcmp(k.mv_data, prefix, idlen + 1) != 0)
       break;
     const uint8_t *val = v.mv_data;
-    if (v.mv_size < SESSION_VAL_HDR || val[0] != SESSION_ROW_FORMAT) {
+    if (!ember__unseal(&k, &v) || v.mv_size < SESSION_VAL_HDR || val[0] != SESSION_ROW_FORMAT) {
       rc = EMBER_ECORRUPT;
       goto cleanup;
     }
@@ -246,7 +276,7 @@ int ember__session_retain(ember_store_t *s, MDB_txn **txn, int64_t cutoff, size_
     int mrc = mdb_cursor_get(cur, &k, &v, rlen ? MDB_SET_RANGE : MDB_FIRST);
     bool full = false;
     while (mrc == MDB_SUCCESS && !full) {
-      if (v.mv_size < SESSION_VAL_HDR || k.mv_size > sizeof resume) {
+      if (!ember__unseal(&k, &v) || v.mv_size < SESSION_VAL_HDR || k.mv_size > sizeof resume) {
         rc = EMBER_ECORRUPT;
         break;
       }
@@ -267,7 +297,7 @@ int ember__session_retain(ember_store_t *s, MDB_txn **txn, int64_t cutoff, size_
     if (rc < 0) return rc;
     if (mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND) return ember__store_err(mrc);
     if (!full) return 0;
-    rc = ember__store_err(mdb_txn_commit(*txn));
+    rc = ember__store_commit(s, *txn);
     *txn = NULL;
     if (rc < 0) return rc;
     *in_txn = 0;

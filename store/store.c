@@ -4,6 +4,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/statvfs.h>
+#include <zlib.h>
 
 #include "store_int.h"
 
@@ -42,12 +44,12 @@ int ember__store_err(int rc) {
   switch (rc) {
   case MDB_SUCCESS: return 0;
   case MDB_NOTFOUND: return EMBER_ENOTFOUND;
-  case MDB_MAP_FULL:
+  case MDB_MAP_FULL: return EMBER_EMAPFULL;
   case MDB_TXN_FULL:
   case MDB_CURSOR_FULL:
   case MDB_PAGE_FULL: return -ENOSPC;
-  case MDB_READERS_FULL:
-  case MDB_MAP_RESIZED: return -EAGAIN;
+  case MDB_READERS_FULL: return -EAGAIN;
+  case MDB_MAP_RESIZED: return EMBER__ERESIZED;
   case MDB_VERSION_MISMATCH: return EMBER_EVERSION;
   case MDB_BAD_VALSIZE: return -EINVAL;
   default: break;
@@ -57,6 +59,126 @@ int ember__store_err(int rc) {
    * file or the handle is not what it should be. */
   if (rc > 0) return -rc;
   return EMBER_ECORRUPT;
+}
+
+const char *ember_store_strerror(int err) {
+  switch (err) {
+  case EMBER_ECORRUPT:
+    return "the store is damaged (a value failed its checksum or LMDB found a bad "
+           "page): " EMBER_STORE_RECOVERY;
+  case EMBER_EMAPFULL:
+    return "the store's map is full at store.max_size: raise store.max_size, or shorten "
+           "retention so old hours are deleted";
+  case -ENOSPC: return "the disk of the store is full: free space on it (ingest resumes by itself)";
+  default: return ember_strerror(err);
+  }
+}
+
+/* ---- locking and map growth ------------------------------------------ */
+
+void ember__store_enter(ember_store_t *s) { pthread_rwlock_rdlock(&s->lock); }
+void ember__store_leave(ember_store_t *s) { pthread_rwlock_unlock(&s->lock); }
+
+bool ember__store_retry(ember_store_t *s, int *rc) {
+  if (*rc != EMBER_EMAPFULL && *rc != EMBER__ERESIZED) return false;
+  bool again = false;
+  pthread_rwlock_wrlock(&s->lock);
+  /* No transaction of this handle is open now: LMDB may remap. */
+  MDB_envinfo info;
+  if (mdb_env_info(s->env, &info) == MDB_SUCCESS) s->map_size = info.me_mapsize;
+  if (*rc == EMBER__ERESIZED) {
+    /* Another process grew the map: 0 adopts the size it wrote. */
+    again = mdb_env_set_mapsize(s->env, 0) == MDB_SUCCESS;
+    if (!again) *rc = -EAGAIN;
+  } else if (s->map_size < s->max_size) {
+    size_t want = s->map_size > s->max_size / 2 ? s->max_size : s->map_size * 2;
+    int mrc = mdb_env_set_mapsize(s->env, want);
+    if (mrc == MDB_SUCCESS) {
+      s->map_size = want;
+      s->grows++;
+      again = true;
+    } else {
+      *rc = ember__store_err(mrc);
+    }
+  }
+  if (again && mdb_env_info(s->env, &info) == MDB_SUCCESS) s->map_size = info.me_mapsize;
+  pthread_rwlock_unlock(&s->lock);
+  return again;
+}
+
+void ember__store_caches_clear(ember_store_t *s) {
+  for (size_t i = 0; i < sizeof s->cache / sizeof s->cache[0]; i++)
+    ember__dcache_clear(&s->cache[i]);
+}
+
+/* Below this much free space a failed commit is a full disk. */
+#define FULL_DISK_SLACK ((uint64_t)1 << 20)
+
+int ember__store_commit(ember_store_t *s, MDB_txn *txn) {
+  int mrc = mdb_txn_commit(txn);
+  if (mrc == EIO || mrc == ENOSPC) {
+    /* LMDB reports a short pwrite (what a full disk gives once part of the
+     * pages went out) as EIO. Tell a full disk apart by asking it. */
+    mdb_filehandle_t fd;
+    struct statvfs vfs;
+    if (mdb_env_get_fd(s->env, &fd) == MDB_SUCCESS && fstatvfs(fd, &vfs) == 0 &&
+        (uint64_t)vfs.f_bavail * vfs.f_frsize < FULL_DISK_SLACK)
+      return -ENOSPC;
+  }
+  return ember__store_err(mrc);
+}
+
+/* ---- checksums ------------------------------------------------------- */
+
+bool ember__sealed(ember__db_t db) {
+  switch (db) {
+  case EMBER__DB_SERIES:
+  case EMBER__DB_FRAMES:
+  case EMBER__DB_STACKS:
+  case EMBER__DB_PROFILES:
+  case EMBER__DB_CPU:
+  case EMBER__DB_IDEM:
+  case EMBER__DB_ROLLUP_1H:
+  case EMBER__DB_ROLLUP_1M:
+  case EMBER__DB_SESSIONS: return true;
+  default: return false;
+  }
+}
+
+static uint32_t seal_crc(const MDB_val *k, const void *v, size_t vlen) {
+  uLong c = crc32(0L, Z_NULL, 0);
+  c = crc32_z(c, k->mv_data, k->mv_size);
+  c = crc32_z(c, v, vlen);
+  return (uint32_t)c;
+}
+
+bool ember__unseal(const MDB_val *k, MDB_val *v) {
+  if (v->mv_size < EMBER__SEAL_LEN) return false;
+  size_t n = v->mv_size - EMBER__SEAL_LEN;
+  const uint8_t *p = v->mv_data;
+  if (ember__get_be32(p + n) != seal_crc(k, p, n)) return false;
+  v->mv_size = n;
+  return true;
+}
+
+int ember__get(ember_store_t *s, MDB_txn *txn, ember__db_t db, MDB_val *k, MDB_val *v) {
+  int mrc = mdb_get(txn, s->dbi[db], k, v);
+  if (mrc == MDB_SUCCESS && ember__sealed(db) && !ember__unseal(k, v)) return MDB_CORRUPTED;
+  return mrc;
+}
+
+int ember__put(ember_store_t *s, MDB_txn *txn, ember__db_t db, MDB_val *k, const MDB_val *v,
+               unsigned flags) {
+  if (!ember__sealed(db)) return mdb_put(txn, s->dbi[db], k, (MDB_val *)(uintptr_t)v, flags);
+  if (v->mv_size > SIZE_MAX - EMBER__SEAL_LEN) return MDB_BAD_VALSIZE;
+  /* Reserve the sealed size and fill it in place: no copy of the value. */
+  MDB_val r = {.mv_size = v->mv_size + EMBER__SEAL_LEN};
+  int mrc = mdb_put(txn, s->dbi[db], k, &r, flags | MDB_RESERVE);
+  if (mrc != MDB_SUCCESS) return mrc;
+  uint8_t *p = r.mv_data;
+  if (v->mv_size) memcpy(p, v->mv_data, v->mv_size);
+  ember__put_be32(p + v->mv_size, seal_crc(k, v->mv_data, v->mv_size));
+  return MDB_SUCCESS;
 }
 
 __attribute__((format(printf, 3, 4))) static void set_err(char *errbuf, size_t size,
@@ -73,6 +195,7 @@ int ember_store_open(const char *path, const ember_store_opts_t *opts, ember_sto
   if (!path || !*path || !out) return -EINVAL;
   ember_store_opts_t o = opts ? *opts : (ember_store_opts_t){0};
   if (!o.map_size) o.map_size = DEFAULT_MAP_SIZE;
+  if (o.max_size < o.map_size) o.max_size = o.map_size;
   if (errbuf && errbuf_size) errbuf[0] = '\0';
 
   ember_store_t *s = NULL;
@@ -85,6 +208,19 @@ int ember_store_open(const char *path, const ember_store_opts_t *opts, ember_sto
     goto cleanup;
   }
   s->read_only = o.read_only;
+  s->map_size = o.map_size;
+  s->max_size = o.max_size;
+  {
+    /* Writer-preferring, so that a map growth is not starved by a stream
+     * of queries (no call takes the lock twice, so this cannot deadlock). */
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    rc = -pthread_rwlock_init(&s->lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
+    if (rc < 0) goto cleanup;
+    s->lock_ready = true;
+  }
   rc = ember__store_err(mdb_env_create(&s->env));
   if (rc < 0) goto cleanup;
   rc = ember__store_err(mdb_env_set_maxdbs(s->env, EMBER__DB_COUNT + 4));
@@ -160,20 +296,28 @@ int ember_store_open(const char *path, const ember_store_opts_t *opts, ember_sto
       rc = EMBER_ECORRUPT;
       goto cleanup;
     }
-    /* Version 1 had no minute rollups; there is no deployed data to carry
-     * over, so an older store is refused rather than half-read. */
+    /* Version 1 had no minute rollups, version 2 no checksums; an older
+     * store is refused rather than half-read (or read unchecked). */
     if (ver < EMBER_STORE_SCHEMA_VERSION) {
       set_err(errbuf, errbuf_size,
               "store %s has schema version %ld, older than the %ld this Ember reads and "
-              "not migrated: move it aside and start a new store",
-              path, (long)ver, (long)EMBER_STORE_SCHEMA_VERSION);
+              "not migrated (%s): move it aside and start a new store, rebuilt from Kafka "
+              "by resetting the consumer group's offsets to the earliest "
+              "(docs/internals/store.md, \"Schema\")",
+              path, (long)ver, (long)EMBER_STORE_SCHEMA_VERSION,
+              ver == 1 ? "no minute rollups" : "its values carry no checksums");
       rc = EMBER_EVERSION;
       goto cleanup;
     }
   }
-  rc = ember__store_err(mdb_txn_commit(txn));
+  rc = o.read_only ? ember__store_err(mdb_txn_commit(txn)) : ember__store_commit(s, txn);
   txn = NULL;
   if (rc < 0) goto cleanup;
+  {
+    MDB_envinfo info;
+    if (mdb_env_info(s->env, &info) == MDB_SUCCESS) s->map_size = info.me_mapsize;
+    if (s->max_size < s->map_size) s->max_size = s->map_size;
+  }
 
   *out = s;
   s = NULL;
@@ -188,8 +332,8 @@ cleanup:
 void ember_store_close(ember_store_t *s) {
   if (!s) return;
   if (s->env) mdb_env_close(s->env);
-  for (size_t i = 0; i < sizeof s->cache / sizeof s->cache[0]; i++)
-    ember__dcache_clear(&s->cache[i]);
+  ember__store_caches_clear(s);
+  if (s->lock_ready) pthread_rwlock_destroy(&s->lock);
   ember_free(s);
 }
 
@@ -304,7 +448,8 @@ int ember__select(ember_store_t *s, MDB_txn *txn, const ember_store_selector_t *
       ember__put_be32(key, ids[i]);
       MDB_val k = {.mv_size = 4, .mv_data = key}, v;
       const char *have[EMBER__NLABELS];
-      rc = ember__store_err(mdb_get(txn, s->dbi[EMBER__DB_SERIES], &k, &v));
+      rc = ember__store_err(ember__get(s, txn, EMBER__DB_SERIES, &k, &v));
+      if (rc == EMBER_ENOTFOUND) rc = EMBER_ECORRUPT; /* a posting names it */
       if (rc < 0) goto cleanup;
       if (!ember__labels_decode(&v, have)) {
         rc = EMBER_ECORRUPT;
@@ -349,8 +494,24 @@ cleanup:
   return rc;
 }
 
+static int stats_locked(ember_store_t *s, ember_store_stats_t *stats);
+
 int ember_store_stats(ember_store_t *s, ember_store_stats_t *stats) {
   if (!s || !stats) return -EINVAL;
+  int rc;
+  do {
+    ember__store_enter(s);
+    rc = stats_locked(s, stats);
+    if (rc == 0) {
+      stats->map_bytes = s->map_size;
+      stats->map_grows = s->grows;
+    }
+    ember__store_leave(s);
+  } while (rc < 0 && ember__store_retry(s, &rc));
+  return rc;
+}
+
+static int stats_locked(ember_store_t *s, ember_store_stats_t *stats) {
   static const struct {
     ember__db_t db;
     size_t off;

@@ -4,6 +4,7 @@
 #define EMBER_STORE_INT_H
 
 #include <lmdb.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "ember/store.h"
@@ -39,7 +40,45 @@ struct ember_store {
   /* Dictionary caches, by table: series, frames, stacks. Used only inside
    * write transactions (see dcache.h). */
   ember__dcache_t cache[3];
+  /* Every call holds this for reading while it has a transaction open;
+   * growing the map (mdb_env_set_mapsize, which LMDB allows only while no
+   * transaction of this process is open) holds it for writing. */
+  pthread_rwlock_t lock;
+  bool lock_ready;
+  size_t map_size, max_size; /* current and largest map size */
+  uint64_t grows;            /* times this handle grew the map (under lock) */
 };
+
+/* Internal code for MDB_MAP_RESIZED (another process grew the map): the
+ * call is retried after adopting the new size, never returned. */
+#define EMBER__ERESIZED (EMBER_ERRNO_BASE - 100)
+
+/* Take / release the lock for reading around one call's transactions. */
+void ember__store_enter(ember_store_t *s);
+void ember__store_leave(ember_store_t *s);
+/* After a call failed with `rc` and left the lock: grow the map on
+ * EMBER_EMAPFULL (up to max_size), adopt another process's size on
+ * EMBER__ERESIZED. Returns true if the call should run again; else *rc is
+ * the error to return (EMBER__ERESIZED becomes -EAGAIN). */
+bool ember__store_retry(ember_store_t *s, int *rc);
+
+/* Commit a write transaction (always ended, as mdb_txn_commit). A full disk
+ * is -ENOSPC even when LMDB reports its short write as EIO. */
+int ember__store_commit(ember_store_t *s, MDB_txn *txn);
+/* Empty the dictionary caches: after any failed write transaction. */
+void ember__store_caches_clear(ember_store_t *s);
+
+/* Checksums: every value of a sealed table ends with be32 CRC-32 of its key
+ * and the rest of the value. ember__put writes `v` sealed (with MDB_RESERVE)
+ * and ember__get / ember__unseal check and strip the seal; both return LMDB
+ * codes (MDB_CORRUPTED for a failed checksum), so callers keep their
+ * mdb_* error handling. */
+#define EMBER__SEAL_LEN 4
+bool ember__sealed(ember__db_t db);
+bool ember__unseal(const MDB_val *k, MDB_val *v);
+int ember__get(ember_store_t *s, MDB_txn *txn, ember__db_t db, MDB_val *k, MDB_val *v);
+int ember__put(ember_store_t *s, MDB_txn *txn, ember__db_t db, MDB_val *k, const MDB_val *v,
+               unsigned flags);
 
 /* Key sizes; the layouts are asserted in store.c. */
 #define EMBER__PROFILE_KEY_LEN 13 /* series id be32 | start time be64 | type mask u8 */

@@ -133,7 +133,8 @@ static int intern_uncached(wctx_t *w, ember__db_t idx, ember__db_t data, int ctr
     }
     uint32_t cand = ember__get_be32(v.mv_data);
     MDB_val dk = {.mv_size = 4, .mv_data = v.mv_data}, dv;
-    rc = ember__store_err(mdb_get(w->txn, w->s->dbi[data], &dk, &dv));
+    rc = ember__store_err(ember__get(w->s, w->txn, data, &dk, &dv));
+    if (rc == EMBER_ENOTFOUND) rc = EMBER_ECORRUPT; /* the index names it */
     if (rc < 0) goto cleanup;
     if (dv.mv_size == w->buf.len && memcmp(dv.mv_data, w->buf.data, w->buf.len) == 0) {
       *id = cand;
@@ -158,7 +159,7 @@ static int intern_uncached(wctx_t *w, ember__db_t idx, ember__db_t data, int ctr
   k = (MDB_val){.mv_size = sizeof ikey, .mv_data = ikey};
   v = (MDB_val){.mv_size = w->buf.len, .mv_data = w->buf.data};
   /* Ids only grow, so appending keeps the id-keyed table's pages full. */
-  rc = ember__store_err(mdb_put(w->txn, w->s->dbi[data], &k, &v, MDB_APPEND));
+  rc = ember__store_err(ember__put(w->s, w->txn, data, &k, &v, MDB_APPEND));
   if (rc < 0) goto cleanup;
   *id = nid;
   *created = true;
@@ -405,7 +406,7 @@ static int load_row(wctx_t *w, const MDB_val *old, ember__row_hdr_t *h, size_t *
 static int put_row(wctx_t *w, ember__db_t db, MDB_val *k, ember__row_hdr_t h, const uint32_t *ids,
                    const int64_t *vals, size_t n) {
   MDB_val old;
-  int mrc = mdb_get(w->txn, w->s->dbi[db], k, &old);
+  int mrc = ember__get(w->s, w->txn, db, k, &old);
   if (mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND) return ember__store_err(mrc);
   int rc;
   if (mrc == MDB_SUCCESS) {
@@ -420,7 +421,7 @@ static int put_row(wctx_t *w, ember__db_t db, MDB_val *k, ember__row_hdr_t h, co
   rc = ember__row_encode(&w->row, &h, ids, vals, n);
   if (rc < 0) return rc;
   MDB_val v = {.mv_size = w->row.len, .mv_data = w->row.data};
-  return ember__store_err(mdb_put(w->txn, w->s->dbi[db], k, &v, 0));
+  return ember__store_err(ember__put(w->s, w->txn, db, k, &v, 0));
 }
 
 static bool agg_eq(const void *ctx, uint32_t idx) {
@@ -493,7 +494,7 @@ static int flush_aggs(wctx_t *w) {
 static int add_u64(wctx_t *w, ember__db_t db, MDB_val *k, uint64_t add) {
   MDB_val v;
   uint64_t cur = 0;
-  int mrc = mdb_get(w->txn, w->s->dbi[db], k, &v);
+  int mrc = ember__get(w->s, w->txn, db, k, &v);
   if (mrc == MDB_SUCCESS) {
     if (v.mv_size != 8) return EMBER_ECORRUPT;
     cur = ember__get_be64(v.mv_data);
@@ -504,7 +505,7 @@ static int add_u64(wctx_t *w, ember__db_t db, MDB_val *k, uint64_t add) {
   uint8_t b[8];
   ember__put_be64(b, cur + add);
   v = (MDB_val){.mv_size = 8, .mv_data = b};
-  return ember__store_err(mdb_put(w->txn, w->s->dbi[db], k, &v, 0));
+  return ember__store_err(ember__put(w->s, w->txn, db, k, &v, 0));
 }
 
 static int check_profile(const ember_profile_t *p) {
@@ -533,7 +534,7 @@ static int write_one(wctx_t *w, const ember_profile_t *p, int64_t retained, bool
     ember__put_time(val, start);
     MDB_val k = {.mv_size = sizeof key, .mv_data = key};
     MDB_val v = {.mv_size = sizeof val, .mv_data = val};
-    int mrc = mdb_put(w->txn, w->s->dbi[EMBER__DB_IDEM], &k, &v, MDB_NOOVERWRITE);
+    int mrc = ember__put(w->s, w->txn, EMBER__DB_IDEM, &k, &v, MDB_NOOVERWRITE);
     if (mrc == MDB_KEYEXIST) {
       *dup = true;
       return 0;
@@ -620,20 +621,38 @@ static int write_one(wctx_t *w, const ember_profile_t *p, int64_t retained, bool
   return rc;
 }
 
+static int write_locked(ember_store_t *s, ember_profile_t *const *profiles, size_t n,
+                        ember_store_write_result_t *result);
+
 int ember_store_write(ember_store_t *s, ember_profile_t *const *profiles, size_t n,
                       ember_store_write_result_t *result) {
   if (!s || (!profiles && n)) return -EINVAL;
   if (s->read_only) return -EACCES;
   for (size_t i = 0; i < n; i++)
     if (!profiles[i] || check_profile(profiles[i]) < 0) return -EINVAL;
+  /* A full map aborts the whole batch; grown, the batch is written again
+   * from the start (all or nothing, so nothing of the first try remains). */
+  int rc;
+  do {
+    ember__store_enter(s);
+    rc = write_locked(s, profiles, n, result);
+    ember__store_leave(s);
+  } while (rc < 0 && ember__store_retry(s, &rc));
+  return rc;
+}
+
+static int write_locked(ember_store_t *s, ember_profile_t *const *profiles, size_t n,
+                        ember_store_write_result_t *result) {
 
   wctx_t w = {.s = s,
               .ctr = {[CTR_SERIES] = {.name = "next_series"},
                       [CTR_FRAME] = {.name = "next_frame"},
                       [CTR_STACK] = {.name = "next_stack"}}};
   ember_store_write_result_t res = {0};
+  bool began = false;
   int rc = ember__store_err(mdb_txn_begin(s->env, NULL, 0, &w.txn));
   if (rc < 0) goto cleanup;
+  began = true;
   /* Windows older than the retention cutoff would be deleted anyway, and
    * their idempotency keys may already be gone. */
   int64_t retained = INT64_MIN;
@@ -661,17 +680,16 @@ int ember_store_write(ember_store_t *s, ember_profile_t *const *profiles, size_t
   rc = flush_aggs(&w);
   if (rc == 0) rc = save_counters(&w);
   if (rc < 0) goto cleanup;
-  rc = ember__store_err(mdb_txn_commit(w.txn));
+  rc = ember__store_commit(s, w.txn);
   w.txn = NULL;
   if (rc < 0) goto cleanup;
   if (result) *result = res;
 cleanup:
-  if (w.txn) {
-    mdb_txn_abort(w.txn);
-    /* The caches may name ids of the aborted transaction. */
-    for (size_t i = 0; i < sizeof s->cache / sizeof s->cache[0]; i++)
-      ember__dcache_clear(&s->cache[i]);
-  }
+  if (w.txn) mdb_txn_abort(w.txn);
+  /* Whatever failed once the transaction began (a put, a full map, or the
+   * commit itself on a full disk), the caches may name ids it handed out
+   * that were never committed: a retry must not find them. */
+  if (rc < 0 && began) ember__store_caches_clear(s);
   for (size_t i = 0; i < w.naggs; i++) {
     ember_free(w.aggs[i].ids);
     ember_free(w.aggs[i].vals);

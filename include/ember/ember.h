@@ -27,6 +27,7 @@ extern "C" {
 #define EMBER_EKAFKA     (EMBER_ERRNO_BASE - 6) /* Kafka client error */
 #define EMBER_ECONFIG    (EMBER_ERRNO_BASE - 7) /* invalid configuration */
 #define EMBER_ETIMEDOUT  (EMBER_ERRNO_BASE - 8) /* operation timed out */
+#define EMBER_EMAPFULL   (EMBER_ERRNO_BASE - 9) /* the store's map is full (not the disk) */
 
 /* A static English sentence for any code returned by Ember. Thread-safe. */
 EMBER_API const char *ember_strerror(int err);

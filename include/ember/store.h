@@ -28,11 +28,22 @@
  * its snapshot every few thousand rows so the file does not grow) may also
  * see batches committed while it ran. Every call opens and ends its own
  * transactions: nothing returned by the store points into the database.
+ * A call that must grow the map (below) waits until the calls running on
+ * the same handle have ended, and holds new ones back while it remaps.
  *
  * Errors: 0 on success, -EINVAL for bad arguments, -ENOMEM, -ENOSPC when the
- * map is full (raise map_size), EMBER_ECORRUPT for data that does not decode,
- * EMBER_EVERSION for a store written by a newer Ember, other -errno for the
- * operating system. Out-parameters are untouched on failure. */
+ * disk is full, EMBER_EMAPFULL when the map is full at its largest size
+ * (opts.max_size), EMBER_ECORRUPT for data that does not decode or fails its
+ * checksum (ember_store_strerror() says how to recover), EMBER_EVERSION for
+ * a store of another schema, other -errno for the operating system.
+ * Out-parameters are untouched on failure. A failed write leaves nothing
+ * behind, in the file or in memory: retrying it later is always safe.
+ *
+ * Damage: every value of the data tables carries a CRC-32 of its key and
+ * value, checked on every read; a value that fails it is refused with
+ * EMBER_ECORRUPT. Damage LMDB itself trips over (a garbage page) can fault
+ * the process, so ember_store_verify() walks a store in a child process
+ * first. */
 #ifndef EMBER_STORE_H
 #define EMBER_STORE_H
 
@@ -48,7 +59,7 @@ extern "C" {
 #endif
 
 /* The on-disk schema this build writes and the newest it reads. */
-#define EMBER_STORE_SCHEMA_VERSION 2u
+#define EMBER_STORE_SCHEMA_VERSION 3u
 
 typedef struct ember_store ember_store_t;
 
@@ -56,6 +67,9 @@ typedef struct ember_store_opts {
   /* Largest size the file may grow to, in bytes; 0 = 1 GiB. LMDB reserves
    * the address space, not the disk. Rounded up to the page size. */
   size_t map_size;
+  /* The map grows (doubling) up to this size when a write finds it full;
+   * 0 = map_size (never grows). Writes past it fail with EMBER_EMAPFULL. */
+  size_t max_size;
   /* Open without writing anything: writes return -EACCES. The store must
    * already exist. */
   bool read_only;
@@ -92,9 +106,12 @@ typedef struct ember_store_write_result {
  * the store, or earlier in the same batch, is skipped and counted in
  * result->duplicates. Two profiles of the same series, window start and
  * value types (two processes with identical labels) are added together.
- * `profiles` are borrowed for the call. `result` may be NULL. Returns 0,
- * -EINVAL (bad argument or profile; nothing written), -ERANGE (a stored sum
- * would overflow), -ENOSPC, -ENOMEM, EMBER_ECORRUPT, -EACCES (read-only).
+ * `profiles` are borrowed for the call. `result` may be NULL. When the map
+ * is full the store grows it (up to opts.max_size) and writes again.
+ * Returns 0, -EINVAL (bad argument or profile; nothing written), -ERANGE (a
+ * stored sum would overflow), -ENOSPC (the disk is full), EMBER_EMAPFULL
+ * (the map is at max_size: write fewer profiles at a time, delete old data
+ * or raise max_size), -ENOMEM, EMBER_ECORRUPT, -EACCES (read-only).
  * Blocks while another write transaction runs. */
 EMBER_API int ember_store_write(ember_store_t *store, ember_profile_t *const *profiles, size_t n,
                                 ember_store_write_result_t *result);
@@ -184,8 +201,9 @@ EMBER_API int ember_store_retain(ember_store_t *store, int64_t before_ns, size_t
  * retention deletes results by the same rule as windows. `profiles` are
  * borrowed for the call; `result` may be NULL. Returns 0, -EINVAL (no
  * session id, one longer than 128 bytes, or a bad window; nothing
- * written), -ENOSPC, -ENOMEM, -EACCES (read-only), EMBER_ETOOBIG (a profile
- * too large to encode). */
+ * written), -ENOSPC, EMBER_EMAPFULL (after growing the map to max_size),
+ * -ENOMEM, -EACCES (read-only), EMBER_ETOOBIG (a profile too large to
+ * encode). */
 EMBER_API int ember_store_session_add(ember_store_t *store, ember_profile_t *const *profiles,
                                       size_t n, ember_store_write_result_t *result);
 
@@ -218,10 +236,39 @@ typedef struct ember_store_stats {
   uint64_t rollup_1m_rows; /* (series, minute, value types) rollup rows */
   uint64_t file_bytes;     /* pages in use times the page size */
   uint64_t session_rows;   /* on-demand session results, one per (session, agent, seq) */
+  uint64_t map_bytes;      /* the map's current size (grows up to opts.max_size) */
+  uint64_t map_grows;      /* times this handle grew the map */
 } ember_store_stats_t;
 
 /* Fill *stats from one read transaction. Returns 0 or an error. */
 EMBER_API int ember_store_stats(ember_store_t *store, ember_store_stats_t *stats);
+
+/* Walk every entry of every table of the store at `path` and check each
+ * value's checksum, in a child process (fork), so that damage that faults
+ * LMDB (a SIGBUS or SIGSEGV on a garbage page) or makes it loop (no
+ * progress for 60 s) ends the child, not the caller. The store is opened
+ * read-only and must not be open for writing in the caller (call it before
+ * ember_store_open). On damage errbuf gets a sentence naming the file, the
+ * table and what was wrong, and how to recover. *entries (may be NULL) gets
+ * the number of entries walked. Returns 0, EMBER_ECORRUPT (damaged),
+ * EMBER_EVERSION (another schema), -ENOENT (no store there yet), -EINTR
+ * (the child was stopped by a signal that is not a fault, e.g. a ^C) or
+ * -errno (fork, pipe). The cost is one read of the whole file. */
+EMBER_API int ember_store_verify(const char *path, uint64_t *entries, char *errbuf,
+                                 size_t errbuf_size);
+
+/* ember_strerror() with the store's advice: for EMBER_ECORRUPT, how to
+ * recover a damaged store; for EMBER_EMAPFULL and -ENOSPC, what to free or
+ * raise. A static sentence. Thread-safe. */
+EMBER_API const char *ember_store_strerror(int err);
+
+/* How to recover a damaged store, in one sentence (also in
+ * docs/internals/store.md, "Recovering a damaged store"). */
+#define EMBER_STORE_RECOVERY                                                                       \
+  "stop the collector, move the data directory aside, and either rebuild it from Kafka "           \
+  "(reset the consumer group's offsets to the earliest and start with an empty data_dir) or "      \
+  "copy what is still readable with `mdb_copy -n` (docs/internals/store.md, \"Recovering a "       \
+  "damaged store\")"
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,8 @@
  * land in the DLQ with the reason while ingest goes on, targets reach the
  * registry, and /metrics counts all of it. The same code against a real
  * broker, with a SIGKILL in the middle, is tests/integration/test_collector_broker.c. */
+#include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -275,8 +279,218 @@ static void test_collector_bad_config(void **state) {
   ember_config_free(cfg);
 }
 
+/* A collector config for the store tests: embedded Kafka, small batches,
+ * health.stall_after 1 s. `extra` adds key/value pairs (NULL-terminated). */
+static ember_config_t *store_cfg(const char *dir, const char *const *extra) {
+  ember_config_t *cfg = NULL;
+  char err[512] = "";
+  assert_int_equal(ember_config_new(&cfg), 0);
+  const char *kv[][2] = {{"brokers", "embedded"},       {"data_dir", dir},
+                         {"api.listen", "127.0.0.1:0"}, {"store.sync", "false"},
+                         {"batch.linger", "50ms"},      {"retention", "0"},
+                         {"health.stall_after", "1s"}};
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+    assert_int_equal(ember_config_set(cfg, kv[i][0], kv[i][1]), 0);
+  for (size_t i = 0; extra && extra[i]; i += 2)
+    assert_int_equal(ember_config_set(cfg, extra[i], extra[i + 1]), 0);
+  assert_int_equal(ember_config_check(cfg, ember__collector_config_keys, err, sizeof err), 0);
+  return cfg;
+}
+
+/* Poll /healthz until it answers `status`; the last body goes to `body`. */
+static bool wait_health(unsigned port, int status, char *body, size_t size, int timeout_ms) {
+  for (int t = 0; t < timeout_ms; t += 100) {
+    if (tu_http_get(port, "/healthz", body, size) == status) return true;
+    usleep(100000);
+  }
+  return false;
+}
+
+/* Every query of the API over the range answers 200. */
+static void assert_queries_answer(unsigned port, int64_t from_ns, int64_t to_ns) {
+  static char body[1 << 20];
+  static const char *const paths[] = {"/api/v1/profile", "/api/v1/series", "/api/v1/timeline",
+                                      "/api/v1/workers", "/api/v1/hosts"};
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+    char url[256];
+    snprintf(url, sizeof url, "%s?from=%lld&to=%lld", paths[i], (long long)(from_ns / 1000000000),
+             (long long)(to_ns / 1000000000));
+    int st = tu_http_get(port, url, body, sizeof body);
+    if (st != 200) fail_msg("GET %s: %d %.300s", url, st, body);
+    if (i >= 3) continue; /* the label listings take no selector */
+    /* And a ragged range, read from windows and minute rows. */
+    snprintf(url, sizeof url, "%s?worker=w-disk&from=%lld&to=%lld", paths[i],
+             (long long)(from_ns / 1000000000 + 25), (long long)(to_ns / 1000000000 - 35));
+    st = tu_http_get(port, url, body, sizeof body);
+    if (st != 200) fail_msg("GET %s: %d %.300s", url, st, body);
+  }
+}
+
+/* The data dir on a tmpfs that fills while the collector ingests, then
+ * gets space back: store writes fail (-ENOSPC, retried), /healthz turns
+ * not ready with the reason, and once space is freed ingest resumes by
+ * itself, /healthz is ready again, every query answers 200 and the stored
+ * totals are exactly what was produced. */
+static void test_collector_disk_full_then_freed(void **state) {
+  (void)state;
+  char dir[512], filler[600], err[512] = "";
+  snprintf(dir, sizeof dir, "%s/collector-disk-%d", EMBER_TEST_TMP, (int)getpid());
+  mkdir(dir, 0755);
+  if (mount("tmpfs", dir, "tmpfs", 0, "size=4m") != 0) {
+    print_message("cannot mount a tmpfs (%s): skipped\n", strerror(errno));
+    rmdir(dir);
+    skip();
+  }
+  static const char *const extra[] = {"batch.max_messages", "50", NULL};
+  ember_config_t *cfg = store_cfg(dir, extra);
+  ember_kafka_t *k = NULL;
+  assert_int_equal(ember_kafka_new(cfg, &k, err, sizeof err), 0);
+  const char *brokers = ember_kafka_brokers(k);
+  ember__collector_t *c = NULL;
+  if (ember__collector_start(cfg, k, &c, err, sizeof err) != 0) fail_msg("start: %s", err);
+  unsigned port = ember__collector_api_port(c);
+  static char body[1 << 16];
+  assert_true(wait_health(port, 200, body, sizeof body, 10000));
+
+  /* Fill the disk to the last byte. */
+  snprintf(filler, sizeof filler, "%s/filler", dir);
+  int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  assert_true(fd >= 0);
+  static char block[4096];
+  while (write(fd, block, sizeof block) > 0) {
+  }
+  close(fd);
+
+  int64_t want = tu_produce_profiles(brokers, "agent-d", 0, 3000, "w-disk", "host-d", BASE_NS);
+  if (!wait_health(port, 503, body, sizeof body, 60000))
+    fail_msg("/healthz stayed ready (store errors %.0f, stored %.0f)",
+             tu_metric(port, "ember_collector_store_errors_total"),
+             tu_metric(port, "ember_collector_profiles_stored_total"));
+  assert_non_null(strstr(body, "\"error\""));
+  assert_non_null(strstr(body, "not ready: ingest is wedged"));
+  assert_non_null(strstr(body, "disk"));
+  assert_true(tu_metric(port, "ember_collector_store_errors_total") >= 1);
+
+  assert_int_equal(unlink(filler), 0);
+  if (!wait_metric(port, "ember_collector_profiles_stored_total", 3000, 60000))
+    fail_msg("stored %.0f of 3000 after the disk was freed",
+             tu_metric(port, "ember_collector_profiles_stored_total"));
+  assert_true(wait_health(port, 200, body, sizeof body, 10000));
+  int64_t end = BASE_NS + 3000 * 10000000000LL;
+  assert_queries_answer(port, BASE_NS, end);
+  ember__collector_stop(c);
+  int64_t work_b = 0;
+  assert_int_equal(tu_stored_samples(dir, "w-disk", BASE_NS, end, &work_b), want);
+  assert_int_equal(work_b, 3000);
+  ember_kafka_free(k);
+  ember_config_free(cfg);
+  assert_int_equal(umount2(dir, MNT_DETACH), 0);
+  rmdir(dir);
+}
+
+/* A map full at store.max_size: the batch is split (logged, counted) until
+ * not even one window fits; then ingest is wedged and /healthz says so.
+ * Restarted with a larger store.max_size, the map grows, the rest is
+ * stored, /healthz is ready and the totals are exact. */
+static void test_collector_map_full_splits_then_grows(void **state) {
+  (void)state;
+  char dir[512], err[512] = "";
+  snprintf(dir, sizeof dir, "%s/collector-map-%d", EMBER_TEST_TMP, (int)getpid());
+  static const char *const small[] = {
+      "store.map_size", "1048576", "store.max_size", "1048576", "batch.max_messages", "1000", NULL};
+  ember_config_t *cfg = store_cfg(dir, small);
+  ember_kafka_t *k = NULL;
+  assert_int_equal(ember_kafka_new(cfg, &k, err, sizeof err), 0);
+  const char *brokers = ember_kafka_brokers(k);
+  enum { N = 20000 };
+  int64_t want = tu_produce_profiles(brokers, "agent-m", 0, N, "w-disk", "host-m", BASE_NS);
+  ember__collector_t *c = NULL;
+  if (ember__collector_start(cfg, k, &c, err, sizeof err) != 0) fail_msg("start: %s", err);
+  unsigned port = ember__collector_api_port(c);
+  static char body[1 << 16];
+  if (!wait_health(port, 503, body, sizeof body, 120000))
+    fail_msg("/healthz stayed ready (stored %.0f, splits %.0f)",
+             tu_metric(port, "ember_collector_profiles_stored_total"),
+             tu_metric(port, "ember_collector_batch_splits_total"));
+  assert_non_null(strstr(body, "map is full"));
+  assert_true(tu_metric(port, "ember_collector_batch_splits_total") >= 1);
+  double stored = tu_metric(port, "ember_collector_profiles_stored_total");
+  assert_true(stored > 0 && stored < N);
+  ember__collector_stop(c);
+  ember_config_free(cfg);
+
+  static const char *const larger[] = {
+      "store.map_size", "1048576", "store.max_size", "67108864", "batch.max_messages",
+      "1000",           NULL};
+  cfg = store_cfg(dir, larger);
+  if (ember__collector_start(cfg, k, &c, err, sizeof err) != 0) fail_msg("restart: %s", err);
+  port = ember__collector_api_port(c);
+  if (!wait_metric(port, "ember_collector_profiles_stored_total", (double)N - stored, 120000))
+    fail_msg("stored %.0f of %.0f after the restart",
+             tu_metric(port, "ember_collector_profiles_stored_total"), (double)N - stored);
+  assert_true(wait_health(port, 200, body, sizeof body, 10000));
+  assert_true(wait_metric(port, "ember_store_map_grows_total", 1, 10000));
+  assert_true(tu_metric(port, "ember_store_map_bytes") > 1048576);
+  int64_t end = BASE_NS + (int64_t)N * 10000000000LL;
+  assert_queries_answer(port, BASE_NS, end);
+  ember__collector_stop(c);
+  int64_t work_b = 0;
+  assert_int_equal(tu_stored_samples(dir, "w-disk", BASE_NS, end, &work_b), want);
+  assert_int_equal(work_b, N);
+  ember_kafka_free(k);
+  ember_config_free(cfg);
+}
+
+/* A store whose pages are garbage: the collector refuses to start with a
+ * sentence that says how to recover, and does not crash (the verification
+ * ran in a child). */
+static void test_collector_refuses_a_damaged_store(void **state) {
+  (void)state;
+  char dir[512], path[600], err[1024] = "";
+  snprintf(dir, sizeof dir, "%s/collector-damaged-%d", EMBER_TEST_TMP, (int)getpid());
+  mkdir(dir, 0755);
+  snprintf(path, sizeof path, "%s/store.lmdb", dir);
+  ember_store_t *s = NULL;
+  ember_store_opts_t so = {.map_size = (size_t)16 << 20, .no_sync = true};
+  assert_int_equal(ember_store_open(path, &so, &s, err, sizeof err), 0);
+  for (uint64_t i = 0; i < 200; i++) {
+    ember_profile_t *p = tu_profile("agent-x", i, "w-x", "h", BASE_NS + (int64_t)i * 10000000000LL);
+    assert_int_equal(ember_store_write(s, &p, 1, NULL), 0);
+    ember_profile_free(p);
+  }
+  ember_store_close(s);
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  assert_true(fd >= 0);
+  char page[4096];
+  uint64_t x = 88172645463325252ULL;
+  for (off_t off = 2 * 4096; off + 4096 <= st.st_size; off += 4096) {
+    for (size_t i = 0; i < sizeof page; i++) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      page[i] = (char)x;
+    }
+    assert_int_equal(pwrite(fd, page, sizeof page, off), (ssize_t)sizeof page);
+  }
+  close(fd);
+
+  ember_config_t *cfg = store_cfg(dir, NULL);
+  ember__collector_t *c = NULL;
+  assert_int_equal(ember__collector_start(cfg, NULL, &c, err, sizeof err), EMBER_ECORRUPT);
+  assert_null(c);
+  assert_non_null(strstr(err, "is damaged"));
+  assert_non_null(strstr(err, "rebuild it from Kafka"));
+  assert_non_null(strstr(err, "mdb_copy"));
+  ember_config_free(cfg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_collector_disk_full_then_freed),
+      cmocka_unit_test(test_collector_map_full_splits_then_grows),
+      cmocka_unit_test(test_collector_refuses_a_damaged_store),
       cmocka_unit_test(test_collector_ingest_dlq_and_duplicates),
       cmocka_unit_test(test_collector_isolates_what_the_store_refuses),
       cmocka_unit_test(test_collector_bad_config),
