@@ -644,8 +644,8 @@ static void handle_command(ember__sessions_t *s, const rd_kafka_message_t *m) {
                       : EMBER_ECORRUPT;
   if (rc != 0) {
     ember_metric_add(s->o.m.malformed, 1);
-    EMBER_WARN("session", "ember.commands [%d] offset %lld: not a command (%s): ignored",
-               (int)m->partition, (long long)m->offset, err[0] ? err : ember_strerror(rc));
+    EMBER_WARN_LIMITED("session", "ember.commands [%d] offset %lld: not a command (%s): ignored",
+                       (int)m->partition, (long long)m->offset, err[0] ? err : ember_strerror(rc));
     return;
   }
   if (strcmp(c.host, s->host_id) != 0) {
@@ -654,8 +654,9 @@ static void handle_command(ember__sessions_t *s, const rd_kafka_message_t *m) {
   }
   if (c.ttl_ms > 0 && ember_time_now_ns() > c.issued_ns + (int64_t)c.ttl_ms * 1000000) {
     ember_metric_add(s->o.m.expired, 1);
-    EMBER_INFO("session", "session %s: command expired (issued %lld ms ago, ttl %u ms): ignored",
-               c.session_id, (long long)((ember_time_now_ns() - c.issued_ns) / 1000000), c.ttl_ms);
+    EMBER_INFO_LIMITED(
+        "session", "session %s: command expired (issued %lld ms ago, ttl %u ms): ignored",
+        c.session_id, (long long)((ember_time_now_ns() - c.issued_ns) / 1000000), c.ttl_ms);
     goto cleanup;
   }
   if (c.kind == EMBER_CMD_STOP) {
@@ -735,7 +736,8 @@ static void on_tick(uv_timer_t *t) {
       if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
         handle_command(s, m);
       else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-        EMBER_WARN("session", "reading %s: %s", EMBER_TOPIC_COMMANDS, rd_kafka_message_errstr(m));
+        EMBER_WARN_LIMITED("session", "reading %s: %s", EMBER_TOPIC_COMMANDS,
+                           rd_kafka_message_errstr(m));
       rd_kafka_message_destroy(m);
     }
   }
