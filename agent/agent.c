@@ -489,12 +489,12 @@ static void enqueue_locked(agent_t *a, job_t *j) {
  * cut] (window.h), never empty nor reversed, so the store accepts even the
  * short last window of a stop. A window that holds no sample publishes
  * nothing: the close thread only forgets the pids that exited in it. */
-static void close_window(agent_t *a, bool deadline) {
+static bool close_window(agent_t *a, bool deadline) {
   ember__window_t *fresh = NULL;
   if (ember__window_new(&fresh) != 0) {
     /* The clock is not cut either: the window stays open, with its start. */
-    EMBER_ERROR("agent", "out of memory: window kept open");
-    return;
+    EMBER_ERROR_LIMITED("agent", "out of memory: window kept open");
+    return false;
   }
   ember__sampler_drain(a->sampler);
   int64_t mono, real, start, end;
@@ -517,7 +517,7 @@ static void close_window(agent_t *a, bool deadline) {
   if (j == NULL) {
     ember__window_free(w);
     atomic_fetch_add(&a->windows_dropped, 1);
-    return;
+    return true; /* cut, and the window dropped (counted) */
   }
   j->window = w;
   /* Snapshot the labels and maps of every pid in the window. */
@@ -532,7 +532,7 @@ static void close_window(agent_t *a, bool deadline) {
   if (j->pids == NULL || j->forget == NULL) {
     job_free(j);
     atomic_fetch_add(&a->windows_dropped, 1);
-    return;
+    return true; /* cut, and the window dropped (counted) */
   }
   for (size_t i = 0; i < n; i++) {
     if (i > 0 && stacks[i].pid == stacks[i - 1].pid) continue;
@@ -579,11 +579,12 @@ static void close_window(agent_t *a, bool deadline) {
                a->pending, start);
     atomic_fetch_add(&a->windows_dropped, 1);
     job_free(j);
-    return;
+    return true; /* cut, and the window dropped (counted) */
   }
   enqueue_locked(a, j);
   uv_mutex_unlock(&a->mu);
   ember_metric_add(a->m.windows, 1);
+  return true;
 }
 
 /* Hand an ended session to the close thread, to be symbolized and
@@ -644,7 +645,12 @@ static void arm_window_timer(agent_t *a) {
 
 static void on_window_timer(uv_timer_t *t) {
   agent_t *a = t->data;
-  if (ember_time_mono_ns() >= a->wclock.deadline_mono) close_window(a, true);
+  if (ember_time_mono_ns() >= a->wclock.deadline_mono && !close_window(a, true)) {
+    /* Out of memory: the deadline stands, so try again shortly rather
+     * than at once (the timer would spin). */
+    uv_timer_start(&a->window_timer, on_window_timer, 100, 0);
+    return;
+  }
   arm_window_timer(a);
 }
 
