@@ -1,4 +1,5 @@
 /* The agent's wiring. See agent.h and docs/internals/agent.md. */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -131,6 +132,7 @@ typedef struct agent {
   ember__session_metrics_t sm;
 
   ember__window_t *open;
+  ember__window_clock_t wclock; /* when to cut `open`, and its label */
   ember__htab_t pid_index;
   pidinfo_t *pids;
   size_t npids, cappids;
@@ -430,8 +432,14 @@ static void closer_main(void *arg) {
 
 /* --- closing a window (loop thread) --- */
 
-static int64_t next_boundary(const agent_t *a, int64_t now) {
-  return (now / a->window_ns + 1) * a->window_ns;
+/* One instant on both clocks: the monotonic one perf stamps samples with
+ * and the Unix one labels are in. The monotonic reads bracket the Unix
+ * one, so the pair is off by half a clock read at most. */
+static void read_clocks(int64_t *mono_ns, int64_t *real_ns) {
+  int64_t m0 = ember_time_mono_ns();
+  *real_ns = ember_time_now_ns();
+  int64_t m1 = ember_time_mono_ns();
+  *mono_ns = m0 + (m1 - m0) / 2;
 }
 
 static void send_target(agent_t *a, const pidinfo_t *p, const ember__target_t *t) {
@@ -474,22 +482,35 @@ static void enqueue_locked(agent_t *a, job_t *j) {
   uv_cond_signal(&a->cv);
 }
 
-/* Close the open window at `end_ns` and hand it to the close thread. */
-static void close_window(agent_t *a, int64_t end_ns) {
-  ember__sampler_drain(a->sampler);
-  ember__window_t *w = a->open, *fresh = NULL;
-  int64_t start, ignored;
-  ember__window_bounds(w, &start, &ignored);
-  /* A window closed early (SIGTERM right after a boundary the timer
-   * reached a little ahead of the wall clock) is empty, not reversed. */
-  if (end_ns < start) end_ns = start;
+/* Cut the open window now and hand it to the close thread. `deadline`:
+ * the window timer's cut, which happens only once the planned deadline is
+ * reached; otherwise (SIGTERM) the window is cut wherever it is. The rings
+ * are drained first and the cut time read after, so every sample in the
+ * window was taken before its end. Its label is [the previous cut, this
+ * cut] (window.h), never empty nor reversed, so the store accepts even the
+ * short last window of a stop. A window that holds no sample publishes
+ * nothing: the close thread only forgets the pids that exited in it. */
+static bool close_window(agent_t *a, bool deadline) {
+  ember__window_t *fresh = NULL;
   if (ember__window_new(&fresh) != 0) {
-    EMBER_ERROR("agent", "out of memory: window kept open");
-    return;
+    /* The clock is not cut either: the window stays open, with its start. */
+    EMBER_ERROR_LIMITED("agent", "out of memory: window kept open");
+    return false;
   }
+  ember__sampler_drain(a->sampler);
+  int64_t mono, real, start, end;
+  read_clocks(&mono, &real);
+  if (deadline) {
+    int64_t wait;
+    bool cut = ember__window_clock_tick(&a->wclock, mono, real, &start, &end, &wait);
+    assert(cut); /* the caller saw the deadline pass before the drain */
+    (void)cut;
+  } else {
+    ember__window_clock_cut(&a->wclock, mono, real, &start, &end);
+  }
+  ember__window_t *w = a->open;
   ember__window_set_max_stacks(fresh, a->max_stacks);
-  ember__window_set_bounds(fresh, end_ns, next_boundary(a, end_ns));
-  ember__window_set_bounds(w, start, end_ns);
+  ember__window_set_bounds(w, start, end);
   a->open = fresh;
   ember_metric_add(a->m.stacks_dropped, (double)ember__window_dropped(w));
 
@@ -497,7 +518,7 @@ static void close_window(agent_t *a, int64_t end_ns) {
   if (j == NULL) {
     ember__window_free(w);
     atomic_fetch_add(&a->windows_dropped, 1);
-    return;
+    return true; /* cut, and the window dropped (counted) */
   }
   j->window = w;
   /* Snapshot the labels and maps of every pid in the window. */
@@ -512,7 +533,7 @@ static void close_window(agent_t *a, int64_t end_ns) {
   if (j->pids == NULL || j->forget == NULL) {
     job_free(j);
     atomic_fetch_add(&a->windows_dropped, 1);
-    return;
+    return true; /* cut, and the window dropped (counted) */
   }
   for (size_t i = 0; i < n; i++) {
     if (i > 0 && stacks[i].pid == stacks[i - 1].pid) continue;
@@ -559,11 +580,12 @@ static void close_window(agent_t *a, int64_t end_ns) {
                a->pending, start);
     atomic_fetch_add(&a->windows_dropped, 1);
     job_free(j);
-    return;
+    return true; /* cut, and the window dropped (counted) */
   }
   enqueue_locked(a, j);
   uv_mutex_unlock(&a->mu);
   ember_metric_add(a->m.windows, 1);
+  return true;
 }
 
 /* Hand an ended session to the close thread, to be symbolized and
@@ -609,17 +631,28 @@ static int on_session_finish(void *ctx, ember__session_result_t *r) {
   return 0;
 }
 
+/* Re-arm the window timer for the open window's deadline. libuv counts a
+ * timeout in whole milliseconds from its cached loop time (a coarse clock
+ * that may lag the precise one by a tick), so the timer can still fire a
+ * little early: on_window_timer then waits out the rest. */
+static void on_window_timer(uv_timer_t *t);
+
+static void arm_window_timer(agent_t *a) {
+  uv_update_time(&a->loop);
+  int64_t wait = a->wclock.deadline_mono - ember_time_mono_ns();
+  uint64_t ms = wait > 0 ? (uint64_t)((wait + 999999) / 1000000) : 0;
+  uv_timer_start(&a->window_timer, on_window_timer, ms, 0);
+}
+
 static void on_window_timer(uv_timer_t *t) {
   agent_t *a = t->data;
-  int64_t start, end;
-  ember__window_bounds(a->open, &start, &end);
-  close_window(a, end);
-  /* libuv measures timers from its cached loop time, which lags while
-   * callbacks run: refresh it so the next close is not early. */
-  uv_update_time(&a->loop);
-  int64_t now = ember_time_now_ns();
-  int64_t delay = next_boundary(a, now) - now;
-  uv_timer_start(&a->window_timer, on_window_timer, (uint64_t)(delay / 1000000) + 1, 0);
+  if (ember_time_mono_ns() >= a->wclock.deadline_mono && !close_window(a, true)) {
+    /* Out of memory: the deadline stands, so try again shortly rather
+     * than at once (the timer would spin). */
+    uv_timer_start(&a->window_timer, on_window_timer, 100, 0);
+    return;
+  }
+  arm_window_timer(a);
 }
 
 typedef struct {
@@ -736,7 +769,7 @@ static void on_signal(uv_signal_t *h, int signum) {
   EMBER_INFO("agent", "%s: closing the open window and stopping",
              signum == SIGTERM ? "SIGTERM" : "SIGINT");
   ember__sessions_stop_all(a->sessions);
-  close_window(a, ember_time_now_ns());
+  close_window(a, false);
   uv_stop(&a->loop);
 }
 
@@ -909,8 +942,9 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
   rc = ember__window_new(&a->open);
   if (rc != 0) goto cleanup;
   ember__window_set_max_stacks(a->open, a->max_stacks);
-  int64_t now = ember_time_now_ns();
-  ember__window_set_bounds(a->open, now, next_boundary(a, now));
+  int64_t mono, real;
+  read_clocks(&mono, &real);
+  ember__window_clock_init(&a->wclock, a->window_ns, mono, real);
 
   rc = uv_thread_create(&a->closer, closer_main, a);
   if (rc != 0) goto cleanup;
@@ -949,8 +983,7 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
   if (rc != 0) goto cleanup;
   uv_timer_init(&a->loop, &a->window_timer);
   a->window_timer.data = a;
-  uv_timer_start(&a->window_timer, on_window_timer,
-                 (uint64_t)((next_boundary(a, now) - now) / 1000000) + 1, 0);
+  arm_window_timer(a);
   uv_timer_init(&a->loop, &a->scan_timer);
   a->scan_timer.data = a;
   uv_timer_start(&a->scan_timer, on_scan_timer, (uint64_t)(scan_ns / 1000000),

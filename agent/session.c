@@ -30,7 +30,6 @@
 #define MAX_COMMANDS_A_TICK 256
 #define DEFAULT_HZ          100
 #define REPLAY_ENTRIES      4096 /* accepted commands remembered (sign.h) */
-#define REFUSAL_LOG_NS      1000000000LL
 
 typedef struct thread_ev {
   uint32_t tid;
@@ -74,8 +73,6 @@ struct ember__sessions {
   ember_sign_key_t keys[2]; /* command_key_file, command_key_file_previous */
   ember_sign_policy_t policy;
   ember_sign_replay_t *replay;
-  int64_t refusal_logged_mono; /* the last refusal line */
-  uint64_t refusals_unlogged;  /* since then */
   unsigned char scratch[EMBER__PERF_SCRATCH];
   uint64_t ips[EMBER__PERF_MAX_CHAIN];
 };
@@ -655,24 +652,6 @@ cleanup:
   ember_free(r.pids);
 }
 
-/* A refusal's line, at most one a second: a flood of forged commands must
- * not fill the disk. */
-static void log_refusal(ember__sessions_t *s, const rd_kafka_message_t *m, const char *why) {
-  int64_t now = mono_ns();
-  if (s->refusal_logged_mono != 0 && now - s->refusal_logged_mono < REFUSAL_LOG_NS) {
-    s->refusals_unlogged++;
-    return;
-  }
-  char more[96] = "";
-  if (s->refusals_unlogged > 0)
-    snprintf(more, sizeof more, " (%" PRIu64 " more refused since the last line)",
-             s->refusals_unlogged);
-  EMBER_WARN("session", "ember.commands [%d] offset %lld: %s%s", (int)m->partition,
-             (long long)m->offset, why, more);
-  s->refusal_logged_mono = now;
-  s->refusals_unlogged = 0;
-}
-
 static void handle_command(ember__sessions_t *s, const rd_kafka_message_t *m) {
   ember_sign_envelope_t env = {.value = m->payload, .len = m->len};
   rd_kafka_headers_t *hdrs = NULL;
@@ -699,8 +678,8 @@ static void handle_command(ember__sessions_t *s, const rd_kafka_message_t *m) {
                                                           ember_time_now_ns(), &c, why, sizeof why);
   if (verdict == EMBER_SIGN_MALFORMED) {
     ember_metric_add(s->o.m.malformed, 1);
-    EMBER_WARN("session", "ember.commands [%d] offset %lld: %s: ignored", (int)m->partition,
-               (long long)m->offset, why);
+    EMBER_WARN_LIMITED("session", "ember.commands [%d] offset %lld: %s: ignored", (int)m->partition,
+                       (long long)m->offset, why);
     return;
   }
   if (verdict == EMBER_SIGN_OTHER_HOST) {
@@ -710,7 +689,9 @@ static void handle_command(ember__sessions_t *s, const rd_kafka_message_t *m) {
   if (verdict != EMBER_SIGN_OK) {
     ember_metric_add(s->o.m.refused[verdict], 1);
     if (verdict == EMBER_SIGN_EXPIRED) ember_metric_add(s->o.m.expired, 1);
-    log_refusal(s, m, why);
+    /* Rate-limited: a flood of forged commands must not fill the disk. */
+    EMBER_WARN_LIMITED("session", "ember.commands [%d] offset %lld: %s", (int)m->partition,
+                       (long long)m->offset, why);
     goto cleanup;
   }
   if (c.kind == EMBER_CMD_STOP) {
@@ -790,7 +771,8 @@ static void on_tick(uv_timer_t *t) {
       if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
         handle_command(s, m);
       else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-        EMBER_WARN("session", "reading %s: %s", EMBER_TOPIC_COMMANDS, rd_kafka_message_errstr(m));
+        EMBER_WARN_LIMITED("session", "reading %s: %s", EMBER_TOPIC_COMMANDS,
+                           rd_kafka_message_errstr(m));
       rd_kafka_message_destroy(m);
     }
   }

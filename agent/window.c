@@ -1,3 +1,4 @@
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,4 +166,65 @@ const ember__window_stack_t *ember__window_sorted(ember__window_t *w, size_t *n)
   qsort(w->sorted, w->n, sizeof *w->sorted, by_pid);
   *n = w->n;
   return w->sorted;
+}
+
+/* --- the window clock --- */
+
+static int64_t next_multiple(int64_t t, int64_t period) {
+  int64_t q = t / period;
+  if (t < 0 && q * period != t) q--; /* floor, for a clock before 1970 */
+  return (q + 1) * period;
+}
+
+/* Plan the first deadline strictly after `after_real`, an instant on the
+ * Unix clock, seen from (mono_ns, real_ns). */
+static void plan(ember__window_clock_t *c, int64_t after_real, int64_t mono_ns, int64_t real_ns) {
+  c->deadline_real = next_multiple(after_real, c->period_ns);
+  c->deadline_mono = mono_ns + (c->deadline_real - real_ns);
+}
+
+void ember__window_clock_init(ember__window_clock_t *c, int64_t period_ns, int64_t mono_ns,
+                              int64_t real_ns) {
+  assert(period_ns > 0); /* the agent's config bounds `window` to >= 1 s */
+  c->period_ns = period_ns;
+  c->start_real = real_ns;
+  c->start_mono = mono_ns;
+  plan(c, real_ns, mono_ns, real_ns);
+}
+
+void ember__window_clock_cut(ember__window_clock_t *c, int64_t mono_ns, int64_t real_ns,
+                             int64_t *start_ns, int64_t *end_ns) {
+  int64_t end = real_ns;
+  /* The Unix clock went back (or did not move): the window still covers
+   * the monotonic time it was open, so it keeps that length. */
+  if (end <= c->start_real) {
+    int64_t len = mono_ns - c->start_mono;
+    end = c->start_real + (len > 0 ? len : 1);
+  }
+  *start_ns = c->start_real;
+  *end_ns = end;
+  c->start_real = end;
+  c->start_mono = mono_ns;
+}
+
+bool ember__window_clock_tick(ember__window_clock_t *c, int64_t mono_ns, int64_t real_ns,
+                              int64_t *start_ns, int64_t *end_ns, int64_t *wait_ns) {
+  if (mono_ns < c->deadline_mono) {
+    *wait_ns = c->deadline_mono - mono_ns;
+    return false;
+  }
+  ember__window_clock_cut(c, mono_ns, real_ns, start_ns, end_ns);
+  /* The next Unix multiple after both the deadline just met and now: one
+   * period on when on time, further when the timer (or the whole host)
+   * was late by more than a period. */
+  int64_t after = real_ns > c->deadline_real ? real_ns : c->deadline_real;
+  plan(c, after, mono_ns, real_ns);
+  /* A Unix clock stepped back would plan the next cut more than a period
+   * away: cut one period on, and align again from there. */
+  if (c->deadline_mono - mono_ns > c->period_ns) {
+    c->deadline_mono = mono_ns + c->period_ns;
+    c->deadline_real = real_ns + c->period_ns;
+  }
+  *wait_ns = c->deadline_mono - mono_ns;
+  return true;
 }

@@ -51,4 +51,50 @@ uint64_t ember__window_dropped(const ember__window_t *w);
  * until the next add/reset/free. */
 const ember__window_stack_t *ember__window_sorted(ember__window_t *w, size_t *n);
 
+/* --- the window clock ---
+ *
+ * When to cut windows and how to label them. Everything is in the clock
+ * perf stamps samples with (CLOCK_MONOTONIC); a label is that time mapped
+ * to Unix time by the offset (realtime - monotonic) read at the cut, so a
+ * window's bounds are when it was really filled, whatever the timer does:
+ *
+ *   - start is the previous window's end (or the agent's start), end is the
+ *     moment of the cut; windows tile time with no gap and no overlap;
+ *   - cuts are planned at Unix multiples of the period (absolute deadlines,
+ *     each the previous one plus the period), so timer jitter never adds
+ *     up: a timer that fires early is re-armed for the rest of the wait, one
+ *     that fires late cuts a longer window and the next deadline is the
+ *     next multiple, not "late + period";
+ *   - every window has end > start (a clock stepped back, or a cut right
+ *     after another, still gives a window at least as long as the monotonic
+ *     time it covered and never less than 1 ns), which is what the store
+ *     accepts.
+ *
+ * Pure arithmetic on the times it is given: the agent passes the clocks,
+ * tests pass whatever jitter they like. Thread-safety: none. */
+typedef struct ember__window_clock {
+  int64_t period_ns;
+  int64_t deadline_mono; /* the next planned cut */
+  int64_t deadline_real; /* the same, as the Unix multiple it stands for */
+  int64_t start_real;    /* label of the open window's start */
+  int64_t start_mono;    /* when (monotonic) the open window began */
+} ember__window_clock_t;
+
+/* Start the first window at (mono_ns, real_ns), the same instant read on
+ * both clocks; its cut is planned at the next Unix multiple of period_ns
+ * (> 0). */
+void ember__window_clock_init(ember__window_clock_t *c, int64_t period_ns, int64_t mono_ns,
+                              int64_t real_ns);
+/* The window timer fired at (mono_ns, real_ns). Returns true when the open
+ * window is to be cut now: its label goes to *start_ns and *end_ns and the next
+ * window starts. Returns false when the timer came early (nothing to do).
+ * Either way *wait_ns is how long from mono_ns until the timer should fire
+ * next (> 0). */
+bool ember__window_clock_tick(ember__window_clock_t *c, int64_t mono_ns, int64_t real_ns,
+                              int64_t *start_ns, int64_t *end_ns, int64_t *wait_ns);
+/* Cut the open window now, wherever its deadline (SIGTERM): its label goes
+ * to *start_ns and *end_ns. The next window starts; its deadline is kept. */
+void ember__window_clock_cut(ember__window_clock_t *c, int64_t mono_ns, int64_t real_ns,
+                             int64_t *start_ns, int64_t *end_ns);
+
 #endif

@@ -139,7 +139,7 @@ static unsigned fail_internal(req_t *r, const char *what, int rc) {
                 "the response would be larger than %zu bytes: narrow the time range or the "
                 "selector, or lower max_nodes or limit",
                 r->api->max_response);
-  EMBER_ERROR(LOG, "GET %s: %s failed: %s", r->url, what, ember_strerror(rc));
+  EMBER_ERROR_LIMITED(LOG, "GET %s: %s failed: %s", r->url, what, ember_strerror(rc));
   return fail(r, 500, "internal error: %s failed (%s); the server log has details", what,
               ember_store_strerror(rc));
 }

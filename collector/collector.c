@@ -98,14 +98,10 @@ struct ember__collector {
   ember_codec_limits_t lim;
   batch_t batch;
 
-  /* Log rate limit for malformed input: one line per second at most. */
-  int64_t last_bad_log_ns;
-  uint64_t bad_unlogged;
-
   /* /healthz: fed by the ingest thread, read by the API's. */
   ember__health_t health;
   int64_t stall_ns, max_lag; /* health.stall_after, health.max_lag */
-  uint64_t max_size, map_grows_seen, last_split_log_ns;
+  uint64_t max_size, map_grows_seen;
 };
 
 /* ---- batch ---------------------------------------------------------- */
@@ -145,18 +141,9 @@ static void set_malformed(ember__collector_t *c, item_t *it, const char *why) {
   ember_free(it->reason);
   it->reason = ember_strdup(why);
   ember_metric_add(c->m.malformed, 1);
-  int64_t now = ember_time_mono_ns();
-  if (now - c->last_bad_log_ns >= NS_PER_S) {
-    EMBER_WARN("collector",
-               "malformed message %s[%" PRId32 "]@%" PRId64 " goes to %s: %s"
-               " (%" PRIu64 " more not logged since the last line)",
-               rd_kafka_topic_name(it->msg->rkt), it->msg->partition, it->msg->offset,
-               EMBER_TOPIC_PROFILES_DLQ, why, c->bad_unlogged);
-    c->last_bad_log_ns = now;
-    c->bad_unlogged = 0;
-  } else {
-    c->bad_unlogged++;
-  }
+  EMBER_WARN_LIMITED("collector", "malformed message %s[%" PRId32 "]@%" PRId64 " goes to %s: %s",
+                     rd_kafka_topic_name(it->msg->rkt), it->msg->partition, it->msg->offset,
+                     EMBER_TOPIC_PROFILES_DLQ, why);
 }
 
 /* ---- flushing: store, DLQ, commit ------------------------------------ */
@@ -234,14 +221,10 @@ static int store_split(ember__collector_t *c, ember_profile_t **ps, size_t left)
   batch_t *b = &c->batch;
   size_t part = (left + 1) / 2;
   ember_metric_add(c->m.splits, 1);
-  int64_t now = ember_time_mono_ns();
-  if (now - (int64_t)c->last_split_log_ns >= NS_PER_S) {
-    EMBER_WARN("collector",
-               "the store's map is full at store.max_size (%" PRIu64 " MiB): writing %zu "
-               "profiles in parts of at most %zu",
-               c->max_size >> 20, left, part);
-    c->last_split_log_ns = (uint64_t)now;
-  }
+  EMBER_WARN_LIMITED("collector",
+                     "the store's map is full at store.max_size (%" PRIu64 " MiB): writing %zu "
+                     "profiles in parts of at most %zu",
+                     c->max_size >> 20, left, part);
   for (;;) {
     size_t k = 0;
     for (size_t i = 0; i < b->n && k < part; i++)
@@ -434,7 +417,7 @@ static void flush_batch(ember__collector_t *c) {
 static void take(ember__collector_t *c, rd_kafka_message_t *m) {
   if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     ember_metric_add(c->m.consumer_errors, 1);
-    EMBER_WARN("collector", "consumer: %s", rd_kafka_message_errstr(m));
+    EMBER_WARN_LIMITED("collector", "consumer: %s", rd_kafka_message_errstr(m));
     rd_kafka_message_destroy(m);
     return;
   }
@@ -586,11 +569,11 @@ static void *registry_main(void *arg) {
       if (ember__registry_apply(c->registry, m->key, m->key_len, m->payload, m->len, err,
                                 sizeof err) != 0) {
         ember_metric_add(c->m.target_errors, 1);
-        EMBER_WARN("collector", "skipped target %s[%" PRId32 "]@%" PRId64 ": %s",
-                   rd_kafka_topic_name(m->rkt), m->partition, m->offset, err);
+        EMBER_WARN_LIMITED("collector", "skipped target %s[%" PRId32 "]@%" PRId64 ": %s",
+                           rd_kafka_topic_name(m->rkt), m->partition, m->offset, err);
       }
     } else {
-      EMBER_WARN("collector", "targets consumer: %s", rd_kafka_message_errstr(m));
+      EMBER_WARN_LIMITED("collector", "targets consumer: %s", rd_kafka_message_errstr(m));
     }
     rd_kafka_message_destroy(m);
   }
@@ -601,27 +584,16 @@ static void *registry_main(void *arg) {
 
 static void *events_main(void *arg) {
   ember__collector_t *c = arg;
-  int64_t last_log = 0;
-  uint64_t unlogged = 0;
   while (!atomic_load(&c->stop)) {
     rd_kafka_message_t *m = rd_kafka_consumer_poll(c->events, 200);
     if (m != NULL && m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
       char err[256] = "";
-      if (ember__csessions_event(c->sessions, m->payload, m->len, err, sizeof err) != 0) {
-        /* Counted by the sessions; logged at most once a second. */
-        int64_t now = ember_time_mono_ns();
-        if (now - last_log >= NS_PER_S) {
-          EMBER_WARN("collector",
-                     "skipped event %s[%" PRId32 "]@%" PRId64 ": %s (%" PRIu64 " more not logged)",
-                     rd_kafka_topic_name(m->rkt), m->partition, m->offset, err, unlogged);
-          last_log = now;
-          unlogged = 0;
-        } else {
-          unlogged++;
-        }
-      }
+      /* Counted by the sessions; logged rate-limited. */
+      if (ember__csessions_event(c->sessions, m->payload, m->len, err, sizeof err) != 0)
+        EMBER_WARN_LIMITED("collector", "skipped event %s[%" PRId32 "]@%" PRId64 ": %s",
+                           rd_kafka_topic_name(m->rkt), m->partition, m->offset, err);
     } else if (m != NULL) {
-      EMBER_WARN("collector", "events consumer: %s", rd_kafka_message_errstr(m));
+      EMBER_WARN_LIMITED("collector", "events consumer: %s", rd_kafka_message_errstr(m));
     }
     if (m != NULL) rd_kafka_message_destroy(m);
     ember__csessions_tick(c->sessions, ember_time_now_ns());

@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,6 +10,12 @@
 #include "ember/log.h"
 
 static ember_log_level_t log_level = EMBER_LOG_INFO;
+
+static int64_t clock_mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static const char *const level_names[] = {"debug", "info", "warn", "error", "off"};
 
@@ -53,4 +60,42 @@ void ember_log(ember_log_level_t level, const char *component, const char *fmt, 
   do {
     w = write(STDERR_FILENO, line, n);
   } while (w < 0 && errno == EINTR);
+}
+
+bool ember_log_limit_take(ember_log_limit_t *l, int64_t now_ns, uint64_t *suppressed) {
+  uint32_t max = l->per_second ? l->per_second : 1;
+  bool take;
+  pthread_mutex_lock(&l->mu);
+  if (l->second_ns == INT64_MIN || now_ns - l->second_ns >= 1000000000 || now_ns < l->second_ns) {
+    l->second_ns = now_ns;
+    l->used = 0;
+  }
+  take = l->used < max;
+  if (take) {
+    l->used++;
+    *suppressed = l->suppressed;
+    l->suppressed = 0;
+  } else {
+    l->suppressed++;
+  }
+  pthread_mutex_unlock(&l->mu);
+  return take;
+}
+
+void ember_log_limited(ember_log_limit_t *l, ember_log_level_t level, const char *component,
+                       const char *fmt, ...) {
+  if (level < log_level || level >= EMBER_LOG_OFF) return;
+  uint64_t suppressed = 0;
+  if (!ember_log_limit_take(l, clock_mono_ns(), &suppressed)) return;
+  char msg[1900];
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (k < 0) msg[0] = '\0';
+  if (suppressed > 0)
+    ember_log(level, component, "%s (%" PRIu64 " similar line%s not logged before this one)", msg,
+              suppressed, suppressed == 1 ? "" : "s");
+  else
+    ember_log(level, component, "%s", msg);
 }

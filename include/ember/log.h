@@ -5,6 +5,10 @@
 #ifndef EMBER_LOG_H
 #define EMBER_LOG_H
 
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "ember/ember.h"
 
 #ifdef __cplusplus
@@ -31,6 +35,49 @@ EMBER_API void ember_log(ember_log_level_t level, const char *component, const c
 #define EMBER_INFO(c, ...)  ember_log(EMBER_LOG_INFO, c, __VA_ARGS__)
 #define EMBER_WARN(c, ...)  ember_log(EMBER_LOG_WARN, c, __VA_ARGS__)
 #define EMBER_ERROR(c, ...) ember_log(EMBER_LOG_ERROR, c, __VA_ARGS__)
+
+/* Rate-limited lines, for every stream of bad input (malformed Kafka
+ * messages, refused commands, bad requests): whoever can send it must not
+ * be able to flood the log. A stream writes at most `per_second` lines in
+ * each second (of the monotonic clock); the lines past that are counted,
+ * and the stream's next line written says how many were not:
+ *   ... warn  session: ember.commands [0] offset 7: not a command (...):
+ *   ignored (1234 similar lines not logged before this one)
+ * What each line is about is also counted in a metric, so the log may
+ * drop lines but the numbers do not. Thread-safe (a mutex per stream). */
+typedef struct ember_log_limit {
+  pthread_mutex_t mu;
+  uint32_t per_second; /* 0 counts as 1 */
+  uint32_t used;       /* lines written in the current second */
+  int64_t second_ns;   /* when the current second began (monotonic) */
+  uint64_t suppressed; /* lines not written since the last one that was */
+} ember_log_limit_t;
+
+/* The rate of the EMBER_*_LIMITED macros. */
+#define EMBER_LOG_LIMIT_PER_SECOND 5
+#define EMBER_LOG_LIMIT_INIT(n)                                                                    \
+  { PTHREAD_MUTEX_INITIALIZER, (n), 0, INT64_MIN, 0 }
+
+/* Whether a line of the stream at `now_ns` (monotonic) is written. When it
+ * is, *suppressed is how many were not since the last one written (and the
+ * count restarts). For tests; ember_log_limited calls it. */
+EMBER_API bool ember_log_limit_take(ember_log_limit_t *l, int64_t now_ns, uint64_t *suppressed);
+/* ember_log, at most l->per_second lines a second (see above). Lines below
+ * the log level are neither written nor counted. */
+EMBER_API void ember_log_limited(ember_log_limit_t *l, ember_log_level_t level,
+                                 const char *component, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* One stream per call site: the macro keeps its own limiter, so replacing
+ * EMBER_WARN with EMBER_WARN_LIMITED is all a call site needs. */
+#define EMBER__LOG_LIMITED(level, c, ...)                                                          \
+  do {                                                                                             \
+    static ember_log_limit_t ember__limit_ = EMBER_LOG_LIMIT_INIT(EMBER_LOG_LIMIT_PER_SECOND);     \
+    ember_log_limited(&ember__limit_, level, c, __VA_ARGS__);                                      \
+  } while (0)
+#define EMBER_INFO_LIMITED(c, ...)  EMBER__LOG_LIMITED(EMBER_LOG_INFO, c, __VA_ARGS__)
+#define EMBER_WARN_LIMITED(c, ...)  EMBER__LOG_LIMITED(EMBER_LOG_WARN, c, __VA_ARGS__)
+#define EMBER_ERROR_LIMITED(c, ...) EMBER__LOG_LIMITED(EMBER_LOG_ERROR, c, __VA_ARGS__)
 
 #ifdef __cplusplus
 }

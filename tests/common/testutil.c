@@ -123,6 +123,8 @@ static void consume(const char *brokers, const char *topic, int idle_ms, int max
 typedef struct profiles_acc {
   const char *host;
   ember_profile_t **res;
+  int64_t *ts; /* NULL unless timestamps were asked for */
+  bool want_ts;
   size_t n, cap;
 } profiles_acc_t;
 
@@ -146,6 +148,14 @@ static bool on_profile_message(void *ctx, const rd_kafka_message_t *m) {
     acc->cap = acc->cap ? acc->cap * 2 : 64;
     acc->res = realloc(acc->res, acc->cap * sizeof *acc->res);
     assert_non_null(acc->res);
+    if (acc->want_ts) {
+      acc->ts = realloc(acc->ts, acc->cap * sizeof *acc->ts);
+      assert_non_null(acc->ts);
+    }
+  }
+  if (acc->want_ts) {
+    rd_kafka_timestamp_type_t tstype;
+    acc->ts[acc->n] = rd_kafka_message_timestamp(m, &tstype);
   }
   acc->res[acc->n++] = p;
   return true;
@@ -156,6 +166,15 @@ size_t tu_consume_profiles(const char *brokers, const char *host, int idle_ms, i
   profiles_acc_t acc = {.host = host};
   consume(brokers, EMBER_TOPIC_PROFILES, idle_ms, max_ms, on_profile_message, &acc);
   *out = acc.res;
+  return acc.n;
+}
+
+size_t tu_consume_profiles_ts(const char *brokers, const char *host, int idle_ms, int max_ms,
+                              ember_profile_t ***out, int64_t **ts_ms) {
+  profiles_acc_t acc = {.host = host, .want_ts = true};
+  consume(brokers, EMBER_TOPIC_PROFILES, idle_ms, max_ms, on_profile_message, &acc);
+  *out = acc.res;
+  *ts_ms = acc.ts;
   return acc.n;
 }
 

@@ -34,6 +34,10 @@ void tu_kill(pid_t pid);
  * do not decode are skipped (other tests put some there on purpose). */
 size_t tu_consume_profiles(const char *brokers, const char *host, int idle_ms, int max_ms,
                            ember_profile_t ***out);
+/* The same, also giving each profile's Kafka message timestamp (ms since
+ * the epoch, the producer's create time) in *ts_ms (caller frees). */
+size_t tu_consume_profiles_ts(const char *brokers, const char *host, int idle_ms, int max_ms,
+                              ember_profile_t ***out, int64_t **ts_ms);
 
 /* Sum of value `vi` over stacks whose leaf frame's function is `fn`, and
  * over stacks containing a frame whose function contains `substr`. */

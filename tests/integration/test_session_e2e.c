@@ -130,20 +130,23 @@ static void test_session_e2e(void **state) {
   char out[800];
   /* CPU on actor B: only B's host, only the burner's functions. */
   snprintf(out, sizeof out, "%s/%s-cpu.pb.gz", EMBER_TEST_TMP, tag);
-  int rc = profile("--actor B --duration 2000 --hz 1000", out, true, text, sizeof text);
+  /* 5 s at 1000 Hz: ~5,000 samples of a busy thread with a CPU, ~2,500
+   * beside two others for the same two cores; the 3:1 within 20% is four
+   * sigma at 2,500 (1/hot + 1/cold is the ratio's relative variance). */
+  int rc = profile("--actor B --duration 5000 --hz 1000", out, true, text, sizeof text);
   if (rc != 0) fail_msg("ember profile (cpu) exited %d (log %s)", rc, log_path);
   char *top = tu_go_pprof_top(out, "cpu");
   assert_non_null(strstr(top, "burn_hot"));
   assert_non_null(strstr(top, "burn_cold"));
   assert_null(strstr(top, "alloc_big"));
   double r = cum_ratio(top, "burn_hot", "burn_cold");
-  /* 2000 ms at 1000 Hz on one busy thread: ~2000 samples when it has a CPU
-   * (test_session_agent checks 2000 +- 10 % against its measured CPU). */
+  /* (test_session_agent checks the count against the CPU time the target
+   * really had.) */
   const char *tot = strstr(top, "Total samples = ");
   assert_non_null(tot);
   double total_s = amount(tot + strlen("Total samples = "));
   print_message("cpu session: %.0f samples\n", total_s * 1000);
-  assert_true(total_s > 0.5 && total_s < 2.2);
+  assert_true(total_s > 1.0 && total_s < 5.5);
   print_message("cpu session: burn_hot:burn_cold = %.2f\n", r);
   assert_true(r > 3.0 * 0.8 && r < 3.0 * 1.2);
   ember_free(top);

@@ -1,5 +1,6 @@
 /* The per-CPU sampler against the real kernel, and the window aggregate. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,23 +40,28 @@ static int64_t thread_cpu_ns(void) {
 }
 
 /* Burns `ms` of this thread's CPU time (not wall time), so the expected
- * sample count holds however busy the machine is. */
+ * sample count holds however busy the machine is. The CPU clock is a real
+ * system call (no vDSO for thread clocks): read once per ~100k additions
+ * (tens of microseconds), the burn function holds nearly every sample. */
 __attribute__((noinline)) static void sampler_test_burn(int64_t ms) {
   int64_t end = thread_cpu_ns() + ms * 1000000;
   while (thread_cpu_ns() < end) {
-    for (int i = 0; i < 1000; i++) sink += (uint64_t)i;
+    for (int i = 0; i < 100000; i++) sink += (uint64_t)i;
   }
 }
 
 typedef struct seen {
   uint64_t mine, in_burn, total, max_depth, ns;
   uint32_t self;
+  atomic_uint tid; /* the burning thread; 0 = any thread of self */
 } seen_t;
 
 static void on_sample(void *ctx, const ember__raw_sample_t *s) {
   seen_t *seen = ctx;
   seen->total++;
   if (s->pid != seen->self) return;
+  uint32_t tid = atomic_load(&seen->tid);
+  if (tid != 0 && s->tid != tid) return;
   seen->mine++;
   seen->ns += s->period_ns;
   if (s->nips > seen->max_depth) seen->max_depth = s->nips;
@@ -68,9 +74,35 @@ static void on_sample(void *ctx, const ember__raw_sample_t *s) {
   }
 }
 
-static void on_burn_timer(uv_timer_t *t) {
-  sampler_test_burn(1000);
-  uv_stop(t->loop);
+#define BURN_MS 2500
+/* Not 1000: a 1 ms sampling period is in step with the scheduler's tick
+ * (250 or 1000 Hz), where time slices of a busy CPU change hands, so the
+ * samples would land on either side of a switch by phase rather than by
+ * share. A rate prime to the tick walks across it. */
+#define SAMPLER_HZ 997
+
+typedef struct burner {
+  seen_t *seen;
+  int64_t cpu_ns; /* the thread CPU time the burn really took */
+  atomic_bool done;
+} burner_t;
+
+/* The burn runs beside the loop, as a target runs beside the agent: the
+ * loop keeps draining the rings (a burn inside a loop callback lets them
+ * overflow: thousands of samples a CPU in a few seconds of a busy
+ * machine). */
+static void burner_main(void *arg) {
+  burner_t *b = arg;
+  atomic_store(&b->seen->tid, (uint32_t)gettid());
+  int64_t t0 = thread_cpu_ns();
+  sampler_test_burn(BURN_MS);
+  b->cpu_ns = thread_cpu_ns() - t0;
+  atomic_store(&b->done, true);
+}
+
+static void on_burn_check(uv_timer_t *t) {
+  burner_t *b = t->data;
+  if (atomic_load(&b->done)) uv_stop(t->loop);
 }
 
 static void test_sampler_samples_this_process(void **state) {
@@ -78,15 +110,21 @@ static void test_sampler_samples_this_process(void **state) {
   uv_loop_t loop;
   assert_int_equal(uv_loop_init(&loop), 0);
   seen_t seen = {.self = (uint32_t)getpid()};
-  ember__sampler_opts_t o = {.hz = 1000, .ring_pages = 64, .kernel = true, .drain_ms = 50};
+  ember__sampler_opts_t o = {.hz = SAMPLER_HZ, .ring_pages = 64, .kernel = true, .drain_ms = 50};
   ember__sampler_t *s = NULL;
   char err[256] = "";
   int rc = ember__sampler_start(&loop, &o, on_sample, &seen, &s, err, sizeof err);
   if (rc != 0) fail_msg("sampler: %s", err);
+  burner_t b = {.seen = &seen};
+  atomic_init(&b.done, false);
   uv_timer_t t;
   uv_timer_init(&loop, &t);
-  uv_timer_start(&t, on_burn_timer, 10, 0);
+  t.data = &b;
+  uv_timer_start(&t, on_burn_check, 20, 20);
+  uv_thread_t th;
+  assert_int_equal(uv_thread_create(&th, burner_main, &b), 0);
   uv_run(&loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_thread_join(&th), 0);
   ember__sampler_drain(s);
   ember__sampler_stats_t st;
   ember__sampler_stats(s, &st);
@@ -95,13 +133,15 @@ static void test_sampler_samples_this_process(void **state) {
   uv_close((uv_handle_t *)&t, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);
   assert_int_equal(uv_loop_close(&loop), 0);
-  print_message("1 s of CPU at 1000 Hz: %llu samples of this process (%llu in the burn "
-                "function, depth up to %llu), %llu in all, %llu lost\n",
-                (unsigned long long)seen.mine, (unsigned long long)seen.in_burn,
-                (unsigned long long)seen.max_depth, (unsigned long long)seen.total,
-                (unsigned long long)st.lost);
-  /* One thread's 1 s of CPU at 1000 Hz: about 1000 samples. */
-  assert_true(seen.mine >= 850 && seen.mine <= 1150);
+  double cpu_s = (double)b.cpu_ns / 1e9, want = cpu_s * SAMPLER_HZ;
+  print_message("%.3f s of CPU at %d Hz: %llu samples of the burning thread (%llu in the burn "
+                "function, depth up to %llu, %.3f s of CPU by their periods), %llu in all, "
+                "%llu lost\n",
+                cpu_s, SAMPLER_HZ, (unsigned long long)seen.mine, (unsigned long long)seen.in_burn,
+                (unsigned long long)seen.max_depth, (double)seen.ns / 1e9,
+                (unsigned long long)seen.total, (unsigned long long)st.lost);
+  /* One sample per 1/SAMPLER_HZ s of CPU the thread got. */
+  assert_true(seen.mine >= want * 0.85 && seen.mine <= want * 1.15 + 20);
   assert_true(seen.in_burn >= seen.mine * 9 / 10);
   assert_true(seen.max_depth >= 3); /* the burn function, its callers */
   assert_int_equal(st.lost, 0);
