@@ -93,11 +93,6 @@ static const char *const reason_help[R_NREASONS] = {
     "Requests refused because their URL, headers or body were too large.",
     "Requests refused as malformed."};
 
-typedef struct ratelog {
-  _Atomic int64_t last_ns;
-  atomic_ulong suppressed;
-} ratelog_t;
-
 struct ember__http {
   struct MHD_Daemon *d;
   ember__http_handler_fn handler;
@@ -110,7 +105,7 @@ struct ember__http {
   atomic_long inflight; /* requests seen whose response is not yet done */
   ember_metric_t *m_requests, *m_2xx, *m_4xx, *m_5xx, *m_seconds, *m_conns;
   ember_metric_t *m_reason[R_NREASONS];
-  ratelog_t logs[R_NREASONS];
+  ember_log_limit_t logs[R_NREASONS]; /* one line per LOG_EVERY_NS per reason */
 
   /* Connections: a fixed table (nslots = libmicrohttpd's limit), guarded
    * by mu. A slot is freed in libmicrohttpd's "closed" notification, which
@@ -143,29 +138,17 @@ struct ember__http_req {
 
 /* ---------------------------------------------------------------- log -- */
 
-/* Bad input is logged at most once per LOG_EVERY_NS per reason, with how
- * many lines were left out since. */
+/* Bad input is logged through the shared limiter (log.h), one line per
+ * LOG_EVERY_NS per reason, with how many lines were left out since. */
 static void ratelog(ember__http_t *h, int reason, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void ratelog(ember__http_t *h, int reason, const char *fmt, ...) {
-  ratelog_t *l = &h->logs[reason];
-  int64_t now = ember_time_mono_ns(), last = atomic_load(&l->last_ns);
-  if ((last != 0 && now - last < LOG_EVERY_NS) ||
-      !atomic_compare_exchange_strong(&l->last_ns, &last, now)) {
-    atomic_fetch_add(&l->suppressed, 1);
-    return;
-  }
   char line[400];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
-  unsigned long more = atomic_exchange(&l->suppressed, 0);
-  if (more > 0) {
-    EMBER_WARN(h->log, "%s (and %lu more like it since the last such line)", line, more);
-  } else {
-    EMBER_WARN(h->log, "%s", line);
-  }
+  ember_log_limited(&h->logs[reason], EMBER_LOG_WARN, h->log, "%s", line);
 }
 
 static void refused(ember__http_t *h, int reason) { ember_metric_add(h->m_reason[reason], 1); }
@@ -941,10 +924,8 @@ int ember__http_start(const ember__http_opts_t *opts, ember__http_t **out, char 
   }
   atomic_init(&h->stopping, false);
   atomic_init(&h->inflight, 0);
-  for (int i = 0; i < R_NREASONS; i++) {
-    atomic_init(&h->logs[i].last_ns, 0);
-    atomic_init(&h->logs[i].suppressed, 0);
-  }
+  for (int i = 0; i < R_NREASONS; i++)
+    h->logs[i] = (ember_log_limit_t)EMBER_LOG_LIMIT_INIT_EVERY(1, LOG_EVERY_NS);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

@@ -63,11 +63,12 @@ void ember_log(ember_log_level_t level, const char *component, const char *fmt, 
 }
 
 bool ember_log_limit_take(ember_log_limit_t *l, int64_t now_ns, uint64_t *suppressed) {
-  uint32_t max = l->per_second ? l->per_second : 1;
+  uint32_t max = l->lines ? l->lines : 1;
+  int64_t period = l->period_ns > 0 ? l->period_ns : 1000000000;
   bool take;
   pthread_mutex_lock(&l->mu);
-  if (l->second_ns == INT64_MIN || now_ns - l->second_ns >= 1000000000 || now_ns < l->second_ns) {
-    l->second_ns = now_ns;
+  if (l->start_ns == INT64_MIN || now_ns - l->start_ns >= period || now_ns < l->start_ns) {
+    l->start_ns = now_ns;
     l->used = 0;
   }
   take = l->used < max;

@@ -38,8 +38,9 @@ EMBER_API void ember_log(ember_log_level_t level, const char *component, const c
 
 /* Rate-limited lines, for every stream of bad input (malformed Kafka
  * messages, refused commands, bad requests): whoever can send it must not
- * be able to flood the log. A stream writes at most `per_second` lines in
- * each second (of the monotonic clock); the lines past that are counted,
+ * be able to flood the log. A stream writes at most `lines` lines in each
+ * period (one second unless set; the monotonic clock); the lines past that
+ * are counted,
  * and the stream's next line written says how many were not:
  *   ... warn  session: ember.commands [0] offset 7: not a command (...):
  *   ignored (1234 similar lines not logged before this one)
@@ -47,22 +48,26 @@ EMBER_API void ember_log(ember_log_level_t level, const char *component, const c
  * drop lines but the numbers do not. Thread-safe (a mutex per stream). */
 typedef struct ember_log_limit {
   pthread_mutex_t mu;
-  uint32_t per_second; /* 0 counts as 1 */
-  uint32_t used;       /* lines written in the current second */
-  int64_t second_ns;   /* when the current second began (monotonic) */
+  uint32_t lines;      /* per period; 0 counts as 1 */
+  int64_t period_ns;   /* 0 = one second */
+  uint32_t used;       /* lines written in the current period */
+  int64_t start_ns;    /* when the current period began (monotonic) */
   uint64_t suppressed; /* lines not written since the last one that was */
 } ember_log_limit_t;
 
 /* The rate of the EMBER_*_LIMITED macros. */
 #define EMBER_LOG_LIMIT_PER_SECOND 5
-#define EMBER_LOG_LIMIT_INIT(n)                                                                    \
-  { PTHREAD_MUTEX_INITIALIZER, (n), 0, INT64_MIN, 0 }
+#define EMBER_LOG_LIMIT_INIT(n)    EMBER_LOG_LIMIT_INIT_EVERY(n, 0)
+/* n lines every period_ns: a stream that may repeat for as long as an
+ * attacker likes (the HTTP layer's refusals) may want a longer period. */
+#define EMBER_LOG_LIMIT_INIT_EVERY(n, period_ns)                                                   \
+  { PTHREAD_MUTEX_INITIALIZER, (n), (period_ns), 0, INT64_MIN, 0 }
 
 /* Whether a line of the stream at `now_ns` (monotonic) is written. When it
  * is, *suppressed is how many were not since the last one written (and the
  * count restarts). For tests; ember_log_limited calls it. */
 EMBER_API bool ember_log_limit_take(ember_log_limit_t *l, int64_t now_ns, uint64_t *suppressed);
-/* ember_log, at most l->per_second lines a second (see above). Lines below
+/* ember_log, at most l->lines lines a period (see above). Lines below
  * the log level are neither written nor counted. */
 EMBER_API void ember_log_limited(ember_log_limit_t *l, ember_log_level_t level,
                                  const char *component, const char *fmt, ...)

@@ -45,6 +45,19 @@ static void test_log_limit_counts_what_it_drops(void **state) {
   assert_false(ember_log_limit_take(&zero, 1, &sup));
 }
 
+/* A longer period (the HTTP layer's: one line per reason per 10 s). */
+static void test_log_limit_every_period(void **state) {
+  (void)state;
+  ember_log_limit_t l = EMBER_LOG_LIMIT_INIT_EVERY(1, 10 * SEC);
+  uint64_t sup = 99;
+  assert_true(ember_log_limit_take(&l, SEC, &sup));
+  assert_int_equal(sup, 0);
+  for (int i = 2; i <= 10; i++) assert_false(ember_log_limit_take(&l, i * SEC, &sup));
+  assert_false(ember_log_limit_take(&l, 11 * SEC - 1, &sup));
+  assert_true(ember_log_limit_take(&l, 11 * SEC, &sup));
+  assert_int_equal(sup, 10);
+}
+
 /* Lines of stderr written while fn runs. */
 static size_t count_lines(void (*fn)(void), char *text, size_t size) {
   char path[] = "/tmp/ember-test-log-XXXXXX";
@@ -106,6 +119,7 @@ static void test_log_limited_reports_the_dropped(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_log_limit_counts_what_it_drops),
+      cmocka_unit_test(test_log_limit_every_period),
       cmocka_unit_test(test_log_limited_macro_bounds_a_flood),
       cmocka_unit_test(test_log_limited_reports_the_dropped),
   };
