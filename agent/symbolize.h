@@ -33,6 +33,7 @@
 #include <sys/types.h>
 
 #include "ember/profile.h"
+#include "perfmap.h"
 
 /* x86-64: the kernel half of the address space. */
 #define EMBER__KERNEL_MIN 0xffff800000000000ULL
@@ -59,6 +60,8 @@ typedef struct ember__symbolizer_opts {
    * libc6-dbg): they still give symbol tables, but their DWARF costs tens
    * of MiB of memory per library once decompressed. */
   bool no_detached_dwarf;
+  /* Bounds of each pid's perf map (zeros: perfmap.h's defaults). */
+  ember__perfmap_limits_t perf_map;
 } ember__symbolizer_opts_t;
 
 typedef struct ember__symbolizer ember__symbolizer_t;
@@ -66,7 +69,7 @@ typedef struct ember__symbolizer ember__symbolizer_t;
 typedef struct ember__symbolizer_stats {
   uint64_t module_hits;    /* address resolved through a cached module */
   uint64_t module_loads;   /* ELF files parsed */
-  uint64_t perf_map_loads; /* perf map (re)reads */
+  uint64_t perf_map_loads; /* perf map refreshes that found the file */
   uint64_t unresolved;     /* frames left as module+offset or unknown */
 } ember__symbolizer_stats_t;
 
