@@ -118,7 +118,7 @@ static bool maps_library(pid_t pid) {
 
 /* The file's name below the process's root (no leading slash). */
 static void ctl_path(pid_t pid, char *buf, size_t size) {
-  snprintf(buf, size, "%s%d", EMBER_ALLOC_SHM_PREFIX + 1, (int)ns_pid(pid));
+  snprintf(buf, size, "%s%d", &EMBER_ALLOC_SHM_PREFIX[1], (int)ns_pid(pid));
 }
 
 /* Open the control file of `pid` after checking it is a regular file of

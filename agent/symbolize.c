@@ -365,6 +365,42 @@ cleanup:
   return rc;
 }
 
+int ember__procmaps_parse(const char *buf, size_t len, ember__procmaps_t **out) {
+  if (out == NULL || (buf == NULL && len > 0)) return -EINVAL;
+  int rc = 0;
+  char *line = NULL;
+  ember__procmaps_t *m = ember_calloc(1, sizeof *m);
+  if (m == NULL) return -ENOMEM;
+  m->pid = 0;
+  m->proc_root = ember_strdup("/proc");
+  line = ember_malloc(LINE_BUF + 1);
+  if (m->proc_root == NULL || line == NULL) {
+    rc = -ENOMEM;
+    goto cleanup;
+  }
+  maps_ctx_t ctx = {m};
+  /* Lines as read_lines passes them: at most LINE_BUF bytes (longer ones
+   * are skipped), NUL-terminated, the last one without its newline too. */
+  for (size_t at = 0; at < len;) {
+    const char *nl = memchr(buf + at, '\n', len - at);
+    size_t l = nl ? (size_t)(nl - (buf + at)) : len - at;
+    if (l < LINE_BUF) {
+      memcpy(line, buf + at, l);
+      line[l] = '\0';
+      rc = maps_line(&ctx, line, l);
+      if (rc != 0) goto cleanup;
+    }
+    at += l + (nl ? 1 : 0);
+  }
+  sort_array(m->v, m->n, sizeof *m->v, mapping_cmp);
+  *out = m;
+  m = NULL;
+cleanup:
+  ember_free(line);
+  ember__procmaps_free(m);
+  return rc;
+}
+
 void ember__procmaps_free(ember__procmaps_t *m) {
   if (m == NULL) return;
   arena_free(&m->strings);

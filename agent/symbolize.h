@@ -44,6 +44,10 @@ typedef struct ember__procmaps ember__procmaps_t;
  * (proc_root NULL = "/proc"). Returns 0, -ENOENT/-ESRCH when the process is
  * gone, -EACCES, -ENOMEM. */
 int ember__procmaps_read(const char *proc_root, pid_t pid, ember__procmaps_t **out);
+/* The same from the text of a maps file in memory (for tests and the
+ * fuzzer; the snapshot has no pid, so its files are never opened by pid).
+ * Returns 0, -EINVAL or -ENOMEM. */
+int ember__procmaps_parse(const char *buf, size_t len, ember__procmaps_t **out);
 void ember__procmaps_free(ember__procmaps_t *m);
 /* Does some executable mapping cover `addr`? */
 bool ember__procmaps_covers(const ember__procmaps_t *m, uint64_t addr);
