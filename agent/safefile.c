@@ -11,6 +11,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "alloc.h"
+#include "ember/metrics.h"
+
 static atomic_uint_fast64_t n_symlinks, n_not_regular, n_bad_owner, n_too_big;
 /* Cleared once openat2 answers ENOSYS (kernel < 5.6, or a seccomp filter
  * that refuses it): the walk below does the same job with more calls. */
@@ -173,4 +176,30 @@ void ember__safe_stats(ember__safe_stats_t *out) {
   out->not_regular = atomic_load(&n_not_regular);
   out->bad_owner = atomic_load(&n_bad_owner);
   out->too_big = atomic_load(&n_too_big);
+}
+
+void ember__safe_register_metrics(ember_metrics_t *m, ember__safe_metrics_t *out) {
+  out->symlinks = ember_metrics_counter(m, "ember_agent_file_symlinks_refused_total",
+                                        "Files of profiled processes refused: a symbolic link");
+  out->not_regular = ember_metrics_counter(
+      m, "ember_agent_file_not_regular_total",
+      "Files of profiled processes refused: a FIFO, device, directory or socket");
+  out->bad_owner = ember_metrics_counter(
+      m, "ember_agent_file_bad_owner_total",
+      "Files of profiled processes refused: another user's, or a second hard link");
+  out->too_big = ember_metrics_counter(m, "ember_agent_file_too_big_total",
+                                       "Files of profiled processes refused: over the size bound");
+  out->shm_faults =
+      ember_metrics_counter(m, "ember_agent_alloc_shm_faults_total",
+                            "Allocation sessions ended because the process cut its control file");
+}
+
+void ember__safe_update_metrics(const ember__safe_metrics_t *sm) {
+  ember__safe_stats_t st;
+  ember__safe_stats(&st);
+  ember_metric_set(sm->symlinks, (double)st.symlinks);
+  ember_metric_set(sm->not_regular, (double)st.not_regular);
+  ember_metric_set(sm->bad_owner, (double)st.bad_owner);
+  ember_metric_set(sm->too_big, (double)st.too_big);
+  ember_metric_set(sm->shm_faults, (double)ember__alloc_preload_faults());
 }

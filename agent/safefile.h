@@ -26,6 +26,8 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "ember/metrics.h"
+
 /* No owner check. */
 #define EMBER__SAFE_ANY_OWNER ((int64_t)-1)
 
@@ -68,5 +70,15 @@ typedef struct ember__safe_stats {
 
 /* Process-wide counts of refused opens since start. */
 void ember__safe_stats(ember__safe_stats_t *out);
+
+/* The agent's metrics of hostile files: the refusals above and the
+ * allocation control files found cut (ember__alloc_preload_faults). */
+typedef struct ember__safe_metrics {
+  ember_metric_t *symlinks, *not_regular, *bad_owner, *too_big, *shm_faults;
+} ember__safe_metrics_t;
+/* Register them in `m` (the loop thread, at start). */
+void ember__safe_register_metrics(ember_metrics_t *m, ember__safe_metrics_t *out);
+/* Copy the counts into them (any thread). */
+void ember__safe_update_metrics(const ember__safe_metrics_t *sm);
 
 #endif
