@@ -1128,6 +1128,30 @@ static void test_symbolize_perf_map_sparse(void **state) {
   rmdir(dir);
 }
 
+/* A binary its owner may rewrite is read with pread, not mapped (a file
+ * truncated while mapped would raise SIGBUS in the agent; a running
+ * executable cannot be cut, ETXTBSY, but a library it loaded can): names
+ * and DWARF lines still resolve through reads. */
+static void test_symbolize_user_owned_binary_not_mapped(void **state) {
+  state_t *st = *state;
+  copy_file(SYMFIX, SYMFIX_CPY);
+  assert_int_equal(chown(SYMFIX_CPY, NOBODY, NOBODY), 0);
+  fixture_start(SYMFIX_CPY, &st->fx[0]);
+  assert_int_equal(ember__procmaps_read(NULL, st->fx[0].pid, &st->maps[0]), 0);
+  const fixture_t *fx = &st->fx[0];
+  st->sym = new_sym(true);
+  uint64_t ips[] = {fx->v[K_ALPHA] + 1, fx->v[K_RET_ALPHA], fx->v[K_RET_BETA], fx->v[K_RET_GAMMA]};
+  static const char *const want[] = {"alpha_leaf", "beta_middle", "gamma_root", "main"};
+  ember_frame_t fr[8];
+  size_t n = symbolize(st->sym, fx->pid, st->maps[0], ips, 4, fr, 8);
+  assert_int_equal(n, 4);
+  for (size_t i = 0; i < n; i++) {
+    assert_string_equal(fr[i].function, want[i]);
+    assert_true(ends_with(fr[i].file, "/symfix.c"));
+  }
+  assert_int_equal(fr[1].line, fx->v[K_LINE_BETA_CALL]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_symbolize_procmaps_parses_fake_root, setup, teardown),
@@ -1147,6 +1171,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_symbolize_vdso, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_alloc_failures, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_costs, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_symbolize_user_owned_binary_not_mapped, setup, teardown),
       cmocka_unit_test(test_symbolize_perf_map_symlink_refused),
       cmocka_unit_test(test_symbolize_perf_map_symlink_in_own_tmp),
       cmocka_unit_test(test_symbolize_perf_map_sparse),
