@@ -19,6 +19,10 @@ static atomic_uint_fast64_t n_symlinks, n_not_regular, n_bad_owner, n_too_big;
  * that refuses it): the walk below does the same job with more calls. */
 static atomic_bool have_openat2 = true;
 
+void ember__safe_use_openat2(bool use) {
+  atomic_store_explicit(&have_openat2, use, memory_order_relaxed);
+}
+
 static int open_flags(const ember__safe_opts_t *o) {
   int acc = (o->flags & O_ACCMODE) == O_RDWR ? O_RDWR : O_RDONLY;
   return acc | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;

@@ -61,6 +61,10 @@ int ember__safe_read(int dirfd, const char *path, const ember__safe_opts_t *o, c
  * the file. Returns the bytes read (may be < len at the end) or -errno. */
 ssize_t ember__safe_pread(int fd, void *buf, size_t len, uint64_t off);
 
+/* Tests only: use (false) or stop using (true) openat2, so the walk that
+ * stands in for it on older kernels is tested on this one. */
+void ember__safe_use_openat2(bool use);
+
 typedef struct ember__safe_stats {
   uint64_t symlinks;    /* a symbolic link where none may be */
   uint64_t not_regular; /* FIFO, device, directory, socket */

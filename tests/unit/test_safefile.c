@@ -93,8 +93,22 @@ static void test_safefile_links_never_followed(void **state) {
   close(dfd);
 }
 
+static void test_safefile_only_regular_files_body(void);
+
+/* The same without openat2 (kernels before 5.6, some seccomp filters). */
+static void test_safefile_links_never_followed_walk(void **state) {
+  ember__safe_use_openat2(false);
+  test_safefile_links_never_followed(state);
+  test_safefile_only_regular_files_body();
+  ember__safe_use_openat2(true);
+}
+
 static void test_safefile_only_regular_files(void **state) {
   (void)state;
+  test_safefile_only_regular_files_body();
+}
+
+static void test_safefile_only_regular_files_body(void) {
   char path[PATH_MAX];
   snprintf(path, sizeof path, "%s/fifo", dir);
   assert_int_equal(mkfifo(path, 0666), 0);
@@ -137,6 +151,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_safefile_links_never_followed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_safefile_only_regular_files, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_safefile_links_never_followed_walk, setup, teardown),
       cmocka_unit_test_setup_teardown(test_safefile_owner_links_size, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
