@@ -811,7 +811,17 @@ static int module_build(elf_file_t *f, const char *build_id, bool dwarf, bool dw
     keep = &dbg;
   }
   if (keep != NULL && !keep->mapped && keep->size > MAX_READ_DWARF_SIZE) keep = NULL;
-  if (keep != NULL) {
+  if (keep != NULL && !keep->mapped) {
+    /* A file read, not mapped: FDREAD reads it whole into memory, but
+     * libelf (0.188) then loses the section data it had already read into
+     * the handle, so a fresh handle is read whole instead. */
+    Elf *whole = elf_begin(keep->fd, ELF_C_READ, NULL);
+    if (whole != NULL && elf_cntl(whole, ELF_C_FDREAD) == 0) {
+      mod->dw_elf = whole;
+    } else if (whole != NULL) {
+      elf_end(whole);
+    }
+  } else if (keep != NULL) {
     /* The file is mapped (FDREAD reads it only if it is not) and libelf
      * then lets go of the descriptor, as FDDONE would: holding one per
      * module could exhaust the agent's fd limit. */
