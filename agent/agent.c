@@ -728,7 +728,7 @@ static void on_metrics_timer(uv_timer_t *t) {
   ember_metric_set(a->m.unreadable, (double)ds.unreadable);
   ember_metric_set(a->m.cpu, ember_self_cpu_seconds());
   ember_metric_set(a->m.rss, ember_self_rss_bytes());
-  ember__safe_update_metrics(&a->sf);
+  ember__safe_update_metrics(&a->sf, ember__alloc_preload_faults());
 }
 
 static void on_signal(uv_signal_t *h, int signum) {

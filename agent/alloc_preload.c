@@ -22,6 +22,7 @@
 
 #include "../preload/ember_alloc_shm.h"
 #include "alloc.h"
+#include "ember/log.h"
 #include "ember/parse.h"
 #include "safefile.h"
 
@@ -272,7 +273,13 @@ cleanup:
 /* The file was cut (or is no longer the size it must be): count it and
  * read no more; what was aggregated is kept. */
 static int fault(ember__alloc_preload_t *p) {
-  if (!p->broken) atomic_fetch_add(&n_faults, 1);
+  if (!p->broken) {
+    atomic_fetch_add(&n_faults, 1);
+    EMBER_WARN("alloc",
+               "process %d cut or resized its allocation control file: its session ends with "
+               "the samples read so far",
+               (int)p->pid);
+  }
   p->broken = true;
   return -EPROTO;
 }

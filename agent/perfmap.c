@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ember/ember.h"
+#include "ember/log.h"
 #include "safefile.h"
 
 #define READ_BLOCK (64u * 1024u)
@@ -48,7 +49,8 @@ struct ember__perfmap {
   uint64_t offset, dev, ino;
   uint64_t budget; /* bytes still allowed (max_bytes - bytes fed) */
   const char *path;
-  const char *paths[2]; /* <dir>/perf-PID.map, <proc>/PID/root/tmp/perf-NS.map */
+  const char *paths[2];               /* <dir>/perf-PID.map, <proc>/PID/root/tmp/perf-NS.map */
+  bool warned_refused, warned_capped; /* one log line each per pid */
   ember__perfmap_stats_t stats;
 };
 
@@ -353,7 +355,18 @@ int ember__perfmap_refresh(ember__perfmap_t *pm, const ember__perfmap_src_t *src
   char *buf = NULL;
   int fd = open_map(pm, src, path, sizeof path, &which, &st);
   if (fd < 0) {
-    if (refused(fd) || fd == -EFBIG) pm->stats.refused++;
+    if (refused(fd) || fd == -EFBIG) {
+      pm->stats.refused++;
+      if (!pm->warned_refused) {
+        pm->warned_refused = true;
+        EMBER_WARN("symbolize", "perf map %s of pid %d refused: %s; its JIT frames stay unnamed",
+                   path, (int)pm->pid,
+                   fd == -ELOOP    ? "a symbolic link"
+                   : fd == -ENODEV ? "not a regular file"
+                   : fd == -EPERM  ? "not the process's user's, or a second hard link"
+                                   : "too big");
+      }
+    }
     return fd == -ENOMEM ? fd : 0;
   }
   pm->stats.reads++;
@@ -376,6 +389,13 @@ int ember__perfmap_refresh(ember__perfmap_t *pm, const ember__perfmap_src_t *src
   if (size <= pm->offset) goto cleanup; /* nothing appended */
   if (pm->budget == 0 || pm->n >= pm->lim.max_entries) {
     pm->stats.capped++;
+    if (!pm->warned_capped) {
+      pm->warned_capped = true;
+      EMBER_WARN("symbolize",
+                 "perf map %s of pid %d is past its bound (%llu bytes read, %zu entries): code "
+                 "compiled since stays unnamed",
+                 pm->path, (int)pm->pid, (unsigned long long)pm->lim.max_bytes, pm->n);
+    }
     goto cleanup;
   }
   buf = ember_malloc(READ_BLOCK);

@@ -11,7 +11,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "alloc.h"
 #include "ember/metrics.h"
 
 static atomic_uint_fast64_t n_symlinks, n_not_regular, n_bad_owner, n_too_big;
@@ -198,12 +197,12 @@ void ember__safe_register_metrics(ember_metrics_t *m, ember__safe_metrics_t *out
                             "Allocation sessions ended because the process cut its control file");
 }
 
-void ember__safe_update_metrics(const ember__safe_metrics_t *sm) {
+void ember__safe_update_metrics(const ember__safe_metrics_t *sm, uint64_t shm_faults) {
   ember__safe_stats_t st;
   ember__safe_stats(&st);
   ember_metric_set(sm->symlinks, (double)st.symlinks);
   ember_metric_set(sm->not_regular, (double)st.not_regular);
   ember_metric_set(sm->bad_owner, (double)st.bad_owner);
   ember_metric_set(sm->too_big, (double)st.too_big);
-  ember_metric_set(sm->shm_faults, (double)ember__alloc_preload_faults());
+  ember_metric_set(sm->shm_faults, (double)shm_faults);
 }

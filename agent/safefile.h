@@ -82,7 +82,8 @@ typedef struct ember__safe_metrics {
 } ember__safe_metrics_t;
 /* Register them in `m` (the loop thread, at start). */
 void ember__safe_register_metrics(ember_metrics_t *m, ember__safe_metrics_t *out);
-/* Copy the counts into them (any thread). */
-void ember__safe_update_metrics(const ember__safe_metrics_t *sm);
+/* Copy the counts into them (any thread); shm_faults is
+ * ember__alloc_preload_faults(), passed in so this module needs no other. */
+void ember__safe_update_metrics(const ember__safe_metrics_t *sm, uint64_t shm_faults);
 
 #endif

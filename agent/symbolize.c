@@ -1547,7 +1547,11 @@ static int perfmap_refresh(ember__symbolizer_t *s, pid_t pid, pidmap_t **io) {
   ember__perfmap_stats(pm->pm, &ps);
   s->stats.perf_map_loads += ps.reads - pm->reads;
   pm->reads = ps.reads;
-  if (created != NULL && ember__perfmap_found(pm->pm)) {
+  ember__perfmap_stats_t after;
+  ember__perfmap_stats(pm->pm, &after);
+  /* A refused map keeps its state too, so it is logged once per pid, not
+   * once per stack. */
+  if (created != NULL && (ember__perfmap_found(pm->pm) || after.refused > 0)) {
     uint32_t b = (uint32_t)pid % PID_BUCKETS;
     created->next = s->pids[b];
     s->pids[b] = created;
