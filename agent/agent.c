@@ -17,6 +17,7 @@
 #include "ember/metrics.h"
 #include "htab.h"
 #include "publish.h"
+#include "safefile.h"
 #include "sampler.h"
 #include "alloc.h"
 #include "session.h"
@@ -130,6 +131,7 @@ typedef struct agent {
   ember__symbolizer_t *sym; /* close thread only */
   ember__sessions_t *sessions;
   ember__session_metrics_t sm;
+  ember__safe_metrics_t sf; /* hostile files (agent/safefile.h) */
 
   ember__window_t *open;
   ember__window_clock_t wclock; /* when to cut `open`, and its label */
@@ -760,6 +762,7 @@ static void on_metrics_timer(uv_timer_t *t) {
   ember_metric_set(a->m.unreadable, (double)ds.unreadable);
   ember_metric_set(a->m.cpu, ember_self_cpu_seconds());
   ember_metric_set(a->m.rss, ember_self_rss_bytes());
+  ember__safe_update_metrics(&a->sf, ember__alloc_preload_faults());
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -815,6 +818,7 @@ static void register_metrics(agent_t *a) {
   a->m.cpu = ember_metrics_gauge(m, "ember_agent_cpu_seconds", "The agent's own CPU seconds");
   a->m.rss = ember_metrics_gauge(m, "ember_agent_rss_bytes", "The agent's resident memory");
   ember__sessions_register_metrics(m, &a->sm);
+  ember__safe_register_metrics(m, &a->sf);
 }
 
 static int read_config(agent_t *a, const ember_config_t *cfg, char *err, size_t errsz) {

@@ -90,6 +90,9 @@ bool ember__alloc_preload_present(pid_t pid);
  * ended without running exit handlers (_exit, signals). Call it now and
  * then (e.g. hourly). Returns the number removed or -errno. */
 int ember__alloc_preload_sweep(void);
+/* Control files found cut or resized during a session since start (each
+ * ends its session; what was sampled until then is kept). */
+uint64_t ember__alloc_preload_faults(void);
 
 /* --- Between alloc_*.c only: the method-independent session part lives in
  * alloc_uprobe.c, the preload method in alloc_preload.c. --- */

@@ -1,88 +1,135 @@
 /* The preload method of allocation sessions: the agent's side of the
  * control file that libember_alloc.so creates (preload/ember_alloc_shm.h).
  * Everything in the file is written by the profiled process, so it is
- * treated as untrusted: sizes are checked before mapping, every slot is
- * copied out and validated, and a stuck or lying ring only loses samples.
- * See docs/internals/alloc.md. */
+ * treated as untrusted: every slot is copied out and validated, and a stuck
+ * or lying ring only loses samples. The agent never maps the file: the
+ * process may truncate it at any time, and a mapping of a truncated file
+ * raises SIGBUS in the reader. It reads with pread and writes its own
+ * words with pwrite instead (a short read is a counted fault that ends the
+ * session). See docs/internals/alloc.md. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../preload/ember_alloc_shm.h"
 #include "alloc.h"
+#include "ember/log.h"
 #include "ember/parse.h"
+#include "safefile.h"
 
 /* Polls a reserved-but-unpublished slot may block the ring before it is
  * skipped (its writer died or was stopped mid-record). */
 #define STUCK_POLLS 20
 
+/* Slots read per pread while draining. */
+#define DRAIN_BATCH 64u
+
+static atomic_uint_fast64_t n_faults;
+
 struct ember__alloc_preload {
   pid_t pid;
   int fd;
-  ember_alloc_shm_t *c;
   uint64_t token;
   uint64_t sample_bytes;
   uint64_t tail;
   uint64_t dropped_base;
+  uint64_t heartbeat;
   unsigned stuck;
   bool owner;
+  bool broken; /* the file was cut or replaced: no more reads */
+  ember_alloc_slot_t batch[DRAIN_BATCH];
 };
+
+uint64_t ember__alloc_preload_faults(void) { return atomic_load(&n_faults); }
+
+/* The agent's words in the header, written one aligned 8-byte pwrite each
+ * (the library reads them with plain atomic loads from its mapping). A
+ * write past the end of a cut file only grows it again: no fault. */
+static void put_word(const ember__alloc_preload_t *p, size_t off, uint64_t v) {
+  ssize_t r;
+  do {
+    r = pwrite(p->fd, &v, sizeof v, (off_t)off);
+  } while (r < 0 && errno == EINTR);
+}
+
+/* Read the header; false when the file is too short for it (cut). */
+static bool get_header(int fd, ember_alloc_shm_t *h) {
+  return ember__safe_pread(fd, h, sizeof *h, 0) == (ssize_t)sizeof *h;
+}
 
 /* The pid of `pid` in its own namespace (last NSpid field), so the file
  * name matches what the library saw in getpid(). */
 static pid_t ns_pid(pid_t pid) {
-  char path[64], line[256];
-  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-  FILE *f = fopen(path, "re");
+  char path[64], buf[4097];
+  size_t len = 0;
   pid_t r = pid;
-  if (f == NULL) return r;
-  while (fgets(line, sizeof line, f) != NULL) {
-    if (strncmp(line, "NSpid:", 6) != 0) continue;
-    char *last = NULL;
-    for (char *p = line + 6; *p != '\0'; p++)
-      if ((*p >= '0' && *p <= '9') && (p[-1] == ' ' || p[-1] == '\t')) last = p;
-    if (last != NULL) {
-      last[strcspn(last, " \t\n")] = '\0';
-      uint64_t v;
-      if (ember_parse_u64(last, 1, INT32_MAX, &v) == 0) r = (pid_t)v;
-    }
-    break;
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  if (ember__safe_read(AT_FDCWD, path, NULL, buf, sizeof buf - 1, &len) != 0) return r;
+  buf[len] = '\0';
+  char *line = strstr(buf, "\nNSpid:");
+  if (line == NULL) return r;
+  line += 7;
+  line[strcspn(line, "\n")] = '\0';
+  char *last = NULL;
+  for (char *p = line; *p != '\0'; p++)
+    if ((*p >= '0' && *p <= '9') && (p[-1] == ' ' || p[-1] == '\t' || p[-1] == ':')) last = p;
+  if (last != NULL) {
+    last[strcspn(last, " \t")] = '\0';
+    uint64_t v;
+    if (ember_parse_u64(last, 1, INT32_MAX, &v) == 0) r = (pid_t)v;
   }
-  fclose(f);
   return r;
 }
 
+/* Does /proc/PID/maps name the library? Read in blocks, at most 64 MiB. */
 static bool maps_library(pid_t pid) {
-  char path[64], line[4096];
-  snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
-  FILE *f = fopen(path, "re");
+  static const char needle[] = "/libember_alloc";
+  enum { BLOCK = 16384, KEEP = sizeof needle - 2 };
+  char path[64], buf[KEEP + BLOCK + 1];
+  size_t have = 0, total = 0;
   bool found = false;
-  if (f == NULL) return false;
-  while (!found && fgets(line, sizeof line, f) != NULL)
-    found = strstr(line, "/libember_alloc") != NULL;
-  fclose(f);
+  snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+  int fd = ember__safe_openat(AT_FDCWD, path, NULL, NULL);
+  if (fd < 0) return false;
+  while (!found && total < (64u << 20)) {
+    ssize_t r = read(fd, buf + have, BLOCK);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    total += (size_t)r;
+    have += (size_t)r;
+    buf[have] = '\0';
+    found = memmem(buf, have, needle, sizeof needle - 1) != NULL;
+    /* Keep the tail: the name may straddle two reads. */
+    size_t keep = have < KEEP ? have : KEEP;
+    memmove(buf, buf + have - keep, keep);
+    have = keep;
+  }
+  close(fd);
   return found;
 }
 
+/* The file's name below the process's root (no leading slash). */
 static void ctl_path(pid_t pid, char *buf, size_t size) {
-  snprintf(buf, size, "/proc/%d/root" EMBER_ALLOC_SHM_PREFIX "%d", (int)pid, (int)ns_pid(pid));
+  snprintf(buf, size, "%s%d", &EMBER_ALLOC_SHM_PREFIX[1], (int)ns_pid(pid));
 }
 
 /* Open the control file of `pid` after checking it is a regular file of
  * the right size owned by the process's user. Returns an fd or -errno. */
 static int ctl_open(pid_t pid, char *err, size_t n) {
-  char path[128], proc[32];
+  char path[128], proc[32], proc_root[48];
   struct stat st, pst;
   ctl_path(pid, path, sizeof path);
   snprintf(proc, sizeof proc, "/proc/%d", (int)pid);
+  snprintf(proc_root, sizeof proc_root, "/proc/%d/root", (int)pid);
   if (stat(proc, &pst) != 0) {
     int e = errno;
     snprintf(err, n, "process %d: %s", (int)pid, strerror(e));
@@ -95,23 +142,28 @@ static int ctl_open(pid_t pid, char *err, size_t n) {
              (int)pid);
     return -ENOENT;
   }
-  int fd;
-  do {
-    fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) {
+  /* No link anywhere below the process's root; only the process's own
+   * user (or root) may own the file, with one link. */
+  ember__safe_opts_t o = {.flags = O_RDWR, .owner = (int64_t)pst.st_uid, .one_link = true};
+  int rootfd = open(proc_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0) {
     int e = errno;
-    snprintf(err, n, "process %d maps libember_alloc.so but its control file %s: %s", (int)pid,
-             path, strerror(e));
-    return -e;
+    snprintf(err, n, "process %d: %s: %s", (int)pid, proc_root, strerror(e));
+    return e == ENOENT ? -ESRCH : -e;
   }
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != pst.st_uid ||
-      st.st_size != (off_t)EMBER_ALLOC_SHM_SIZE) {
+  int fd = ember__safe_openat(rootfd, path, &o, &st);
+  close(rootfd);
+  if (fd < 0 && fd != -EPERM && fd != -ENODEV) {
+    snprintf(err, n, "process %d maps libember_alloc.so but its control file %s: %s", (int)pid,
+             path, strerror(-fd));
+    return fd;
+  }
+  if (fd < 0 || st.st_size != (off_t)EMBER_ALLOC_SHM_SIZE) {
     snprintf(err, n,
              "%s is not a control file of libember_alloc.so version %u (type, owner or size); "
              "agent and library versions must match",
              path, EMBER_ALLOC_SHM_VERSION);
-    close(fd);
+    if (fd >= 0) close(fd);
     return -EPROTO;
   }
   return fd;
@@ -145,11 +197,9 @@ bool ember__alloc_preload_present(pid_t pid) {
   if (pid <= 0) return false;
   int fd = ctl_open(pid, err, sizeof err);
   if (fd < 0) return false;
-  void *m = mmap(NULL, EMBER_ALLOC_SHM_HDR, PROT_READ, MAP_SHARED, fd, 0);
+  ember_alloc_shm_t h;
+  bool ok = get_header(fd, &h) && header_ok(&h, ns_pid(pid));
   close(fd);
-  if (m == MAP_FAILED) return false;
-  bool ok = header_ok(m, ns_pid(pid));
-  munmap(m, EMBER_ALLOC_SHM_HDR);
   return ok;
 }
 
@@ -163,20 +213,21 @@ static uint64_t new_token(void) {
 int ember__alloc_preload_open(pid_t pid, uint64_t sample_bytes, ember__alloc_preload_t **out,
                               char *err, size_t n) {
   ember__alloc_preload_t *p = NULL;
-  void *m = MAP_FAILED;
+  ember_alloc_shm_t h;
   int rc, fd = ctl_open(pid, err, n);
   if (fd < 0) return fd;
-  m = mmap(NULL, EMBER_ALLOC_SHM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (m == MAP_FAILED) {
-    rc = -errno;
-    snprintf(err, n, "mmap of process %d's control file: %s", (int)pid, strerror(-rc));
-    goto cleanup;
-  }
-  ember_alloc_shm_t *c = m;
-  if (!header_ok(c, ns_pid(pid))) {
+  if (!get_header(fd, &h) || !header_ok(&h, ns_pid(pid))) {
     rc = -EPROTO;
     snprintf(err, n, "process %d's control file has a bad header (library version %u expected)",
              (int)pid, EMBER_ALLOC_SHM_VERSION);
+    goto cleanup;
+  }
+  /* One session per process: an exclusive lock on the file, which the
+   * kernel drops if the agent dies (the token word below is informative
+   * only, for a reader of the file). */
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+    snprintf(err, n, "process %d already has an allocation session (another agent?)", (int)pid);
     goto cleanup;
   }
   /* The ring's pages must exist before the library may write them: a
@@ -195,101 +246,121 @@ int ember__alloc_preload_open(pid_t pid, uint64_t sample_bytes, ember__alloc_pre
     goto cleanup;
   }
   p->token = new_token();
-  /* Take ownership; a previous owner that went silent left `on` cleared
-   * (the library turns itself off), so its claim may be taken over. */
-  uint64_t prev = 0;
-  if (!__atomic_compare_exchange_n(&c->owner, &prev, p->token, false, __ATOMIC_ACQ_REL,
-                                   __ATOMIC_ACQUIRE)) {
-    if (__atomic_load_n(&c->on, __ATOMIC_ACQUIRE) != 0 ||
-        !__atomic_compare_exchange_n(&c->owner, &prev, p->token, false, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_ACQUIRE)) {
-      rc = -EBUSY;
-      snprintf(err, n, "process %d already has an allocation session (another agent?)", (int)pid);
-      goto cleanup;
-    }
-  }
   p->owner = true;
   p->pid = pid;
   p->fd = fd;
-  p->c = c;
   p->sample_bytes = sample_bytes;
-  p->tail = __atomic_load_n(&c->head, __ATOMIC_ACQUIRE);
-  p->dropped_base = __atomic_load_n(&c->dropped, __ATOMIC_RELAXED);
-  __atomic_store_n(&c->tail, p->tail, __ATOMIC_RELEASE);
-  __atomic_store_n(&c->sample_bytes, sample_bytes, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&c->heartbeat, 1, __ATOMIC_RELAXED);
-  __atomic_fetch_add(&c->generation, 1, __ATOMIC_RELEASE);
-  __atomic_store_n(&c->on, 1, __ATOMIC_RELEASE);
+  p->tail = h.head;
+  p->dropped_base = h.dropped;
+  p->heartbeat = h.heartbeat + 1;
+  put_word(p, offsetof(ember_alloc_shm_t, owner), p->token);
+  put_word(p, offsetof(ember_alloc_shm_t, tail), p->tail);
+  put_word(p, offsetof(ember_alloc_shm_t, sample_bytes), sample_bytes);
+  put_word(p, offsetof(ember_alloc_shm_t, heartbeat), p->heartbeat);
+  put_word(p, offsetof(ember_alloc_shm_t, generation), h.generation + 1);
+  /* pwrite orders these stores as the old __ATOMIC_RELEASE did: each one
+   * is complete in the page cache before the next starts, and `on` last. */
+  put_word(p, offsetof(ember_alloc_shm_t, on), 1);
   *out = p;
   return 0;
 
 cleanup:
   free(p);
-  if (m != MAP_FAILED) munmap(m, EMBER_ALLOC_SHM_SIZE);
   close(fd);
   return rc;
+}
+
+/* The file was cut (or is no longer the size it must be): count it and
+ * read no more; what was aggregated is kept. */
+static int fault(ember__alloc_preload_t *p) {
+  if (!p->broken) {
+    atomic_fetch_add(&n_faults, 1);
+    EMBER_WARN("alloc",
+               "process %d cut or resized its allocation control file: its session ends with "
+               "the samples read so far",
+               (int)p->pid);
+  }
+  p->broken = true;
+  return -EPROTO;
 }
 
 int ember__alloc_preload_drain(ember__alloc_preload_t *p,
                                void (*add)(void *ctx, const uint64_t *ips, size_t n, double objects,
                                            double bytes),
                                void *ctx, uint64_t *lost) {
-  ember_alloc_shm_t *c = p->c;
-  const ember_alloc_slot_t *slots =
-      (const ember_alloc_slot_t *)(const void *)((const unsigned char *)c + EMBER_ALLOC_SHM_HDR);
-  ember_alloc_slot_t copy;
-  __atomic_fetch_add(&c->heartbeat, 1, __ATOMIC_RELAXED);
-  uint64_t head = __atomic_load_n(&c->head, __ATOMIC_ACQUIRE);
+  ember_alloc_shm_t h;
+  struct stat st;
+  if (p->broken) return -EPROTO;
+  if (fstat(p->fd, &st) != 0 || st.st_size != (off_t)EMBER_ALLOC_SHM_SIZE || !get_header(p->fd, &h))
+    return fault(p);
+  put_word(p, offsetof(ember_alloc_shm_t, heartbeat), ++p->heartbeat);
+  uint64_t head = h.head;
   if (head - p->tail > EMBER_ALLOC_SHM_SLOTS) {
     /* Only a corrupt or hostile writer gets here. */
     *lost += head - p->tail - EMBER_ALLOC_SHM_SLOTS;
     p->tail = head - EMBER_ALLOC_SHM_SLOTS;
   }
+  size_t have = 0, at = 0; /* batch[at..have) holds slots p->tail.. */
   while (p->tail != head) {
-    const ember_alloc_slot_t *s = &slots[p->tail % EMBER_ALLOC_SHM_SLOTS];
-    if (__atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) != p->tail + 1) {
+    if (at == have) {
+      /* Read up to DRAIN_BATCH slots in one call, not past the ring's
+       * end nor past head. */
+      uint64_t idx = p->tail % EMBER_ALLOC_SHM_SLOTS;
+      uint64_t want = head - p->tail;
+      if (want > DRAIN_BATCH) want = DRAIN_BATCH;
+      if (want > EMBER_ALLOC_SHM_SLOTS - idx) want = EMBER_ALLOC_SHM_SLOTS - idx;
+      size_t bytes = (size_t)want * sizeof(ember_alloc_slot_t);
+      ssize_t r = ember__safe_pread(p->fd, p->batch, bytes,
+                                    EMBER_ALLOC_SHM_HDR + idx * sizeof(ember_alloc_slot_t));
+      if (r != (ssize_t)bytes) return fault(p);
+      have = (size_t)want;
+      at = 0;
+    }
+    const ember_alloc_slot_t *copy = &p->batch[at];
+    if (copy->seq != p->tail + 1) {
+      /* Not published yet (or published after this read): wait for it,
+       * up to STUCK_POLLS polls, reading it again at the next poll. */
       if (++p->stuck < STUCK_POLLS) break;
       (*lost)++;
       p->tail++;
+      at++;
       p->stuck = 0;
       continue;
     }
     p->stuck = 0;
-    memcpy(&copy, s, sizeof copy);
     p->tail++;
-    if (copy.nips == 0 || copy.nips > EMBER_ALLOC_SHM_FRAMES || copy.size == 0 ||
-        __atomic_load_n(&s->seq, __ATOMIC_ACQUIRE) != copy.seq) {
+    at++;
+    if (copy->nips == 0 || copy->nips > EMBER_ALLOC_SHM_FRAMES || copy->size == 0) {
       (*lost)++;
       continue;
     }
     /* An allocation of `size` bytes holds at least one sample point of a
      * Poisson process of rate 1/R with probability 1 - exp(-size/R);
      * dividing by it makes the estimates unbiased. */
-    double prob = one_minus_exp_neg((double)copy.size / (double)p->sample_bytes);
+    double prob = one_minus_exp_neg((double)copy->size / (double)p->sample_bytes);
     double w = prob > 0 ? 1.0 / prob : 1.0;
-    add(ctx, copy.ips, copy.nips, w, w * (double)copy.size);
+    add(ctx, copy->ips, copy->nips, w, w * (double)copy->size);
   }
-  __atomic_store_n(&c->tail, p->tail, __ATOMIC_RELEASE);
-  uint64_t dropped = __atomic_load_n(&c->dropped, __ATOMIC_RELAXED);
-  *lost += dropped - p->dropped_base;
-  p->dropped_base = dropped;
+  put_word(p, offsetof(ember_alloc_shm_t, tail), p->tail);
+  *lost += h.dropped - p->dropped_base;
+  p->dropped_base = h.dropped;
   if (kill(p->pid, 0) != 0 && errno == ESRCH) return -ESRCH;
   return 0;
 }
 
 void ember__alloc_preload_disable(ember__alloc_preload_t *p) {
-  if (p != NULL) __atomic_store_n(&p->c->on, 0, __ATOMIC_RELEASE);
+  if (p != NULL) put_word(p, offsetof(ember_alloc_shm_t, on), 0);
 }
 
 void ember__alloc_preload_close(ember__alloc_preload_t *p) {
   if (p == NULL) return;
-  __atomic_store_n(&p->c->on, 0, __ATOMIC_RELEASE);
+  put_word(p, offsetof(ember_alloc_shm_t, on), 0);
   if (p->owner) {
-    uint64_t tok = p->token;
-    __atomic_compare_exchange_n(&p->c->owner, &tok, 0, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    ember_alloc_shm_t h;
+    if (get_header(p->fd, &h) && h.owner == p->token)
+      put_word(p, offsetof(ember_alloc_shm_t, owner), 0);
   }
-  munmap(p->c, EMBER_ALLOC_SHM_SIZE);
-  close(p->fd);
+  close(p->fd); /* releases the lock */
   free(p);
 }
 

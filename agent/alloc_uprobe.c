@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "safefile.h"
 #include "ember/parse.h"
 #include "htab.h"
 #include "sampler.h"
@@ -220,11 +221,14 @@ static int find_libc(pid_t pid, char *out, size_t size, char *err, size_t n) {
 static int find_offsets(const char *path, uint64_t off[FN_COUNT], char *err, size_t n) {
   int rc = -ENOENT;
   Elf *e = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* The process owns what is below its root: a FIFO or a device there
+   * must not block the agent, so only a regular file is read. */
+  ember__safe_opts_t o = {.follow = true, .owner = EMBER__SAFE_ANY_OWNER, .max_size = 1u << 30};
+  int fd = ember__safe_openat(AT_FDCWD, path, &o, NULL);
   uint64_t vaddr[FN_COUNT] = {0};
   if (fd < 0) {
-    rc = -errno;
-    snprintf(err, n, "open %s: %s", path, strerror(-rc));
+    rc = fd;
+    snprintf(err, n, "open %s: %s", path, rc == -ENODEV ? "not a regular file" : strerror(-rc));
     return rc;
   }
   elf_version(EV_CURRENT);

@@ -21,6 +21,7 @@
 #include "ember/ember.h"
 #include "ember/log.h"
 #include "ember/parse.h"
+#include "safefile.h"
 
 /* Limits on what is read from a process: /proc files are untrusted input. */
 #define ENVIRON_MAX (256 * 1024) /* bytes of /proc/PID/environ looked at */
@@ -276,28 +277,14 @@ typedef struct proc_stat {
   char comm[16];
 } proc_stat_t;
 
-/* Read at most cap bytes of dirfd/name. Returns 0 or -errno. */
+/* Read at most cap bytes of dirfd/name, a file of procfs (links there, as
+ * self/, are the kernel's), through the agent's one safe-open helper: a
+ * regular file only, never blocking. Returns 0 or -errno. */
 static int read_at(int dirfd, const char *name, char *buf, size_t cap, size_t *len_out) {
-  int rc = 0;
+  ember__safe_opts_t o = {.follow = true, .owner = EMBER__SAFE_ANY_OWNER};
   size_t len = 0;
-  int fd;
-  do {
-    fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return -errno;
-  while (len < cap) {
-    ssize_t n = read(fd, buf + len, cap - len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      rc = -errno;
-      goto cleanup;
-    }
-    if (n == 0) break;
-    len += (size_t)n;
-  }
-  *len_out = len;
-cleanup:
-  close(fd);
+  int rc = ember__safe_read(dirfd, name, &o, buf, cap, &len);
+  if (rc == 0) *len_out = len;
   return rc;
 }
 
@@ -390,7 +377,9 @@ static bool note_build_id(Elf_Data *data, char hex[41]) {
  * survive strip) or else SHT_NOTE sections; "" when there is none. */
 static void elf_build_id(int fd, char hex[41]) {
   hex[0] = '\0';
-  Elf *e = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+  /* pread, not a mapping: a file its owner cuts while it is mapped would
+   * raise SIGBUS here (only the notes are read, so this costs little). */
+  Elf *e = elf_begin(fd, ELF_C_READ, NULL);
   if (e == NULL) return;
   if (elf_kind(e) != ELF_K_ELF) goto cleanup;
   size_t nph = 0;
@@ -432,10 +421,9 @@ static void exe_build_id(ember__discovery_t *d, int piddir, char hex[41]) {
     memcpy(hex, s->hex, sizeof s->hex);
     return;
   }
-  int fd;
-  do {
-    fd = openat(piddir, "exe", O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  } while (fd < 0 && errno == EINTR);
+  /* The kernel's link to the very file the process runs. */
+  ember__safe_opts_t o = {.follow = true, .owner = EMBER__SAFE_ANY_OWNER};
+  int fd = ember__safe_openat(piddir, "exe", &o, NULL);
   if (fd < 0) return;
   elf_build_id(fd, hex);
   close(fd);

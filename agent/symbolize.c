@@ -19,13 +19,14 @@
 #include <unistd.h>
 
 #include "ember/ember.h"
+#include "perfmap.h"
+#include "safefile.h"
 
 /* Untrusted input limits (STYLE.md rule 12): the longest line read from a
  * /proc file or a perf map, and the most entries kept from one file. */
-#define LINE_BUF         (64u * 1024u)
-#define MAX_MAPPINGS     (1u << 20)
-#define MAX_PERF_ENTRIES (1u << 22)
-#define MAX_KSYMS        (1u << 22)
+#define LINE_BUF     (64u * 1024u)
+#define MAX_MAPPINGS (1u << 20)
+#define MAX_KSYMS    (1u << 22)
 
 #define ARENA_CHUNK         (64u * 1024u)
 #define DEFAULT_MAX_MODULES 512u
@@ -150,12 +151,18 @@ static const char *skip_blanks(const char *p) {
   return p;
 }
 
-static int open_ro(const char *path) {
-  int fd;
-  do {
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
-  return fd < 0 ? -errno : fd;
+/* ELF and debug files larger than this are not read. */
+#define MAX_ELF_SIZE (2ull << 30)
+/* A file the profiled process may rewrite is read with pread instead of a
+ * mapping (a mapping of a file truncated meanwhile raises SIGBUS); DWARF,
+ * which needs the whole file in memory then, is kept only up to this. */
+#define MAX_READ_DWARF_SIZE (256ull << 20)
+
+/* Files of the kernel or of the host's root (kallsyms, /usr/lib/debug):
+ * links followed, but never a FIFO or a device. */
+static int open_trusted(const char *path, uint64_t max_size, struct stat *st) {
+  ember__safe_opts_t o = {.follow = true, .owner = EMBER__SAFE_ANY_OWNER, .max_size = max_size};
+  return ember__safe_openat(AT_FDCWD, path, &o, st);
 }
 
 static void close_fd(int fd) {
@@ -337,9 +344,11 @@ int ember__procmaps_read(const char *proc_root, pid_t pid, ember__procmaps_t **o
     rc = -ENAMETOOLONG;
     goto cleanup;
   }
-  fd = open_ro(path);
+  /* procfs holds no links of the process's making, but a fake root (tests)
+   * or a bind mount might: follow none. */
+  fd = ember__safe_openat(AT_FDCWD, path, NULL, NULL);
   if (fd < 0) {
-    rc = fd;
+    rc = fd == -ENODEV ? -EACCES : fd;
     goto cleanup;
   }
   maps_ctx_t ctx = {m};
@@ -352,6 +361,42 @@ int ember__procmaps_read(const char *proc_root, pid_t pid, ember__procmaps_t **o
   m = NULL;
 cleanup:
   close_fd(fd);
+  ember__procmaps_free(m);
+  return rc;
+}
+
+int ember__procmaps_parse(const char *buf, size_t len, ember__procmaps_t **out) {
+  if (out == NULL || (buf == NULL && len > 0)) return -EINVAL;
+  int rc = 0;
+  char *line = NULL;
+  ember__procmaps_t *m = ember_calloc(1, sizeof *m);
+  if (m == NULL) return -ENOMEM;
+  m->pid = 0;
+  m->proc_root = ember_strdup("/proc");
+  line = ember_malloc(LINE_BUF + 1);
+  if (m->proc_root == NULL || line == NULL) {
+    rc = -ENOMEM;
+    goto cleanup;
+  }
+  maps_ctx_t ctx = {m};
+  /* Lines as read_lines passes them: at most LINE_BUF bytes (longer ones
+   * are skipped), NUL-terminated, the last one without its newline too. */
+  for (size_t at = 0; at < len;) {
+    const char *nl = memchr(buf + at, '\n', len - at);
+    size_t l = nl ? (size_t)(nl - (buf + at)) : len - at;
+    if (l < LINE_BUF) {
+      memcpy(line, buf + at, l);
+      line[l] = '\0';
+      rc = maps_line(&ctx, line, l);
+      if (rc != 0) goto cleanup;
+    }
+    at += l + (nl ? 1 : 0);
+  }
+  sort_array(m->v, m->n, sizeof *m->v, mapping_cmp);
+  *out = m;
+  m = NULL;
+cleanup:
+  ember_free(line);
   ember__procmaps_free(m);
   return rc;
 }
@@ -386,50 +431,55 @@ bool ember__procmaps_covers(const ember__procmaps_t *m, uint64_t addr) {
 
 size_t ember__procmaps_count(const ember__procmaps_t *m) { return m ? m->n : 0; }
 
+static bool transient(int err) { return err == -EMFILE || err == -ENFILE || err == -ENOMEM; }
+
 /* Open a mapped file: a regular file (O_NONBLOCK so that a FIFO or a device
  * someone mapped cannot block the agent) and, when `ino` is not 0, that
  * very inode. Returns an fd or -errno (-ESTALE for another file). */
-static int open_mapped(const char *path, uint64_t ino) {
-  int fd;
-  do {
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) return -errno;
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (ino != 0 && (uint64_t)st.st_ino != ino)) {
+static int open_mapped(int dirfd, const char *path, bool follow, uint64_t ino, struct stat *st) {
+  ember__safe_opts_t o = {
+      .follow = follow, .owner = EMBER__SAFE_ANY_OWNER, .max_size = MAX_ELF_SIZE};
+  int fd = ember__safe_openat(dirfd, path, &o, st);
+  if (fd < 0) return transient(fd) ? fd : -ESTALE;
+  if (ino != 0 && (uint64_t)st->st_ino != ino) {
     close(fd);
     return -ESTALE;
   }
   return fd;
 }
 
-static bool transient(int err) { return err == -EMFILE || err == -ENFILE || err == -ENOMEM; }
-
 /* Open the file behind a mapping, best effort: the plain path if it is
  * still the same file (inode check: a container's /usr/bin/x is not the
  * host's), else the kernel's handle on the mapped file itself (works for
  * deleted files and other mount namespaces while the process lives), else
  * the path inside the process's root. Returns an fd or -errno. */
-static int open_mapping(const ember__procmaps_t *pm, const mapping_t *mp) {
+static int open_mapping(const ember__procmaps_t *pm, const mapping_t *mp, struct stat *st) {
   char path[PATH_MAX];
   int fd = -ENOENT;
   int pn;
   if (!mp->deleted) {
-    fd = open_mapped(mp->path, mp->ino);
+    /* Links followed: the inode check makes it the very file mapped. */
+    fd = open_mapped(AT_FDCWD, mp->path, true, mp->ino, st);
     if (fd >= 0 || transient(fd)) return fd;
   }
+  /* The kernel's own link to the mapped file. */
   pn = snprintf(path, sizeof path, "%s/%d/map_files/%llx-%llx", pm->proc_root, (int)pm->pid,
                 (unsigned long long)mp->start, (unsigned long long)mp->end);
   if (pn > 0 && (size_t)pn < sizeof path) {
-    fd = open_mapped(path, 0);
+    fd = open_mapped(AT_FDCWD, path, true, 0, st);
     if (fd >= 0 || transient(fd)) return fd;
   }
-  if (mp->deleted) return fd;
+  if (mp->deleted || mp->path[0] != '/') return fd;
   /* Overlay filesystems may show another inode through the path than
-   * /proc/PID/maps does, so this one is not checked. */
-  pn = snprintf(path, sizeof path, "%s/%d/root%s", pm->proc_root, (int)pm->pid, mp->path);
+   * /proc/PID/maps does, so this one is not checked; the process owns
+   * everything below its root, so no link there is followed. */
+  pn = snprintf(path, sizeof path, "%s/%d/root", pm->proc_root, (int)pm->pid);
   if (pn < 0 || (size_t)pn >= sizeof path) return -ENAMETOOLONG;
-  return open_mapped(path, 0);
+  int rootfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0) return transient(-errno) ? -errno : -ESTALE;
+  fd = open_mapped(rootfd, mp->path + 1, false, 0, st);
+  close(rootfd);
+  return fd;
 }
 
 /* ------------------------------------------------------------------ */
@@ -506,6 +556,8 @@ typedef struct alias {
 typedef struct elf_file {
   int fd;
   Elf *elf;
+  bool mapped;   /* ELF_C_READ_MMAP: only for files nobody but root can write */
+  uint64_t size; /* st_size at open */
 } elf_file_t;
 
 static void elf_file_close(elf_file_t *f) {
@@ -515,9 +567,14 @@ static void elf_file_close(elf_file_t *f) {
   f->fd = -1;
 }
 
-/* Takes ownership of fd (closed on failure). */
-static int elf_file_open_fd(int fd, elf_file_t *out) {
-  Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+/* Takes ownership of fd (closed on failure); st is its fstat. A mapping
+ * is cheaper than reads, but a file that its owner truncates while the
+ * agent has it mapped raises SIGBUS in the agent: only files that root
+ * owns and no one else may write are mapped, every other one is read with
+ * pread (libelf's ELF_C_READ). */
+static int elf_file_open_fd(int fd, const struct stat *st, elf_file_t *out) {
+  bool map = st->st_uid == 0 && (st->st_mode & (S_IWGRP | S_IWOTH)) == 0;
+  Elf *elf = elf_begin(fd, map ? ELF_C_READ_MMAP : ELF_C_READ, NULL);
   if (elf == NULL || elf_kind(elf) != ELF_K_ELF) {
     if (elf != NULL) elf_end(elf);
     close(fd);
@@ -525,6 +582,8 @@ static int elf_file_open_fd(int fd, elf_file_t *out) {
   }
   out->fd = fd;
   out->elf = elf;
+  out->mapped = map;
+  out->size = (uint64_t)st->st_size;
   return 0;
 }
 
@@ -570,9 +629,10 @@ static int open_debug_file(const char *build_id, elf_file_t *out) {
   if (build_id == NULL || strlen(build_id) < 3) return -ENOENT;
   int pn = snprintf(path, sizeof path, "%s/%.2s/%s.debug", DEBUG_DIR, build_id, build_id + 2);
   if (pn < 0 || (size_t)pn >= sizeof path) return -ENAMETOOLONG;
-  int fd = open_ro(path);
+  struct stat st;
+  int fd = open_trusted(path, MAX_ELF_SIZE, &st);
   if (fd < 0) return fd;
-  int rc = elf_file_open_fd(fd, out);
+  int rc = elf_file_open_fd(fd, &st, out);
   if (rc != 0) return rc;
   char hex[2 * 64 + 1];
   if (!read_build_id(out->elf, hex, sizeof hex) || strcmp(hex, build_id) != 0) {
@@ -719,7 +779,7 @@ static void module_free(module_t *mod) {
 static int module_build(elf_file_t *f, const char *build_id, bool dwarf, bool dwarf_detached,
                         module_t **out) {
   int rc = 0;
-  elf_file_t dbg = {-1, NULL};
+  elf_file_t dbg = {-1, NULL, false, 0};
   module_t *mod = ember_calloc(1, sizeof *mod);
   if (mod == NULL) return -ENOMEM;
   if (build_id != NULL) {
@@ -734,7 +794,7 @@ static int module_build(elf_file_t *f, const char *build_id, bool dwarf, bool dw
   Elf_Scn *symtab = find_section(f->elf, SHT_SYMTAB, NULL);
   bool main_debug = dwarf && has_debug_info(f->elf);
   if (symtab == NULL || (dwarf && !main_debug)) {
-    if (open_debug_file(build_id, &dbg) != 0) dbg = (elf_file_t){-1, NULL};
+    if (open_debug_file(build_id, &dbg) != 0) dbg = (elf_file_t){-1, NULL, false, 0};
   }
   if (symtab != NULL) {
     rc = load_symbols(mod, f->elf, symtab);
@@ -750,7 +810,18 @@ static int module_build(elf_file_t *f, const char *build_id, bool dwarf, bool dw
   } else if (dwarf && dwarf_detached && dbg.elf != NULL && has_debug_info(dbg.elf)) {
     keep = &dbg;
   }
-  if (keep != NULL) {
+  if (keep != NULL && !keep->mapped && keep->size > MAX_READ_DWARF_SIZE) keep = NULL;
+  if (keep != NULL && !keep->mapped) {
+    /* A file read, not mapped: FDREAD reads it whole into memory, but
+     * libelf (0.188) then loses the section data it had already read into
+     * the handle, so a fresh handle is read whole instead. */
+    Elf *whole = elf_begin(keep->fd, ELF_C_READ, NULL);
+    if (whole != NULL && elf_cntl(whole, ELF_C_FDREAD) == 0) {
+      mod->dw_elf = whole;
+    } else if (whole != NULL) {
+      elf_end(whole);
+    }
+  } else if (keep != NULL) {
     /* The file is mapped (FDREAD reads it only if it is not) and libelf
      * then lets go of the descriptor, as FDDONE would: holding one per
      * module could exhaust the agent's fd limit. */
@@ -1054,104 +1125,14 @@ static int ksym_cmp(const void *a, const void *b) {
 }
 
 /* ------------------------------------------------------------------ */
-/* Perf maps                                                           */
+/* Perf maps (agent/perfmap.c reads them; here, one per pid)           */
 
-typedef struct jsym {
-  uint64_t start, end, seq;
-  const char *name;
-} jsym_t;
-
-typedef struct perfmap {
-  struct perfmap *next; /* hash chain */
+typedef struct pidmap {
+  struct pidmap *next; /* hash chain */
   pid_t pid;
-  const char *path; /* in arena; the frames' module */
-  jsym_t *v;        /* sorted, non-overlapping */
-  size_t n, cap;
-  uint64_t offset; /* bytes of the file already read */
-  uint64_t ino, dev;
-  uint64_t seq;      /* lines read so far: later lines win overlaps */
-  uint64_t read_gen; /* the ember__symbolize call that last read it */
-  arena_t arena;
-} perfmap_t;
-
-typedef struct pmctx {
-  perfmap_t *pm;
-  jsym_t *v; /* new entries */
-  size_t n, cap;
-} pmctx_t;
-
-static int perfmap_line(void *vctx, char *line, size_t len) {
-  pmctx_t *c = vctx;
-  const char *p = line;
-  uint64_t start, size;
-  if (!scan_hex(&p, &start) || *p++ != ' ' || !scan_hex(&p, &size) || *p++ != ' ') return 0;
-  size_t nlen = len - (size_t)(p - line);
-  while (nlen > 0 && (p[nlen - 1] == ' ' || p[nlen - 1] == '\t' || p[nlen - 1] == '\r')) nlen--;
-  if (nlen == 0 || c->pm->n + c->n >= MAX_PERF_ENTRIES) return 0;
-  if (size == 0) size = 1;
-  if (start > UINT64_MAX - size) return 0;
-  const char *name = arena_strndup(&c->pm->arena, p, nlen);
-  if (name == NULL) return -ENOMEM;
-  jsym_t *nv = grow_array(c->v, &c->cap, c->n + 1, sizeof *c->v);
-  if (nv == NULL) return -ENOMEM;
-  c->v = nv;
-  c->v[c->n++] = (jsym_t){start, start + size, ++c->pm->seq, name};
-  return 0;
-}
-
-/* Newest first among equal starts, so the merge below keeps it. */
-static int jsym_cmp(const void *a, const void *b) {
-  const jsym_t *x = a, *y = b;
-  if (x->start != y->start) return x->start < y->start ? -1 : 1;
-  return x->seq > y->seq ? -1 : x->seq < y->seq;
-}
-
-/* Merge sorted `add` into pm->v, leaving it sorted and free of overlaps:
- * the map is append-only, so where two entries overlap the later line
- * describes the code that is there now (V8 reuses addresses after GC). */
-static int perfmap_merge(perfmap_t *pm, jsym_t *add, size_t nadd) {
-  size_t total = pm->n + nadd;
-  jsym_t *out = ember_malloc((total ? total : 1) * sizeof *out);
-  if (out == NULL) return -ENOMEM;
-  size_t i = 0, j = 0, k = 0;
-  while (i < pm->n || j < nadd) {
-    const jsym_t *e;
-    if (j >= nadd || (i < pm->n && jsym_cmp(&pm->v[i], &add[j]) <= 0)) {
-      e = &pm->v[i++];
-    } else {
-      e = &add[j++];
-    }
-    bool drop = false;
-    while (k > 0 && out[k - 1].end > e->start) {
-      if (out[k - 1].seq > e->seq) {
-        drop = true;
-        break;
-      }
-      k--;
-    }
-    if (!drop) out[k++] = *e;
-  }
-  ember_free(pm->v);
-  pm->v = out;
-  pm->n = k;
-  pm->cap = total ? total : 1;
-  return 0;
-}
-
-static const jsym_t *perfmap_find(const perfmap_t *pm, uint64_t a) {
-  size_t lo = 0, hi = pm->n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (pm->v[mid].start <= a) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  if (lo == 0) return NULL;
-  const jsym_t *s = &pm->v[lo - 1];
-  return a < s->end ? s : NULL;
-}
+  ember__perfmap_t *pm;
+  uint64_t reads; /* pm's stats.reads already counted in perf_map_loads */
+} pidmap_t;
 
 /* ------------------------------------------------------------------ */
 /* The symbolizer                                                      */
@@ -1178,8 +1159,8 @@ struct ember__symbolizer {
   bool k_tried;
   arena_t karena;
 
-  perfmap_t *pids[PID_BUCKETS];
-  uint64_t call_gen;
+  pidmap_t *pids[PID_BUCKETS];
+  ember__perfmap_limits_t perf_limits;
 
   arena_t names; /* special mapping names ("[vsyscall]"), interned */
   const char **name_list;
@@ -1207,16 +1188,16 @@ int ember__symbolizer_new(const ember__symbolizer_opts_t *opts, ember__symbolize
   s->max_modules = o.max_modules ? o.max_modules : DEFAULT_MAX_MODULES;
   s->dwarf = o.dwarf;
   s->dwarf_detached = !o.no_detached_dwarf;
+  s->perf_limits = o.perf_map;
   /* libelf's version handshake; idempotent and needed before elf_begin. */
   elf_version(EV_CURRENT);
   *out = s;
   return 0;
 }
 
-static void perfmap_free(perfmap_t *pm) {
+static void pidmap_free(pidmap_t *pm) {
   if (pm == NULL) return;
-  ember_free(pm->v);
-  arena_free(&pm->arena);
+  ember__perfmap_free(pm->pm);
   ember_free(pm);
 }
 
@@ -1242,9 +1223,9 @@ void ember__symbolizer_free(ember__symbolizer_t *s) {
   arena_free(&s->karena);
   for (size_t b = 0; b < PID_BUCKETS; b++) {
     while (s->pids[b] != NULL) {
-      perfmap_t *pm = s->pids[b];
+      pidmap_t *pm = s->pids[b];
       s->pids[b] = pm->next;
-      perfmap_free(pm);
+      pidmap_free(pm);
     }
   }
   arena_free(&s->names);
@@ -1257,12 +1238,12 @@ void ember__symbolizer_free(ember__symbolizer_t *s) {
 
 void ember__symbolizer_forget(ember__symbolizer_t *s, pid_t pid) {
   if (s == NULL) return;
-  perfmap_t **pp = &s->pids[(uint32_t)pid % PID_BUCKETS];
+  pidmap_t **pp = &s->pids[(uint32_t)pid % PID_BUCKETS];
   while (*pp != NULL) {
     if ((*pp)->pid == pid) {
-      perfmap_t *pm = *pp;
+      pidmap_t *pm = *pp;
       *pp = pm->next;
-      perfmap_free(pm);
+      pidmap_free(pm);
       break;
     }
     pp = &(*pp)->next;
@@ -1387,7 +1368,7 @@ static module_t *module_by_build_id(ember__symbolizer_t *s, const char *build_id
 static int module_for(ember__symbolizer_t *s, const ember__procmaps_t *pm, const mapping_t *mp,
                       alias_t **out) {
   int rc = 0;
-  elf_file_t f = {-1, NULL};
+  elf_file_t f = {-1, NULL, false, 0};
   module_t *mod = NULL;
   char hex[2 * 64 + 1];
   bool have_id = false;
@@ -1399,9 +1380,10 @@ static int module_for(ember__symbolizer_t *s, const ember__procmaps_t *pm, const
     *out = a;
     return 0;
   }
-  int fd = open_mapping(pm, mp);
+  struct stat st;
+  int fd = open_mapping(pm, mp, &st);
   if (transient(fd)) return 0;
-  if (fd >= 0 && elf_file_open_fd(fd, &f) == 0) {
+  if (fd >= 0 && elf_file_open_fd(fd, &st, &f) == 0) {
     have_id = read_build_id(f.elf, hex, sizeof hex);
     module_t *same = have_id ? module_by_build_id(s, hex) : NULL;
     if (same != NULL) {
@@ -1467,7 +1449,7 @@ static int vdso_module(ember__symbolizer_t *s, module_t **out) {
     s->vdso_tried = true;
     return 0;
   }
-  elf_file_t f = {-1, elf};
+  elf_file_t f = {-1, elf, true, 0};
   char hex[2 * 64 + 1];
   bool have_id = read_build_id(elf, hex, sizeof hex);
   module_t *mod = NULL;
@@ -1488,7 +1470,7 @@ static int vdso_module(ember__symbolizer_t *s, module_t **out) {
  * which the next kernel frame tries again. */
 static int kernel_load(ember__symbolizer_t *s) {
   kctx_t k = {.arena = &s->karena};
-  int fd = open_ro(s->kallsyms);
+  int fd = open_trusted(s->kallsyms, 0, NULL);
   if (fd < 0) {
     s->k_tried = fd != -ENOMEM;
     return fd == -ENOMEM ? fd : 0;
@@ -1539,114 +1521,45 @@ static const ksym_t *kernel_find(const ember__symbolizer_t *s, uint64_t a) {
 
 /* --- perf maps --- */
 
-static perfmap_t *perfmap_get(ember__symbolizer_t *s, pid_t pid) {
-  for (perfmap_t *pm = s->pids[(uint32_t)pid % PID_BUCKETS]; pm != NULL; pm = pm->next) {
+static pidmap_t *perfmap_get(ember__symbolizer_t *s, pid_t pid) {
+  for (pidmap_t *pm = s->pids[(uint32_t)pid % PID_BUCKETS]; pm != NULL; pm = pm->next) {
     if (pm->pid == pid) return pm;
   }
   return NULL;
 }
 
-/* The pid as its own namespace numbers it (last field of NSpid), for the
- * perf map a containerized process writes into its own /tmp. */
-static int ns_pid(const char *proc_root, pid_t pid, uint64_t *out) {
-  char path[PATH_MAX];
-  char buf[4096];
-  int pn = snprintf(path, sizeof path, "%s/%d/status", proc_root, (int)pid);
-  if (pn < 0 || (size_t)pn >= sizeof path) return -ENAMETOOLONG;
-  int fd = open_ro(path);
-  if (fd < 0) return fd;
-  ssize_t r;
-  do {
-    r = read(fd, buf, sizeof buf - 1);
-  } while (r < 0 && errno == EINTR);
-  close(fd);
-  if (r <= 0) return -ENOENT;
-  buf[r] = '\0';
-  const char *p = strstr(buf, "\nNSpid:");
-  if (p == NULL) return -ENOENT;
-  p += 7;
-  uint64_t v = 0;
-  bool any = false;
-  for (;;) {
-    p = skip_blanks(p);
-    if (!scan_dec(&p, &v)) break;
-    any = true;
-  }
-  if (!any) return -ENOENT;
-  *out = v;
-  return 0;
-}
-
-static int perfmap_open(const ember__symbolizer_t *s, pid_t pid, char *path, size_t size) {
-  int pn = snprintf(path, size, "%s/perf-%d.map", s->perf_map_dir, (int)pid);
-  if (pn < 0 || (size_t)pn >= size) return -ENAMETOOLONG;
-  int fd = open_ro(path);
-  if (fd != -ENOENT || s->perf_map_dir_set) return fd;
-  uint64_t nspid;
-  if (ns_pid(s->proc_root, pid, &nspid) != 0 || nspid == (uint64_t)pid) return fd;
-  pn = snprintf(path, size, "%s/%d/root/tmp/perf-%llu.map", s->proc_root, (int)pid,
-                (unsigned long long)nspid);
-  if (pn < 0 || (size_t)pn >= size) return -ENAMETOOLONG;
-  return open_ro(path);
-}
-
-/* Read new lines of pid's perf map (creating its state on first success).
- * Returns 0 (also when there is no map) or -ENOMEM. */
-static int perfmap_refresh(ember__symbolizer_t *s, pid_t pid, perfmap_t **io) {
+/* Read what was appended to pid's perf map, creating its state when the
+ * file is first found. Returns 0 (also when there is no map) or -ENOMEM. */
+static int perfmap_refresh(ember__symbolizer_t *s, pid_t pid, pidmap_t **io) {
   int rc = 0;
-  char path[PATH_MAX];
-  pmctx_t ctx = {0};
-  perfmap_t *pm = *io;
-  perfmap_t *created = NULL;
-  int fd = perfmap_open(s, pid, path, sizeof path);
-  if (fd < 0) return fd == -ENOMEM ? fd : 0;
-  struct stat st;
-  if (fstat(fd, &st) != 0) goto cleanup;
+  pidmap_t *pm = *io, *created = NULL;
   if (pm == NULL) {
     pm = created = ember_calloc(1, sizeof *pm);
-    if (pm == NULL) {
-      rc = -ENOMEM;
-      goto cleanup;
-    }
+    if (pm == NULL) return -ENOMEM;
     pm->pid = pid;
-    pm->path = arena_strndup(&pm->arena, path, strlen(path));
-    if (pm->path == NULL) {
-      rc = -ENOMEM;
-      goto cleanup;
-    }
+    rc = ember__perfmap_new(pid, &s->perf_limits, &pm->pm);
+    if (rc != 0) goto cleanup;
   }
-  pm->read_gen = s->call_gen;
-  if ((uint64_t)st.st_ino != pm->ino || (uint64_t)st.st_dev != pm->dev ||
-      (uint64_t)st.st_size < pm->offset) {
-    /* A new file (the pid was reused, or the map was rewritten): start
-     * over. Old names stay in the arena; frames may still point at them. */
-    pm->n = 0;
-    pm->offset = 0;
-    pm->ino = (uint64_t)st.st_ino;
-    pm->dev = (uint64_t)st.st_dev;
-  }
-  if (lseek(fd, (off_t)pm->offset, SEEK_SET) < 0) goto cleanup;
-  uint64_t consumed = 0;
-  ctx.pm = pm;
-  rc = read_lines(fd, false, perfmap_line, &ctx, &consumed);
-  if (rc != 0 && rc != -ENOMEM) rc = 0; /* an I/O error: keep what was read */
-  if (rc != 0) goto cleanup;
-  sort_array(ctx.v, ctx.n, sizeof *ctx.v, jsym_cmp);
-  rc = perfmap_merge(pm, ctx.v, ctx.n);
-  if (rc != 0) goto cleanup;
-  pm->offset += consumed;
-  s->stats.perf_map_loads++;
-  if (created != NULL) {
+  ember__perfmap_src_t src = {
+      .proc_root = s->proc_root, .dir = s->perf_map_dir, .dir_set = s->perf_map_dir_set};
+  rc = ember__perfmap_refresh(pm->pm, &src);
+  ember__perfmap_stats_t ps;
+  ember__perfmap_stats(pm->pm, &ps);
+  s->stats.perf_map_loads += ps.reads - pm->reads;
+  pm->reads = ps.reads;
+  ember__perfmap_stats_t after;
+  ember__perfmap_stats(pm->pm, &after);
+  /* A refused map keeps its state too, so it is logged once per pid, not
+   * once per stack. */
+  if (created != NULL && (ember__perfmap_found(pm->pm) || after.refused > 0)) {
     uint32_t b = (uint32_t)pid % PID_BUCKETS;
     created->next = s->pids[b];
     s->pids[b] = created;
     created = NULL;
   }
-  *io = pm;
+  if (created == NULL) *io = pm;
 cleanup:
-  ember_free(ctx.v);
-  perfmap_free(created);
-  close(fd);
+  pidmap_free(created);
   return rc;
 }
 
@@ -1658,7 +1571,7 @@ typedef struct call {
   const ember__procmaps_t *maps;
   ember_frame_t *out;
   size_t cap, k;
-  perfmap_t *pm;
+  pidmap_t *pm;
   bool pm_read; /* the perf map was (re)read in this call */
 } call_t;
 
@@ -1672,13 +1585,13 @@ static bool emit(call_t *c, const ember_frame_t *f) {
 /* Look `a` up in the pid's perf map. A miss may be code compiled since the
  * last read: the map is append-only, so read what was added, at most once
  * per call. Returns 0 (*out NULL on a miss) or -ENOMEM. */
-static int jit_lookup(call_t *c, uint64_t a, const jsym_t **out) {
+static int jit_lookup(call_t *c, uint64_t a, const char **out) {
   if (c->pm == NULL) c->pm = perfmap_get(c->s, c->pid);
-  *out = c->pm ? perfmap_find(c->pm, a) : NULL;
+  *out = c->pm ? ember__perfmap_lookup(c->pm->pm, a) : NULL;
   if (*out != NULL || c->pm_read) return 0;
   c->pm_read = true;
   int rc = perfmap_refresh(c->s, c->pid, &c->pm);
-  if (rc == 0 && c->pm != NULL) *out = perfmap_find(c->pm, a);
+  if (rc == 0 && c->pm != NULL) *out = ember__perfmap_lookup(c->pm->pm, a);
   return rc;
 }
 
@@ -1786,7 +1699,7 @@ static int resolve_kernel(call_t *c, uint64_t ip, uint64_t a) {
  * return addresses). */
 static int resolve(call_t *c, uint64_t ip, uint64_t a) {
   ember__symbolizer_t *s = c->s;
-  const jsym_t *j = NULL;
+  const char *j = NULL;
   int rc = 0;
   const mapping_t *mp = maps_find(c->maps, a);
   if (mp == NULL && a >= EMBER__KERNEL_MIN) return resolve_kernel(c, ip, a);
@@ -1798,8 +1711,8 @@ static int resolve(call_t *c, uint64_t ip, uint64_t a) {
     if (rc != 0) return rc;
     ember_frame_t f = {.kind = mp || j ? EMBER_FRAME_JIT : EMBER_FRAME_NATIVE, .address = ip};
     if (j != NULL) {
-      f.function = j->name;
-      f.module = c->pm->path;
+      f.function = j;
+      f.module = ember__perfmap_path(c->pm->pm);
       f.address = 0;
     }
     emit(c, &f);
@@ -1835,7 +1748,6 @@ int ember__symbolize(ember__symbolizer_t *s, pid_t pid, const ember__procmaps_t 
                      const uint64_t *ips, size_t nips, ember_frame_t *out, size_t cap, size_t *n) {
   if (s == NULL || n == NULL || (ips == NULL && nips > 0) || (out == NULL && cap > 0))
     return -EINVAL;
-  s->call_gen++;
   call_t c = {.s = s, .pid = pid, .maps = maps, .out = out, .cap = cap};
   bool leaf = true;
   for (size_t i = 0; i < nips && c.k < cap; i++) {

@@ -33,6 +33,7 @@
 #include <sys/types.h>
 
 #include "ember/profile.h"
+#include "perfmap.h"
 
 /* x86-64: the kernel half of the address space. */
 #define EMBER__KERNEL_MIN 0xffff800000000000ULL
@@ -43,6 +44,10 @@ typedef struct ember__procmaps ember__procmaps_t;
  * (proc_root NULL = "/proc"). Returns 0, -ENOENT/-ESRCH when the process is
  * gone, -EACCES, -ENOMEM. */
 int ember__procmaps_read(const char *proc_root, pid_t pid, ember__procmaps_t **out);
+/* The same from the text of a maps file in memory (for tests and the
+ * fuzzer; the snapshot has no pid, so its files are never opened by pid).
+ * Returns 0, -EINVAL or -ENOMEM. */
+int ember__procmaps_parse(const char *buf, size_t len, ember__procmaps_t **out);
 void ember__procmaps_free(ember__procmaps_t *m);
 /* Does some executable mapping cover `addr`? */
 bool ember__procmaps_covers(const ember__procmaps_t *m, uint64_t addr);
@@ -59,6 +64,8 @@ typedef struct ember__symbolizer_opts {
    * libc6-dbg): they still give symbol tables, but their DWARF costs tens
    * of MiB of memory per library once decompressed. */
   bool no_detached_dwarf;
+  /* Bounds of each pid's perf map (zeros: perfmap.h's defaults). */
+  ember__perfmap_limits_t perf_map;
 } ember__symbolizer_opts_t;
 
 typedef struct ember__symbolizer ember__symbolizer_t;
@@ -66,7 +73,7 @@ typedef struct ember__symbolizer ember__symbolizer_t;
 typedef struct ember__symbolizer_stats {
   uint64_t module_hits;    /* address resolved through a cached module */
   uint64_t module_loads;   /* ELF files parsed */
-  uint64_t perf_map_loads; /* perf map (re)reads */
+  uint64_t perf_map_loads; /* perf map refreshes that found the file */
   uint64_t unresolved;     /* frames left as module+offset or unknown */
 } ember__symbolizer_stats_t;
 

@@ -1,14 +1,18 @@
 /* The control file shared by libember_alloc.so (the writer of samples) and
  * the agent (agent/alloc_preload.c, the reader): /dev/shm/ember-alloc.PID,
  * created by the library at start, one header page then a ring of slots.
- * Both sides map it MAP_SHARED; every field the other side writes is read
- * with __atomic loads, and the agent treats all of it as untrusted input.
+ * The library maps it MAP_SHARED and reads the agent's words with __atomic
+ * loads. The agent never maps it (the process may truncate it, and a
+ * mapping of a cut file raises SIGBUS in the reader): it copies the header
+ * and slots out with pread and writes its words with one aligned 8-byte
+ * pwrite each, and treats all of it as untrusted input.
  *
  * Who writes what:
  *  - library: everything at creation (magic last), then `head`, the slots,
  *    `dropped`, `self_off`, and `on` = 0 when it turns itself off.
- *  - agent: `owner` (compare-and-swap from 0), `sample_bytes`,
- *    `generation`, `on`, `heartbeat`, `tail`.
+ *  - agent: `owner` (its token, informative: one session at a time is an
+ *    flock on the file), `sample_bytes`, `generation`, `on`, `heartbeat`,
+ *    `tail`.
  *
  * Ring protocol (many producer threads, one consumer): a producer reserves
  * ticket t by compare-and-swap of head (only while head - tail < nslots,

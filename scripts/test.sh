@@ -4,13 +4,17 @@
 #   fetch the Kafka broker jars ->
 #   build (normal, ASan+UBSan, libFuzzer) -> ctest on both trees (unit and
 #   integration; the integration tests start and stop a real Kafka 4.x
-#   broker through CTest fixtures) -> fuzz the wire decoder -> summary.
-# Environment: EMBER_FUZZ_SECONDS (default 60), EMBER_JOBS (default nproc).
+#   broker through CTest fixtures) -> fuzz the wire decoder
+#   (and the perf map and /proc/PID/maps parsers) -> summary.
+# Environment: EMBER_FUZZ_SECONDS (wire decoder, default 60),
+# EMBER_FUZZ_PARSER_SECONDS (each parser, default 20), EMBER_JOBS (default
+# nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 jobs=${EMBER_JOBS:-$(nproc)}
 fuzz_seconds=${EMBER_FUZZ_SECONDS:-60}
+parser_fuzz_seconds=${EMBER_FUZZ_PARSER_SECONDS:-20}
 start=$(date +%s)
 step() { printf '\n=== %s (%ds)\n' "$*" "$(($(date +%s) - start))"; }
 
@@ -62,22 +66,30 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 run_tree build-asan -DCMAKE_BUILD_TYPE=Debug -DEMBER_SANITIZE=ON
 
-step "fuzz the wire decoder for ${fuzz_seconds}s"
+step "fuzz the wire decoder for ${fuzz_seconds}s, the perf map and maps parsers for ${parser_fuzz_seconds}s each"
 CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_FUZZ=ON \
   >build-fuzz.configure.log 2>&1 || { cat build-fuzz.configure.log; exit 1; }
-cmake --build build-fuzz -j "$jobs" --target fuzz_codec
-corpus=build-fuzz/corpus
-rm -rf "$corpus" && mkdir -p "$corpus" && cp tests/fuzz/corpus/* "$corpus"/
-# -jobs=1 keeps one process (the 2-core budget is shared with nothing now);
-# -rss_limit_mb bounds a pathological input; any crash or leak fails here.
-./build-fuzz/tests/fuzz_codec -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 \
-  -print_final_stats=1 "$corpus" 2>&1 | tee build-fuzz/fuzz.log | grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|==|SUMMARY)' || true
-if grep -qE 'ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer)|runtime error|SUMMARY:' build-fuzz/fuzz.log; then
-  echo "fuzz: failure, see build-fuzz/fuzz.log and crash-* files" >&2
-  exit 1
-fi
-runs=$(grep -oE 'stat::number_of_executed_units: [0-9]+' build-fuzz/fuzz.log | grep -oE '[0-9]+$' || echo 0)
-summary[fuzz]="fuzz_codec: $runs inputs in ${fuzz_seconds}s, no crash, leak or UB"
+cmake --build build-fuzz -j "$jobs" --target fuzz_codec fuzz_perfmap fuzz_procmaps
+# One fuzzer run: target, seed corpus folder, seconds. -jobs=1 keeps one
+# process (the 2-core budget is shared with nothing now); -rss_limit_mb
+# bounds a pathological input; any crash or leak fails here.
+fuzz_one() {
+  local name=$1 seeds=$2 seconds=$3 corpus=build-fuzz/corpus-$1 log=build-fuzz/$1.log
+  rm -rf "$corpus" && mkdir -p "$corpus" && cp "$seeds"/* "$corpus"/
+  ./build-fuzz/tests/"$name" -max_total_time="$seconds" -rss_limit_mb=2048 \
+    -print_final_stats=1 "$corpus" 2>&1 | tee "$log" | grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|==|SUMMARY)' || true
+  if grep -qE 'ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer)|runtime error|SUMMARY:' "$log"; then
+    echo "fuzz: $name failed, see $log and crash-* files" >&2
+    exit 1
+  fi
+  local runs
+  runs=$(grep -oE 'stat::number_of_executed_units: [0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
+  summary[fuzz]="${summary[fuzz]:+${summary[fuzz]}; }$name: $runs inputs in ${seconds}s"
+}
+fuzz_one fuzz_codec tests/fuzz/corpus "$fuzz_seconds"
+fuzz_one fuzz_perfmap tests/fuzz/corpus_perfmap "$parser_fuzz_seconds"
+fuzz_one fuzz_procmaps tests/fuzz/corpus_procmaps "$parser_fuzz_seconds"
+summary[fuzz]="${summary[fuzz]}; no crash, leak or UB"
 
 step "summary"
 for k in build build-asan fuzz; do printf '%-11s %s\n' "$k:" "${summary[$k]}"; done

@@ -30,3 +30,10 @@ set_property(TEST test_agent_outage APPEND PROPERTY ENVIRONMENT
 ember_test(integration test_up integration)
 add_dependencies(test_up ember_cli)
 set_tests_properties(test_up PROPERTIES TIMEOUT 120)
+
+# The agent beside a FIFO and a 2 GB sparse perf map (hostile files).
+ember_test(integration test_agent_files integration)
+add_dependencies(test_agent_files ember_agent prog_jitburn)
+set_tests_properties(test_agent_files PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 300)
+set_property(TEST test_agent_files APPEND PROPERTY
+  ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)

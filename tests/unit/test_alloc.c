@@ -89,6 +89,14 @@ static void on_stack(void *ctx, const uint64_t *ips, size_t n, int64_t objects, 
   t->other_bytes += bytes;
 }
 
+static void count_stack(void *ctx, const uint64_t *ips, size_t n, int64_t objects, int64_t bytes) {
+  (void)ips;
+  (void)n;
+  (void)objects;
+  (void)bytes;
+  (*(size_t *)ctx)++;
+}
+
 /* Run the program at a steady pace, profile it for ~1.5 s, check 3:1.
  * via: NULL, or the function alloc_big allocates with (tests/programs/alloc.c,
  * ALLOC_VIA). */
@@ -292,6 +300,45 @@ static void test_alloc_uprobe_process_exits(void **state) {
   assert_int_equal(ember__alloc_stop(s, NULL, NULL), 0);
 }
 
+/* The profiled process owns its control file and may cut it: the agent
+ * used to map it and died of SIGBUS at the next poll. Now the poll reports
+ * it, the fault is counted, and stop still hands out what was sampled. */
+static void test_alloc_preload_truncated(void **state) {
+  (void)state;
+  const char *argv[] = {ALLOC_PROG, "6", "20", NULL};
+  const char *env[] = {PRELOAD, NULL};
+  pid_t pid = tu_spawn(argv, env, NULL);
+  assert_true(pid > 0);
+  wait_ready(pid, true);
+  ember__alloc_session_t *s = NULL;
+  char err[512];
+  int rc = ember__alloc_start(pid, EMBER__ALLOC_PRELOAD, 32 * 1024, &s, err, sizeof err);
+  if (rc != 0) fail_msg("start: %d %s", rc, err);
+  for (int i = 0; i < 6; i++) {
+    sleep_ms(50);
+    assert_int_equal(ember__alloc_poll(s), 0);
+  }
+  uint64_t faults = ember__alloc_preload_faults();
+  /* The process is its own namespace's pid here, so the name is its pid. */
+  char path[64];
+  snprintf(path, sizeof path, "/dev/shm/ember-alloc.%d", (int)pid);
+  /* Stop the writer first: it would die of SIGBUS itself, and its death
+   * would hide whether the agent side faulted. */
+  kill(pid, SIGSTOP);
+  assert_int_equal(truncate(path, 0), 0);
+  assert_int_equal(ember__alloc_poll(s), -EPROTO);
+  assert_int_equal(ember__alloc_poll(s), -EPROTO);
+  assert_int_equal(ember__alloc_preload_faults(), faults + 1);
+  ember__alloc_stats_t st;
+  ember__alloc_stats(s, &st);
+  assert_true(st.samples > 0);
+  size_t stacks = 0;
+  assert_int_equal(ember__alloc_stop(s, count_stack, &stacks), 0);
+  assert_true(stacks > 0);
+  tu_kill(pid);
+  ember__alloc_preload_sweep();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_alloc_bad_args),
@@ -302,6 +349,7 @@ int main(void) {
       cmocka_unit_test(test_alloc_preload_ratio),
       cmocka_unit_test(test_alloc_preload_other_allocators),
       cmocka_unit_test(test_alloc_uprobe_process_exits),
+      cmocka_unit_test(test_alloc_preload_truncated),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,7 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sched.h>
 #include <sys/auxv.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -27,6 +30,7 @@
 
 #include "ember/ember.h"
 #include "ember/parse.h"
+#include "safefile.h"
 #include "symbolize.h"
 
 #define SYMFIX     EMBER_TEST_PROGRAMS "/symfix"
@@ -876,6 +880,278 @@ static void test_symbolize_costs(void **state) {
   }
 }
 
+/* ------------------------------------------------------------------ */
+/* Hostile perf maps: the process that owns a perf map controls it.    */
+
+#define SECRET_NAME "EMBER_ROOT_ONLY_SECRET"
+#define NOBODY      65534
+
+/* A directory anyone may create files in, as /tmp. */
+static void hostile_dir(char *dir, size_t size) {
+  snprintf(dir, size, "/tmp/ember-hostile-XXXXXX");
+  assert_non_null(mkdtemp(dir));
+  assert_int_equal(chmod(dir, 01777), 0);
+}
+
+/* A file only root may read whose lines would name SECRET_NAME. */
+static void secret_file(const char *path) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  assert_true(fd >= 0);
+  static const char text[] = "10000 1000 " SECRET_NAME "\n";
+  assert_int_equal(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
+  close(fd);
+}
+
+static void wait_byte(int fd) {
+  char c;
+  ssize_t r;
+  do {
+    r = read(fd, &c, 1);
+  } while (r < 0 && errno == EINTR);
+  assert_int_equal(r, 1);
+}
+
+static void reap(pid_t pid) {
+  if (pid <= 0) return;
+  kill(pid, SIGKILL);
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+  }
+}
+
+/* Also re-arms the parent-death signal, which a change of uid clears. */
+static void become_nobody(void) {
+  if (setgroups(0, NULL) != 0 || setgid(NOBODY) != 0 || setuid(NOBODY) != 0) _exit(126);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+}
+
+/* Symbolize a JIT address of `pid` with no maps snapshot, so only its perf
+ * map can name it; returns the function (NULL when unnamed). */
+static const char *jit_name(ember__symbolizer_t *s, pid_t pid) {
+  uint64_t ips[] = {0x10010};
+  ember_frame_t fr[4];
+  size_t n = symbolize(s, pid, NULL, ips, 1, fr, 4);
+  assert_int_equal(n, 1);
+  return fr[0].function;
+}
+
+/* As user nobody, make /tmp/perf-PID.map a symbolic link to a file only
+ * root can read: the root agent must not read it (it did: a plain open). */
+static void test_symbolize_perf_map_symlink_refused(void **state) {
+  (void)state;
+  char dir[64], secret[PATH_MAX];
+  hostile_dir(dir, sizeof dir);
+  snprintf(secret, sizeof secret, "%s/secret", dir);
+  secret_file(secret);
+  int p[2];
+  assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    become_nobody();
+    char link[PATH_MAX];
+    snprintf(link, sizeof link, "%s/perf-%d.map", dir, (int)getpid());
+    if (symlink(secret, link) != 0) _exit(125);
+    if (write(p[1], "r", 1) != 1) _exit(124);
+    pause();
+    _exit(0);
+  }
+  close(p[1]);
+  wait_byte(p[0]);
+  close(p[0]);
+  ember__symbolizer_opts_t o = {.perf_map_dir = dir};
+  ember__symbolizer_t *s = NULL;
+  assert_int_equal(ember__symbolizer_new(&o, &s), 0);
+  ember__safe_stats_t before, after;
+  ember__safe_stats(&before);
+  const char *name = jit_name(s, pid);
+  ember__safe_stats(&after);
+  assert_null(name);
+  assert_true(after.symlinks > before.symlinks);
+  /* A hard link is as bad; protected_hardlinks stops nobody making one to
+   * a root file, and the agent refuses any second link anyway. */
+  char map[PATH_MAX], hard[PATH_MAX];
+  snprintf(map, sizeof map, "%s/perf-%d.map", dir, (int)pid);
+  snprintf(hard, sizeof hard, "%s/hard", dir);
+  assert_int_equal(unlink(map), 0);
+  assert_int_equal(link(secret, hard), 0);
+  assert_int_equal(link(secret, map), 0);
+  ember__symbolizer_forget(s, pid);
+  assert_null(jit_name(s, pid));
+  ember__symbolizer_free(s);
+  reap(pid);
+  unlink(map);
+  unlink(hard);
+  unlink(secret);
+  rmdir(dir);
+}
+
+/* The same through a user's own /tmp: a process in its own mount and pid
+ * namespaces (its perf map is read as /proc/PID/root/tmp/perf-NSPID.map)
+ * whose /tmp is a tmpfs it owns, where fs.protected_symlinks never
+ * applies. */
+static void test_symbolize_perf_map_symlink_in_own_tmp(void **state) {
+  (void)state;
+  char secret[] = EMBER_TEST_TMP "/secret-XXXXXX";
+  int sfd = mkstemp(secret);
+  assert_true(sfd >= 0);
+  close(sfd);
+  secret_file(secret);
+  int p[2], q[2]; /* p: the inner pid, from the middle process; q: ready */
+  assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+  assert_int_equal(pipe2(q, O_CLOEXEC), 0);
+  pid_t mid = fork();
+  assert_true(mid >= 0);
+  if (mid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (unshare(CLONE_NEWNS | CLONE_NEWPID) != 0) _exit(120);
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) _exit(121);
+    pid_t inner = fork();
+    if (inner < 0) _exit(122);
+    if (inner == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (mount("tmpfs", "/tmp", "tmpfs", 0, "mode=1777") != 0) _exit(123);
+      become_nobody();
+      if (symlink(secret, "/tmp/perf-1.map") != 0) _exit(125);
+      if (write(q[1], "r", 1) != 1) _exit(124);
+      pause();
+      _exit(0);
+    }
+    int32_t v = (int32_t)inner;
+    if (write(p[1], &v, sizeof v) != (ssize_t)sizeof v) _exit(124);
+    while (waitpid(inner, NULL, 0) < 0 && errno == EINTR) {
+    }
+    _exit(0);
+  }
+  close(p[1]);
+  close(q[1]);
+  int32_t inner = 0;
+  ssize_t r;
+  do {
+    r = read(p[0], &inner, sizeof inner);
+  } while (r < 0 && errno == EINTR);
+  assert_int_equal(r, (ssize_t)sizeof inner);
+  close(p[0]);
+  wait_byte(q[0]);
+  close(q[0]);
+  /* It is that process: its namespace numbers it 1. */
+  char status[64], buf[4096];
+  snprintf(status, sizeof status, "/proc/%d/status", (int)inner);
+  FILE *f = fopen(status, "re");
+  assert_non_null(f);
+  size_t blen = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[blen] = '\0';
+  char want[64];
+  snprintf(want, sizeof want, "NSpid:\t%d\t1\n", (int)inner);
+  assert_non_null(strstr(buf, want));
+  ember__symbolizer_t *s = NULL;
+  assert_int_equal(ember__symbolizer_new(NULL, &s), 0); /* perf maps in /tmp */
+  assert_null(jit_name(s, (pid_t)inner));
+  ember__symbolizer_free(s);
+  reap((pid_t)inner);
+  reap(mid);
+  unlink(secret);
+}
+
+/* A FIFO as perf map blocked the agent's close thread in open() for good. */
+static void test_symbolize_perf_map_fifo(void **state) {
+  (void)state;
+  char dir[64], fifo[PATH_MAX];
+  hostile_dir(dir, sizeof dir);
+  snprintf(fifo, sizeof fifo, "%s/perf-%d.map", dir, (int)getpid());
+  assert_int_equal(mkfifo(fifo, 0666), 0);
+  ember__symbolizer_opts_t o = {.perf_map_dir = dir};
+  ember__symbolizer_t *s = NULL;
+  assert_int_equal(ember__symbolizer_new(&o, &s), 0);
+  alarm(60); /* the old code never returns: fail rather than hang */
+  for (int i = 0; i < 10; i++) assert_null(jit_name(s, getpid()));
+  alarm(0);
+  ember__symbolizer_free(s);
+  unlink(fifo);
+  rmdir(dir);
+}
+
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static uint64_t rss_bytes(void) {
+  FILE *f = fopen("/proc/self/statm", "re");
+  assert_non_null(f);
+  unsigned long size = 0, resident = 0;
+  assert_int_equal(fscanf(f, "%lu %lu", &size, &resident), 2);
+  fclose(f);
+  return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* A 2 GB sparse perf map (zeros, no newline) was read from the start for
+ * every stack: a core for good. Now it costs one bounded read, then an
+ * fstat per stack; CPU and memory are measured as this process got them. */
+static void test_symbolize_perf_map_sparse(void **state) {
+  (void)state;
+  char dir[64], map[PATH_MAX];
+  hostile_dir(dir, sizeof dir);
+  snprintf(map, sizeof map, "%s/perf-%d.map", dir, (int)getpid());
+  int fd = open(map, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  assert_true(fd >= 0);
+  assert_int_equal(ftruncate(fd, (off_t)2 << 30), 0);
+  close(fd);
+  ember__symbolizer_opts_t o = {.perf_map_dir = dir};
+  ember__symbolizer_t *s = NULL;
+  assert_int_equal(ember__symbolizer_new(&o, &s), 0);
+  const int stacks = 2000;
+  uint64_t rss0 = rss_bytes();
+  double t0 = cpu_s();
+  int done = 0;
+  for (; done < stacks && cpu_s() - t0 < 20; done++) {
+    uint64_t ips[] = {0x10000 + (uint64_t)done * 64, 0x20000, 0x30000};
+    ember_frame_t fr[4];
+    size_t n = symbolize(s, getpid(), NULL, ips, 3, fr, 4);
+    assert_int_equal(n, 3);
+    assert_null(fr[0].function);
+  }
+  double cpu = cpu_s() - t0;
+  uint64_t grown = rss_bytes() - rss0;
+  print_message("2 GB sparse perf map: %d stacks in %.3f s of CPU, RSS +%.1f MiB\n", done, cpu,
+                (double)grown / (1 << 20));
+  assert_int_equal(done, stacks);
+  assert_true(cpu < 5.0);           /* measured ~0.05 s; ASan ~0.2 s */
+  assert_true(grown < (48u << 20)); /* the read is bounded to 32 MiB and nothing of it is kept */
+  ember__symbolizer_stats_t stats;
+  ember__symbolizer_stats(s, &stats);
+  assert_int_equal(stats.perf_map_loads, (uint64_t)stacks);
+  ember__symbolizer_free(s);
+  unlink(map);
+  rmdir(dir);
+}
+
+/* A binary its owner may rewrite is read with pread, not mapped (a file
+ * truncated while mapped would raise SIGBUS in the agent; a running
+ * executable cannot be cut, ETXTBSY, but a library it loaded can): names
+ * and DWARF lines still resolve through reads. */
+static void test_symbolize_user_owned_binary_not_mapped(void **state) {
+  state_t *st = *state;
+  copy_file(SYMFIX, SYMFIX_CPY);
+  assert_int_equal(chown(SYMFIX_CPY, NOBODY, NOBODY), 0);
+  fixture_start(SYMFIX_CPY, &st->fx[0]);
+  assert_int_equal(ember__procmaps_read(NULL, st->fx[0].pid, &st->maps[0]), 0);
+  const fixture_t *fx = &st->fx[0];
+  st->sym = new_sym(true);
+  uint64_t ips[] = {fx->v[K_ALPHA] + 1, fx->v[K_RET_ALPHA], fx->v[K_RET_BETA], fx->v[K_RET_GAMMA]};
+  static const char *const want[] = {"alpha_leaf", "beta_middle", "gamma_root", "main"};
+  ember_frame_t fr[8];
+  size_t n = symbolize(st->sym, fx->pid, st->maps[0], ips, 4, fr, 8);
+  assert_int_equal(n, 4);
+  for (size_t i = 0; i < n; i++) {
+    assert_string_equal(fr[i].function, want[i]);
+    assert_true(ends_with(fr[i].file, "/symfix.c"));
+  }
+  assert_int_equal(fr[1].line, fx->v[K_LINE_BETA_CALL]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_symbolize_procmaps_parses_fake_root, setup, teardown),
@@ -895,6 +1171,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_symbolize_vdso, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_alloc_failures, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_costs, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_symbolize_user_owned_binary_not_mapped, setup, teardown),
+      cmocka_unit_test(test_symbolize_perf_map_symlink_refused),
+      cmocka_unit_test(test_symbolize_perf_map_symlink_in_own_tmp),
+      cmocka_unit_test(test_symbolize_perf_map_sparse),
+      cmocka_unit_test(test_symbolize_perf_map_fifo),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
