@@ -275,10 +275,11 @@ cleanup:
 static int fault(ember__alloc_preload_t *p) {
   if (!p->broken) {
     atomic_fetch_add(&n_faults, 1);
-    EMBER_WARN("alloc",
-               "process %d cut or resized its allocation control file: its session ends with "
-               "the samples read so far",
-               (int)p->pid);
+    EMBER_WARN_LIMITED(
+        "alloc",
+        "process %d cut or resized its allocation control file: its session ends with "
+        "the samples read so far",
+        (int)p->pid);
   }
   p->broken = true;
   return -EPROTO;

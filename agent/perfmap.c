@@ -359,12 +359,13 @@ int ember__perfmap_refresh(ember__perfmap_t *pm, const ember__perfmap_src_t *src
       pm->stats.refused++;
       if (!pm->warned_refused) {
         pm->warned_refused = true;
-        EMBER_WARN("symbolize", "perf map %s of pid %d refused: %s; its JIT frames stay unnamed",
-                   path, (int)pm->pid,
-                   fd == -ELOOP    ? "a symbolic link"
-                   : fd == -ENODEV ? "not a regular file"
-                   : fd == -EPERM  ? "not the process's user's, or a second hard link"
-                                   : "too big");
+        EMBER_WARN_LIMITED("symbolize",
+                           "perf map %s of pid %d refused: %s; its JIT frames stay unnamed", path,
+                           (int)pm->pid,
+                           fd == -ELOOP    ? "a symbolic link"
+                           : fd == -ENODEV ? "not a regular file"
+                           : fd == -EPERM  ? "not the process's user's, or a second hard link"
+                                           : "too big");
       }
     }
     return fd == -ENOMEM ? fd : 0;
@@ -391,10 +392,11 @@ int ember__perfmap_refresh(ember__perfmap_t *pm, const ember__perfmap_src_t *src
     pm->stats.capped++;
     if (!pm->warned_capped) {
       pm->warned_capped = true;
-      EMBER_WARN("symbolize",
-                 "perf map %s of pid %d is past its bound (%llu bytes read, %zu entries): code "
-                 "compiled since stays unnamed",
-                 pm->path, (int)pm->pid, (unsigned long long)pm->lim.max_bytes, pm->n);
+      EMBER_WARN_LIMITED(
+          "symbolize",
+          "perf map %s of pid %d is past its bound (%llu bytes read, %zu entries): code "
+          "compiled since stays unnamed",
+          pm->path, (int)pm->pid, (unsigned long long)pm->lim.max_bytes, pm->n);
     }
     goto cleanup;
   }
