@@ -433,6 +433,24 @@ unsigned tu_free_port(void) {
   return ntohs(sa.sin_port);
 }
 
+unsigned tu_logged_port(const char *log_path, int timeout_ms) {
+  for (int waited = 0;; waited += 100) {
+    FILE *f = fopen(log_path, "r");
+    char line[2048];
+    unsigned port = 0;
+    while (f && fgets(line, sizeof line, f)) {
+      const char *p = strstr(line, "(port ");
+      if (p && sscanf(p, "(port %u)", &port) == 1) break;
+    }
+    if (f) fclose(f);
+    if (port) return port;
+    if (waited >= timeout_ms) break;
+    usleep(100000);
+  }
+  fail_msg("no listening port logged in %s after %d ms", log_path, timeout_ms);
+  return 0;
+}
+
 double tu_metric(unsigned port, const char *name) {
   static char body[1 << 18];
   if (tu_http_get(port, "/metrics", body, sizeof body) != 200) return -1;

@@ -103,6 +103,11 @@ int64_t tu_produce_profiles(const char *brokers, const char *agent, uint64_t fir
  * close): for daemons started as separate processes. */
 unsigned tu_free_port(void);
 
+/* The port a daemon logged it listens on (its line "... (port N)") in
+ * log_path, waiting up to timeout_ms for the line; fails the test when
+ * none appears. */
+unsigned tu_logged_port(const char *log_path, int timeout_ms);
+
 /* The value of metric `name` (a line "name value") on
  * http://127.0.0.1:port/metrics, or -1 when unreachable or absent. */
 double tu_metric(unsigned port, const char *name);

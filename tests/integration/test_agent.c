@@ -80,22 +80,7 @@ static ember_profile_t *merged(ember_profile_t **ps, size_t n, const char *worke
 }
 
 /* The agent's metrics port, from its log line "metrics on ... (port N)". */
-static unsigned agent_metrics_port(void) {
-  for (int tries = 0; tries < 50; tries++) {
-    FILE *f = fopen(log_path, "r");
-    char line[1024];
-    unsigned port = 0;
-    while (f && fgets(line, sizeof line, f)) {
-      const char *p = strstr(line, "(port ");
-      if (p && sscanf(p, "(port %u)", &port) == 1) break;
-    }
-    if (f) fclose(f);
-    if (port) return port;
-    usleep(100000);
-  }
-  fail_msg("no metrics port in %s", log_path);
-  return 0;
-}
+static unsigned agent_metrics_port(void) { return tu_logged_port(log_path, 5000); }
 
 static double metric_value(const char *text, const char *name) {
   char pat[128];

@@ -61,22 +61,7 @@ static pid_t start_agent(const char *brokers) {
   return pid;
 }
 
-static unsigned metrics_port(void) {
-  for (int tries = 0; tries < 50; tries++) {
-    FILE *f = fopen(log_path, "r");
-    char line[1024];
-    unsigned port = 0;
-    while (f && fgets(line, sizeof line, f)) {
-      const char *p = strstr(line, "(port ");
-      if (p && sscanf(p, "(port %u)", &port) == 1) break;
-    }
-    if (f) fclose(f);
-    if (port) return port;
-    usleep(100000);
-  }
-  fail_msg("no metrics port in %s", log_path);
-  return 0;
-}
+static unsigned metrics_port(void) { return tu_logged_port(log_path, 5000); }
 
 static double metric(unsigned port, const char *name) {
   static char text[1 << 16];

@@ -100,18 +100,7 @@ static void wait_log(const agent_proc_t *ap, const char *what, int max_ms) {
   fail_msg("no '%s' in %s after %d ms", what, ap->log, max_ms);
 }
 
-static unsigned metrics_port(const agent_proc_t *ap) {
-  FILE *f = fopen(ap->log, "r");
-  char line[2048];
-  unsigned port = 0;
-  while (f && fgets(line, sizeof line, f)) {
-    const char *p = strstr(line, "(port ");
-    if (p && sscanf(p, "(port %u)", &port) == 1) break;
-  }
-  if (f) fclose(f);
-  if (port == 0) fail_msg("no metrics port in %s", ap->log);
-  return port;
-}
+static unsigned metrics_port(const agent_proc_t *ap) { return tu_logged_port(ap->log, 0); }
 
 static void stop_agent(const agent_proc_t *ap) {
   kill(ap->pid, SIGTERM);
