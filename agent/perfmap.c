@@ -14,21 +14,15 @@
 #include "ember/ember.h"
 #include "ember/log.h"
 #include "safefile.h"
+#include "strarena.h"
 
 #define READ_BLOCK (64u * 1024u)
-#define NAME_CHUNK (64u * 1024u)
 #define STATUS_MAX 4096u
 
 typedef struct jsym {
   uint64_t start, end, seq;
   const char *name;
 } jsym_t;
-
-typedef struct chunk {
-  struct chunk *next;
-  size_t used, size;
-  char data[];
-} chunk_t;
 
 struct ember__perfmap {
   pid_t pid;
@@ -37,8 +31,8 @@ struct ember__perfmap {
   size_t n;
   jsym_t *add; /* parsed since the last commit */
   size_t nadd, add_cap;
-  uint64_t seq; /* lines parsed: later lines win overlaps */
-  chunk_t *names;
+  uint64_t seq;            /* lines parsed: later lines win overlaps */
+  ember__strarena_t names; /* names and paths: frames point into it */
   /* The line being assembled across feeds: at most max_line bytes; a
    * longer one sets `skipping` and is dropped up to its newline. */
   char *line;
@@ -55,22 +49,7 @@ struct ember__perfmap {
 };
 
 static const char *name_dup(ember__perfmap_t *pm, const char *s, size_t len) {
-  chunk_t *c = pm->names;
-  if (c == NULL || c->size - c->used < len + 1) {
-    size_t size = len + 1 > NAME_CHUNK ? len + 1 : NAME_CHUNK;
-    chunk_t *nc = ember_malloc(sizeof *nc + size);
-    if (nc == NULL) return NULL;
-    nc->size = size;
-    nc->used = 0;
-    nc->next = c;
-    pm->names = nc;
-    c = nc;
-  }
-  char *p = c->data + c->used;
-  memcpy(p, s, len);
-  p[len] = '\0';
-  c->used += len + 1;
-  return p;
+  return ember__strarena_dup(&pm->names, s, len);
 }
 
 int ember__perfmap_new(pid_t pid, const ember__perfmap_limits_t *limits, ember__perfmap_t **out) {
@@ -95,12 +74,7 @@ int ember__perfmap_new(pid_t pid, const ember__perfmap_limits_t *limits, ember__
 
 void ember__perfmap_free(ember__perfmap_t *pm) {
   if (pm == NULL) return;
-  chunk_t *c = pm->names;
-  while (c != NULL) {
-    chunk_t *next = c->next;
-    ember_free(c);
-    c = next;
-  }
+  ember__strarena_free(&pm->names);
   ember_free(pm->v);
   ember_free(pm->add);
   ember_free(pm->line);

@@ -21,6 +21,7 @@
 #include "ember/ember.h"
 #include "perfmap.h"
 #include "safefile.h"
+#include "strarena.h"
 
 /* Untrusted input limits (STYLE.md rule 12): the longest line read from a
  * /proc file or a perf map, and the most entries kept from one file. */
@@ -28,7 +29,6 @@
 #define MAX_MAPPINGS (1u << 20)
 #define MAX_KSYMS    (1u << 22)
 
-#define ARENA_CHUNK         (64u * 1024u)
 #define DEFAULT_MAX_MODULES 512u
 #define PID_BUCKETS         256u
 /* perf callchains carry PERF_CONTEXT_* markers at the top of the address
@@ -41,54 +41,6 @@
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
-
-/* A bump allocator for strings that must live as long as their owner (a
- * module, a pid's perf map, the kernel table). Nothing is freed singly. */
-typedef struct chunk {
-  struct chunk *next;
-  size_t used, size;
-  char data[];
-} chunk_t;
-
-typedef struct arena {
-  chunk_t *head;
-} arena_t;
-
-static char *arena_strndup(arena_t *a, const char *str, size_t len) {
-  chunk_t *c = a->head;
-  if (c == NULL || c->size - c->used < len + 1) {
-    size_t size = len + 1 > ARENA_CHUNK / 4 ? len + 1 : ARENA_CHUNK;
-    chunk_t *n = ember_malloc(sizeof *n + size);
-    if (n == NULL) return NULL;
-    n->size = size;
-    n->used = 0;
-    if (c != NULL && size != ARENA_CHUNK) {
-      /* A large string gets a chunk of its own behind the head, so the
-       * head's free space is not abandoned. */
-      n->next = c->next;
-      c->next = n;
-    } else {
-      n->next = c;
-      a->head = n;
-    }
-    c = n;
-  }
-  char *p = c->data + c->used;
-  memcpy(p, str, len);
-  p[len] = '\0';
-  c->used += len + 1;
-  return p;
-}
-
-static void arena_free(arena_t *a) {
-  chunk_t *c = a->head;
-  while (c != NULL) {
-    chunk_t *next = c->next;
-    ember_free(c);
-    c = next;
-  }
-  a->head = NULL;
-}
 
 /* Returns the grown array (v untouched and NULL returned on failure). */
 static void *grow_array(void *v, size_t *cap, size_t need, size_t elem) {
@@ -261,7 +213,7 @@ struct ember__procmaps {
   char *proc_root;
   mapping_t *v;
   size_t n, cap;
-  arena_t strings;
+  ember__strarena_t strings;
 };
 
 typedef struct maps_ctx {
@@ -309,7 +261,7 @@ static int maps_line(void *vctx, char *line, size_t len) {
         memcmp(prev->path, p, plen) == 0) {
       mp.path = prev->path;
     } else {
-      mp.path = arena_strndup(&m->strings, p, plen);
+      mp.path = ember__strarena_dup(&m->strings, p, plen);
       if (mp.path == NULL) return -ENOMEM;
     }
   }
@@ -403,7 +355,7 @@ cleanup:
 
 void ember__procmaps_free(ember__procmaps_t *m) {
   if (m == NULL) return;
-  arena_free(&m->strings);
+  ember__strarena_free(&m->strings);
   ember_free(m->v);
   ember_free(m->proc_root);
   ember_free(m);
@@ -541,7 +493,7 @@ typedef struct module {
   size_t ncus, cus_cap;
   cu_info_t *cu_list;
   size_t ncu_list, cu_list_cap;
-  arena_t arena; /* symbol names, build-id, alias paths */
+  ember__strarena_t arena; /* symbol names, build-id, alias paths */
 } module_t;
 
 /* A file as one process maps it: (dev, inode, path) -> module. Several
@@ -726,7 +678,7 @@ static int load_symbols(module_t *mod, Elf *elf, Elf_Scn *symscn) {
       if (raw[i].secend > raw[i].start && end > raw[i].secend) end = raw[i].secend;
       if (end <= raw[i].start) end = raw[i].start + 1;
     }
-    const char *name = arena_strndup(&mod->arena, raw[i].name, strlen(raw[i].name));
+    const char *name = ember__strarena_dup(&mod->arena, raw[i].name, strlen(raw[i].name));
     if (name == NULL) {
       rc = -ENOMEM;
       goto cleanup;
@@ -771,7 +723,7 @@ static void module_free(module_t *mod) {
   module_strip(mod);
   if (mod->dw != NULL) dwarf_end(mod->dw);
   if (mod->dw_elf != NULL) elf_end(mod->dw_elf);
-  arena_free(&mod->arena);
+  ember__strarena_free(&mod->arena);
   ember_free(mod);
 }
 
@@ -783,7 +735,7 @@ static int module_build(elf_file_t *f, const char *build_id, bool dwarf, bool dw
   module_t *mod = ember_calloc(1, sizeof *mod);
   if (mod == NULL) return -ENOMEM;
   if (build_id != NULL) {
-    mod->build_id = arena_strndup(&mod->arena, build_id, strlen(build_id));
+    mod->build_id = ember__strarena_dup(&mod->arena, build_id, strlen(build_id));
     if (mod->build_id == NULL) {
       rc = -ENOMEM;
       goto cleanup;
@@ -1072,7 +1024,7 @@ typedef struct ksym {
 typedef struct kctx {
   ksym_t *v;
   size_t n, cap;
-  arena_t *arena;
+  ember__strarena_t *arena;
   const char *last_module;
 } kctx_t;
 
@@ -1102,11 +1054,11 @@ static int ksym_line(void *vctx, char *line, size_t len) {
   }
   const char *modstr = k->last_module;
   if (modstr == NULL || strlen(modstr) != mlen || memcmp(modstr, mod, mlen) != 0) {
-    modstr = arena_strndup(k->arena, mod, mlen);
+    modstr = ember__strarena_dup(k->arena, mod, mlen);
     if (modstr == NULL) return -ENOMEM;
     k->last_module = modstr;
   }
-  const char *nm = arena_strndup(k->arena, name, nlen);
+  const char *nm = ember__strarena_dup(k->arena, name, nlen);
   if (nm == NULL) return -ENOMEM;
   ksym_t *nv = grow_array(k->v, &k->cap, k->n + 1, sizeof *k->v);
   if (nv == NULL) return -ENOMEM;
@@ -1157,12 +1109,12 @@ struct ember__symbolizer {
   ksym_t *ksyms;
   size_t nksyms;
   bool k_tried;
-  arena_t karena;
+  ember__strarena_t karena;
 
   pidmap_t *pids[PID_BUCKETS];
   ember__perfmap_limits_t perf_limits;
 
-  arena_t names; /* special mapping names ("[vsyscall]"), interned */
+  ember__strarena_t names; /* special mapping names ("[vsyscall]"), interned */
   const char **name_list;
   size_t nnames, names_cap;
 
@@ -1220,7 +1172,7 @@ void ember__symbolizer_free(ember__symbolizer_t *s) {
   module_free(s->vdso);
   ember_free(s->aliases);
   ember_free(s->ksyms);
-  arena_free(&s->karena);
+  ember__strarena_free(&s->karena);
   for (size_t b = 0; b < PID_BUCKETS; b++) {
     while (s->pids[b] != NULL) {
       pidmap_t *pm = s->pids[b];
@@ -1228,7 +1180,7 @@ void ember__symbolizer_free(ember__symbolizer_t *s) {
       pidmap_free(pm);
     }
   }
-  arena_free(&s->names);
+  ember__strarena_free(&s->names);
   ember_free(s->name_list);
   ember_free(s->proc_root);
   ember_free(s->perf_map_dir);
@@ -1263,7 +1215,7 @@ static const char *intern_name(ember__symbolizer_t *s, const char *name) {
   const char **nv = grow_array(s->name_list, &s->names_cap, s->nnames + 1, sizeof *nv);
   if (nv == NULL) return NULL;
   s->name_list = nv;
-  const char *copy = arena_strndup(&s->names, name, strlen(name));
+  const char *copy = ember__strarena_dup(&s->names, name, strlen(name));
   if (copy == NULL) return NULL;
   s->name_list[s->nnames++] = copy;
   return copy;
@@ -1344,7 +1296,7 @@ static int alias_add(ember__symbolizer_t *s, const mapping_t *mp, module_t *mod,
   alias_t *nv = grow_array(s->aliases, &s->aliases_cap, s->naliases + 1, sizeof *nv);
   if (nv == NULL) return -ENOMEM;
   s->aliases = nv;
-  const char *path = arena_strndup(&mod->arena, mp->path, strlen(mp->path));
+  const char *path = ember__strarena_dup(&mod->arena, mp->path, strlen(mp->path));
   if (path == NULL) return -ENOMEM;
   size_t at = alias_lower(s, mp->dev, mp->ino);
   memmove(&s->aliases[at + 1], &s->aliases[at], (s->naliases - at) * sizeof *s->aliases);
@@ -1479,7 +1431,7 @@ static int kernel_load(ember__symbolizer_t *s) {
   close(fd);
   if (rc != 0) {
     ember_free(k.v);
-    arena_free(&s->karena);
+    ember__strarena_free(&s->karena);
     s->k_tried = rc != -ENOMEM;
     return rc == -ENOMEM ? rc : 0;
   }
