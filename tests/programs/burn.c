@@ -70,8 +70,13 @@ static int64_t calibrate(void) {
   return per_ms > 0 ? per_ms : 1;
 }
 
-__attribute__((noinline)) void burn_loop(int64_t wall_ns, int64_t cpu_ns, int64_t per_ms,
-                                         int light) {
+/* Calibrates here, not in main, so that even the calibration's samples
+ * read main -> burn_loop -> burn_hot|burn_cold, as a test asserts of
+ * every sample in the two. */
+__attribute__((noinline)) void burn_loop(int64_t wall_ns, int64_t cpu_ns, int light) {
+  int64_t per_ms = calibrate();
+  printf("ready\n");
+  fflush(stdout);
   int64_t end = clock_ns(CLOCK_MONOTONIC) + wall_ns;
   int64_t cpu_end = clock_ns(CLOCK_PROCESS_CPUTIME_ID) + cpu_ns;
   for (;;) {
@@ -97,10 +102,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: burn [--cpu | --light] SECONDS\n");
     return 2;
   }
-  int64_t per_ms = calibrate();
-  printf("ready\n");
-  fflush(stdout);
   int64_t s = (int64_t)seconds * 1000000000;
-  burn_loop(cpu ? 20 * s : s, cpu ? s : 0, per_ms, light);
+  burn_loop(cpu ? 20 * s : s, cpu ? s : 0, light);
   return 0;
 }
