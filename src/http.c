@@ -576,7 +576,8 @@ static unsigned check_head(ember__http_t *h, struct MHD_Connection *c, const cha
 static int parse_hosts(ember__http_t *h, const char *list, char *errbuf, size_t errbuf_size) {
   if (list == NULL) return 0;
   size_t cap = 1;
-  for (const char *p = list; *p; p++) cap += *p == ',';
+  /* Names are split on commas and spaces both: count both. */
+  for (const char *p = list; *p; p++) cap += *p == ',' || *p == ' ';
   h->hosts = ember_calloc(cap, sizeof *h->hosts);
   if (h->hosts == NULL) return -ENOMEM;
   const char *p = list;

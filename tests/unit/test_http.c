@@ -639,6 +639,27 @@ static void test_http_refusals_logged_rate_limited(void **state) {
   server_stop(&srv);
 }
 
+/* allowed_hosts split on spaces as well as commas: every name is taken
+ * (the old parser made room for one name per comma only, and wrote past
+ * it). */
+static void test_http_allowed_hosts_with_spaces(void **state) {
+  (void)state;
+  server_t srv;
+  server_start(&srv,
+               (ember__http_opts_t){.allowed_hosts = "a.example b.example  c.example,d.example "
+                                                     "e.example f.example g.example"});
+  static const char *const names[] = {"a.example", "b.example", "c.example", "d.example",
+                                      "e.example", "f.example", "g.example"};
+  char req[256];
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    snprintf(req, sizeof req, "GET /ok HTTP/1.0\r\nHost: %s\r\n\r\n", names[i]);
+    resp_t r = request(srv.port, req);
+    if (r.status != 200) fail_msg("%s: %d", names[i], r.status);
+  }
+  assert_int_equal(request(srv.port, "GET /ok HTTP/1.0\r\nHost: h.example\r\n\r\n").status, 421);
+  server_stop(&srv);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_http_slow_clients_cannot_lock_others_out),
@@ -651,6 +672,7 @@ int main(void) {
       cmocka_unit_test(test_http_host_and_origin),
       cmocka_unit_test(test_http_limits_answer_json),
       cmocka_unit_test(test_http_refusals_logged_rate_limited),
+      cmocka_unit_test(test_http_allowed_hosts_with_spaces),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
