@@ -368,12 +368,17 @@ static void set_phase(ember__http_t *h, struct MHD_Connection *c, int phase) {
 }
 
 /* The reaper: closes every connection past its deadline. Trickling bytes
- * cannot move a deadline; only the phases do. */
+ * cannot move a deadline; only the phases do. It logs with mu released:
+ * a log write that blocks (a full stderr pipe) must not hold up every
+ * libmicrohttpd thread waiting for mu. */
 static void *reaper_main(void *arg) {
   ember__http_t *h = arg;
   pthread_mutex_lock(&h->mu);
   while (!h->reaper_stop) {
     int64_t now = ember_time_mono_ns(), next = now + 1000 * MS_NS;
+    /* Per reason (R_DEADLINE, R_ANSWER): how many were cut, the oldest. */
+    long ncut[2] = {0, 0};
+    int64_t age_ms[2] = {0, 0};
     for (unsigned i = 0; i < h->nslots; i++) {
       slot_t *s = &h->slots[i];
       if (s->phase == PH_FREE || s->closing) continue;
@@ -381,13 +386,25 @@ static void *reaper_main(void *arg) {
         if (s->deadline_ns < next) next = s->deadline_ns;
         continue;
       }
-      int reason = s->phase == PH_RECV ? R_DEADLINE : R_ANSWER;
+      int k = s->phase == PH_RECV ? 0 : 1;
+      int64_t age = (now - s->since_ns) / MS_NS;
+      if (age > age_ms[k]) age_ms[k] = age;
+      ncut[k]++;
       cut(h, s);
-      refused(h, reason);
-      ratelog(h, reason, "closed a connection after %lld ms: its %s",
-              (long long)((now - s->since_ns) / MS_NS),
-              reason == R_DEADLINE ? "request did not arrive in time (a slow or idle client)"
-                                   : "answer was not taken in time (a slow reader)");
+    }
+    if (ncut[0] + ncut[1] > 0) {
+      pthread_mutex_unlock(&h->mu);
+      for (int k = 0; k < 2; k++) {
+        if (ncut[k] == 0) continue;
+        int reason = k == 0 ? R_DEADLINE : R_ANSWER;
+        ember_metric_add(h->m_reason[reason], (double)ncut[k]);
+        ratelog(h, reason, "closed %ld connection(s), the oldest after %lld ms: %s", ncut[k],
+                (long long)age_ms[k],
+                k == 0 ? "the request did not arrive in time (a slow or idle client)"
+                       : "the answer was not taken in time (a slow reader)");
+      }
+      pthread_mutex_lock(&h->mu);
+      if (h->reaper_stop) break;
     }
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -514,8 +531,8 @@ static unsigned check_origin(ember__http_t *h, struct MHD_Connection *c, const c
   if (parsed) {
     if (oport == 0) oport = dflt;
     /* Same origin: our own page (the dashboard). A Host without a port
-     * (behind a proxy) matches the origin's host on any port. */
-    if (host != NULL && strcmp(ohost, host) == 0 && (port == 0 || port == oport)) return 0;
+     * is on the default port of the origin's scheme (behind a proxy). */
+    if (host != NULL && strcmp(ohost, host) == 0 && (port != 0 ? port : dflt) == oport) return 0;
     /* A name listed in allowed_hosts is trusted as an origin too, for a
      * proxy that passes the backend's address as Host. */
     if (listed(h, ohost)) return 0;
@@ -557,7 +574,9 @@ static unsigned check_head(ember__http_t *h, struct MHD_Connection *c, const cha
   const char *hosthdr = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
   char host[256];
   unsigned port = 0;
-  if (hosthdr == NULL && strcmp(version, MHD_HTTP_VERSION_1_1) == 0)
+  /* libmicrohttpd 0.9.75 takes HTTP/1.2 to 1.9 as 1.1: all but 1.0 need
+   * Host. */
+  if (hosthdr == NULL && strcmp(version, MHD_HTTP_VERSION_1_0) != 0)
     return ember__http_fail(a, 400, "an HTTP/1.1 request needs a Host header");
   if (hosthdr != NULL && !split_authority(hosthdr, strlen(hosthdr), host, sizeof host, &port))
     return ember__http_fail(a, 400, "the Host header \"%.128s\" is not HOST or HOST:PORT", hosthdr);
@@ -1031,16 +1050,29 @@ cleanup:
 
 uint16_t ember__http_port(const ember__http_t *h) { return h ? h->port : 0; }
 
+/* At stop: connections still sending a request (a trickled POST body
+ * among them, which counts in inflight) or idle are not waited for. */
+static void cut_receiving(ember__http_t *h) {
+  pthread_mutex_lock(&h->mu);
+  for (unsigned i = 0; i < h->nslots; i++) {
+    slot_t *s = &h->slots[i];
+    if (s->phase == PH_RECV && !s->closing) cut(h, s);
+  }
+  pthread_mutex_unlock(&h->mu);
+}
+
 void ember__http_stop(ember__http_t *h) {
   if (h == NULL) return;
   atomic_store(&h->stopping, true);
   MHD_socket lsock = MHD_quiesce_daemon(h->d);
+  cut_receiving(h);
   /* Requests already being answered run to the end and their answers go
    * out; idle keep-alive connections are not waited for. */
   int64_t deadline = ember_time_mono_ns() + STOP_WAIT_NS;
   while (atomic_load(&h->inflight) > 0 && ember_time_mono_ns() < deadline) {
     struct timespec ts = {0, 10 * 1000 * 1000};
     nanosleep(&ts, NULL);
+    cut_receiving(h);
   }
   if (atomic_load(&h->inflight) > 0)
     EMBER_WARN(h->log, "stopping with %ld requests unfinished after 10 s",
