@@ -27,15 +27,13 @@
 #include "http.h"
 #include "json.h"
 
-#define MAX_THREADS      64u
-#define DEFAULT_BODY     ((size_t)64 << 10)
-#define DEFAULT_RESPONSE ((size_t)64 << 20)
-#define STOP_WAIT_NS     (10LL * 1000000000LL)
-#define MS_NS            1000000LL
-#define DEFAULT_CONNS    256u
-#define DEFAULT_PER_IP   32u
-#define DEFAULT_TIMEOUT  10000u
-#define DEFAULT_ANSWER   60000u
+#define DEFAULT_BODY    ((size_t)64 << 10)
+#define STOP_WAIT_NS    (10LL * 1000000000LL)
+#define MS_NS           1000000LL
+#define DEFAULT_CONNS   256u
+#define DEFAULT_PER_IP  32u
+#define DEFAULT_TIMEOUT 10000u
+#define DEFAULT_ANSWER  60000u
 /* A connection sending its answer may be closed to make room once it has
  * been sending this long: a slow reader, not one about to finish. */
 #define MIN_SEND_NS (1000LL * MS_NS)
@@ -959,7 +957,7 @@ int ember__http_start(const ember__http_opts_t *opts, ember__http_t **out, char 
   }
   errbuf[0] = '\0';
   if (opts == NULL || out == NULL || opts->listen == NULL || opts->handler == NULL ||
-      opts->threads > MAX_THREADS)
+      opts->threads > EMBER__HTTP_MAX_THREADS)
     return -EINVAL;
   const char *key = opts->listen_key ? opts->listen_key : "listen address";
   listen_addr_t la;
@@ -972,7 +970,7 @@ int ember__http_start(const ember__http_opts_t *opts, ember__http_t **out, char 
   h->ctx = opts->ctx;
   h->log = opts->log ? opts->log : "http";
   h->max_body = opts->max_body ? opts->max_body : DEFAULT_BODY;
-  h->max_response = opts->max_response ? opts->max_response : DEFAULT_RESPONSE;
+  h->max_response = opts->max_response ? opts->max_response : EMBER__HTTP_DEFAULT_RESPONSE;
   h->max_conns = opts->max_connections ? opts->max_connections : DEFAULT_CONNS;
   h->max_per_ip = opts->max_per_ip ? opts->max_per_ip : DEFAULT_PER_IP;
   h->timeout_ns =
