@@ -30,12 +30,10 @@
 
 #define LOG "api"
 
-#define DEFAULT_LISTEN   "127.0.0.1:7272"
-#define MAX_THREADS      64u
-#define MAX_PARAMS       32u
-#define DEFAULT_RESPONSE ((size_t)64 << 20)
-#define SEC_NS           1000000000LL
-#define MS_NS            1000000LL
+#define DEFAULT_LISTEN "127.0.0.1:7272"
+#define MAX_PARAMS     32u
+#define SEC_NS         1000000000LL
+#define MS_NS          1000000LL
 /* The largest request body (session requests are a few hundred bytes). */
 #define MAX_BODY ((size_t)64 << 10)
 
@@ -54,8 +52,8 @@ int ember__api_read_config(const ember_config_t *cfg, ember__api_opts_t *o, char
                            size_t errbuf_size) {
   uint64_t threads, conns, per_ip;
   int64_t timeout;
-  int rc =
-      ember_config_get_u64(cfg, "api.threads", 2, 1, MAX_THREADS, &threads, errbuf, errbuf_size);
+  int rc = ember_config_get_u64(cfg, "api.threads", 2, 1, EMBER__HTTP_MAX_THREADS, &threads, errbuf,
+                                errbuf_size);
   if (rc == 0)
     rc = ember_config_get_u64(cfg, "api.max_connections", 256, 1, 65536, &conns, errbuf,
                               errbuf_size);
@@ -1460,7 +1458,7 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
     errbuf_size = sizeof dummy;
   }
   errbuf[0] = '\0';
-  if (opts == NULL || out == NULL || opts->store == NULL || opts->threads > MAX_THREADS)
+  if (opts == NULL || out == NULL || opts->store == NULL || opts->threads > EMBER__HTTP_MAX_THREADS)
     return -EINVAL;
   const char *listen = opts->listen ? opts->listen : DEFAULT_LISTEN;
   ember__api_t *api = ember_calloc(1, sizeof *api);
@@ -1471,7 +1469,7 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
   api->sessions = opts->sessions;
   api->ready = opts->ready;
   api->ready_ctx = opts->ready_ctx;
-  api->max_response = opts->max_response ? opts->max_response : DEFAULT_RESPONSE;
+  api->max_response = opts->max_response ? opts->max_response : EMBER__HTTP_DEFAULT_RESPONSE;
   if (opts->token != NULL && opts->token[0] != '\0') {
     api->token = ember_strdup(opts->token);
     if (api->token == NULL) {

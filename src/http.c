@@ -27,15 +27,16 @@
 #include "http.h"
 #include "json.h"
 
-#define MAX_THREADS      64u
-#define DEFAULT_BODY     ((size_t)64 << 10)
-#define DEFAULT_RESPONSE ((size_t)64 << 20)
-#define STOP_WAIT_NS     (10LL * 1000000000LL)
-#define MS_NS            1000000LL
-#define DEFAULT_CONNS    256u
-#define DEFAULT_PER_IP   32u
-#define DEFAULT_TIMEOUT  10000u
-#define DEFAULT_ANSWER   60000u
+#define DEFAULT_BODY    ((size_t)64 << 10)
+#define STOP_WAIT_NS    (10LL * 1000000000LL)
+#define MS_NS           1000000LL
+#define DEFAULT_CONNS   256u
+#define DEFAULT_PER_IP  32u
+#define DEFAULT_TIMEOUT 10000u
+#define DEFAULT_ANSWER  60000u
+/* A connection sending its answer may be closed to make room once it has
+ * been sending this long: a slow reader, not one about to finish. */
+#define MIN_SEND_NS (1000LL * MS_NS)
 /* libmicrohttpd's own connection limit is ours plus this much, so that
  * connections we have closed but libmicrohttpd has not yet cleaned up do
  * not make it refuse the connection that closed them. */
@@ -50,8 +51,10 @@
 #define MEMORY     ((size_t)64 << 10)
 
 /* A connection's phase, for the deadline and for choosing which to close
- * when the server is full. */
-enum { PH_FREE, PH_RECV, PH_ANSWER };
+ * to make room: PH_RECV (its request is arriving, or it is idle between
+ * requests), PH_ANSWER (the handler is at work), PH_SEND (the answer is
+ * queued and going out, as fast as the client reads it). */
+enum { PH_FREE, PH_RECV, PH_ANSWER, PH_SEND };
 
 typedef struct slot {
   struct MHD_Connection *c;
@@ -67,7 +70,7 @@ typedef struct slot {
 enum {
   R_PER_IP,    /* the client address already holds max_per_ip connections */
   R_FULL,      /* max_connections are open and every one is being answered */
-  R_EVICTED,   /* closed to make room: the oldest still sending its request */
+  R_EVICTED,   /* closed to make room: the oldest still sending its request, or a slow reader */
   R_DEADLINE,  /* the request did not arrive within request_timeout */
   R_ANSWER,    /* the answer was not taken within answer_timeout */
   R_MALFORMED, /* libmicrohttpd answered the request itself (malformed, too large) */
@@ -84,7 +87,7 @@ static const char *const reason_names[R_NREASONS] = {
 static const char *const reason_help[R_NREASONS] = {
     "Connections refused because their client address held max_per_ip already.",
     "Connections refused because every connection was busy being answered.",
-    "Connections closed to make room because they were the oldest still sending a request.",
+    "Connections closed to make room: the oldest still sending a request, or reading an answer.",
     "Connections closed because their request did not arrive within the request timeout.",
     "Connections closed because their answer was not taken within the answer timeout.",
     "Requests libmicrohttpd refused itself: malformed, or headers larger than it holds.",
@@ -176,7 +179,9 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
 /* -------------------------------------------------------- connections -- */
 
 /* The per-client key: IPv4 as an IPv4-mapped IPv6 address, so that a
- * dual-stack listener counts one client once. */
+ * dual-stack listener counts one client once; other IPv6 addresses by
+ * their /64, the least a site is given, so that one client cannot be
+ * 2^64 clients. */
 static void addr_key(const struct sockaddr *sa, unsigned char key[16]) {
   memset(key, 0, 16);
   if (sa == NULL) return;
@@ -185,7 +190,8 @@ static void addr_key(const struct sockaddr *sa, unsigned char key[16]) {
     key[10] = key[11] = 0xff;
     memcpy(key + 12, &v4->sin_addr, 4);
   } else if (sa->sa_family == AF_INET6) {
-    memcpy(key, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
+    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
+    memcpy(key, a6, IN6_IS_ADDR_V4MAPPED(a6) ? 16 : 8);
   }
 }
 
@@ -208,54 +214,87 @@ static void cut(ember__http_t *h, slot_t *s) {
   ember_metric_add(h->m_conns, -1);
 }
 
-/* Accept policy, before libmicrohttpd takes a connection: at most
- * max_per_ip per client address; when max_conns are open, the oldest
- * connection still sending its request (or idle between requests) is
- * closed to make room, so that slow clients cannot hold every slot; when
- * every connection is being answered, the new one is refused. */
+/* Of two candidates to close to make room, the better: one still sending
+ * its request (or idle) before one reading its answer; the oldest of a
+ * kind first. A reader only once it has been at it MIN_SEND_NS. NULL:
+ * neither may be closed. */
+static slot_t *pick_victim(slot_t *best, slot_t *s, int64_t now) {
+  if (s->phase == PH_SEND && now - s->since_ns < MIN_SEND_NS) return best;
+  if (s->phase != PH_RECV && s->phase != PH_SEND) return best;
+  if (best == NULL) return s;
+  if (s->phase != best->phase) return s->phase == PH_RECV ? s : best;
+  return s->since_ns < best->since_ns ? s : best;
+}
+
+/* Accept policy, before libmicrohttpd takes a connection. Limits make
+ * room rather than refuse, so that slow clients cannot lock others out:
+ * when a client address holds max_per_ip, its own oldest connection
+ * still sending its request (or else its slowest reader) is closed; when
+ * max_conns are open, the same of any address. Only when every one of
+ * those connections is being answered is the new one refused. */
 static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
   (void)addrlen;
   ember__http_t *h = cls;
   unsigned char key[16];
   addr_key(addr, key);
   int reason = -1;
+  int64_t now = ember_time_mono_ns();
   pthread_mutex_lock(&h->mu);
   unsigned live = 0, same = 0;
-  slot_t *oldest = NULL;
+  slot_t *victim = NULL, *victim_same = NULL;
   for (unsigned i = 0; i < h->nslots; i++) {
     slot_t *s = &h->slots[i];
     if (s->phase == PH_FREE || s->closing) continue;
     live++;
-    if (memcmp(s->addr, key, 16) == 0) same++;
-    if (s->phase == PH_RECV && (oldest == NULL || s->since_ns < oldest->since_ns)) oldest = s;
-  }
-  bool evicted = false;
-  int64_t age_ms = 0;
-  if (h->max_per_ip != 0 && same >= h->max_per_ip) {
-    reason = R_PER_IP;
-  } else if (live >= h->max_conns) {
-    if (oldest != NULL) {
-      age_ms = (ember_time_mono_ns() - oldest->since_ns) / MS_NS;
-      cut(h, oldest);
-      evicted = true;
-    } else {
-      reason = R_FULL;
+    victim = pick_victim(victim, s, now);
+    if (memcmp(s->addr, key, 16) == 0) {
+      same++;
+      victim_same = pick_victim(victim_same, s, now);
     }
   }
+  slot_t *cut_one = NULL;
+  bool per_ip = h->max_per_ip != 0 && same >= h->max_per_ip;
+  if (per_ip) {
+    if (victim_same != NULL)
+      cut_one = victim_same;
+    else
+      reason = R_PER_IP;
+  } else if (live >= h->max_conns) {
+    if (victim != NULL)
+      cut_one = victim;
+    else
+      reason = R_FULL;
+  }
+  int64_t age_ms = 0;
+  bool reader = false;
+  if (cut_one != NULL) {
+    age_ms = (now - cut_one->since_ns) / MS_NS;
+    reader = cut_one->phase == PH_SEND;
+    cut(h, cut_one);
+  }
   pthread_mutex_unlock(&h->mu);
-  if (evicted) {
+  char who[INET6_ADDRSTRLEN];
+  addr_text(addr, who, sizeof who);
+  if (cut_one != NULL) {
     refused(h, R_EVICTED);
-    ratelog(h, R_EVICTED,
-            "all %u connections open: closed the oldest still sending its request (for %lld ms) "
-            "to make room",
-            h->max_conns, (long long)age_ms);
+    if (per_ip)
+      ratelog(h, R_EVICTED,
+              "%s holds %u connections (the most per client): closed its oldest %s (for %lld ms) "
+              "to make room for a new one",
+              who, h->max_per_ip, reader ? "reading its answer" : "still sending its request",
+              (long long)age_ms);
+    else
+      ratelog(h, R_EVICTED,
+              "all %u connections open: closed the oldest %s (for %lld ms) to make room",
+              h->max_conns, reader ? "reading its answer" : "still sending its request",
+              (long long)age_ms);
   }
   if (reason < 0) return MHD_YES;
   refused(h, reason);
-  char who[INET6_ADDRSTRLEN];
-  addr_text(addr, who, sizeof who);
   if (reason == R_PER_IP)
-    ratelog(h, reason, "refused a connection from %s: it holds %u already (the most per client)",
+    ratelog(h, reason,
+            "refused a connection from %s: it holds %u already (the most per client), all being "
+            "answered",
             who, h->max_per_ip);
   else
     ratelog(h, reason, "refused a connection from %s: all %u connections are being answered", who,
@@ -313,6 +352,7 @@ static slot_t *slot_of(struct MHD_Connection *c) {
 }
 
 /* Start a connection's next phase: PH_ANSWER when its request is in,
+ * PH_SEND when its answer is queued (the answer's deadline still holds),
  * PH_RECV when a request is done and the next may come. */
 static void set_phase(ember__http_t *h, struct MHD_Connection *c, int phase) {
   slot_t *s = slot_of(c);
@@ -321,17 +361,22 @@ static void set_phase(ember__http_t *h, struct MHD_Connection *c, int phase) {
   pthread_mutex_lock(&h->mu);
   s->phase = phase;
   s->since_ns = now;
-  s->deadline_ns = now + (phase == PH_ANSWER ? h->answer_ns : h->timeout_ns);
+  if (phase != PH_SEND) s->deadline_ns = now + (phase == PH_ANSWER ? h->answer_ns : h->timeout_ns);
   pthread_mutex_unlock(&h->mu);
 }
 
 /* The reaper: closes every connection past its deadline. Trickling bytes
- * cannot move a deadline; only the phases do. */
+ * cannot move a deadline; only the phases do. It logs with mu released:
+ * a log write that blocks (a full stderr pipe) must not hold up every
+ * libmicrohttpd thread waiting for mu. */
 static void *reaper_main(void *arg) {
   ember__http_t *h = arg;
   pthread_mutex_lock(&h->mu);
   while (!h->reaper_stop) {
     int64_t now = ember_time_mono_ns(), next = now + 1000 * MS_NS;
+    /* Per reason (R_DEADLINE, R_ANSWER): how many were cut, the oldest. */
+    long ncut[2] = {0, 0};
+    int64_t age_ms[2] = {0, 0};
     for (unsigned i = 0; i < h->nslots; i++) {
       slot_t *s = &h->slots[i];
       if (s->phase == PH_FREE || s->closing) continue;
@@ -339,13 +384,25 @@ static void *reaper_main(void *arg) {
         if (s->deadline_ns < next) next = s->deadline_ns;
         continue;
       }
-      int reason = s->phase == PH_RECV ? R_DEADLINE : R_ANSWER;
+      int k = s->phase == PH_RECV ? 0 : 1;
+      int64_t age = (now - s->since_ns) / MS_NS;
+      if (age > age_ms[k]) age_ms[k] = age;
+      ncut[k]++;
       cut(h, s);
-      refused(h, reason);
-      ratelog(h, reason, "closed a connection after %lld ms: its %s",
-              (long long)((now - s->since_ns) / MS_NS),
-              reason == R_DEADLINE ? "request did not arrive in time (a slow or idle client)"
-                                   : "answer was not taken in time (a slow reader)");
+    }
+    if (ncut[0] + ncut[1] > 0) {
+      pthread_mutex_unlock(&h->mu);
+      for (int k = 0; k < 2; k++) {
+        if (ncut[k] == 0) continue;
+        int reason = k == 0 ? R_DEADLINE : R_ANSWER;
+        ember_metric_add(h->m_reason[reason], (double)ncut[k]);
+        ratelog(h, reason, "closed %ld connection(s), the oldest after %lld ms: %s", ncut[k],
+                (long long)age_ms[k],
+                k == 0 ? "the request did not arrive in time (a slow or idle client)"
+                       : "the answer was not taken in time (a slow reader)");
+      }
+      pthread_mutex_lock(&h->mu);
+      if (h->reaper_stop) break;
     }
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -472,8 +529,8 @@ static unsigned check_origin(ember__http_t *h, struct MHD_Connection *c, const c
   if (parsed) {
     if (oport == 0) oport = dflt;
     /* Same origin: our own page (the dashboard). A Host without a port
-     * (behind a proxy) matches the origin's host on any port. */
-    if (host != NULL && strcmp(ohost, host) == 0 && (port == 0 || port == oport)) return 0;
+     * is on the default port of the origin's scheme (behind a proxy). */
+    if (host != NULL && strcmp(ohost, host) == 0 && (port != 0 ? port : dflt) == oport) return 0;
     /* A name listed in allowed_hosts is trusted as an origin too, for a
      * proxy that passes the backend's address as Host. */
     if (listed(h, ohost)) return 0;
@@ -515,7 +572,9 @@ static unsigned check_head(ember__http_t *h, struct MHD_Connection *c, const cha
   const char *hosthdr = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
   char host[256];
   unsigned port = 0;
-  if (hosthdr == NULL && strcmp(version, MHD_HTTP_VERSION_1_1) == 0)
+  /* libmicrohttpd 0.9.75 takes HTTP/1.2 to 1.9 as 1.1: all but 1.0 need
+   * Host. */
+  if (hosthdr == NULL && strcmp(version, MHD_HTTP_VERSION_1_0) != 0)
     return ember__http_fail(a, 400, "an HTTP/1.1 request needs a Host header");
   if (hosthdr != NULL && !split_authority(hosthdr, strlen(hosthdr), host, sizeof host, &port))
     return ember__http_fail(a, 400, "the Host header \"%.128s\" is not HOST or HOST:PORT", hosthdr);
@@ -534,7 +593,8 @@ static unsigned check_head(ember__http_t *h, struct MHD_Connection *c, const cha
 static int parse_hosts(ember__http_t *h, const char *list, char *errbuf, size_t errbuf_size) {
   if (list == NULL) return 0;
   size_t cap = 1;
-  for (const char *p = list; *p; p++) cap += *p == ',';
+  /* Names are split on commas and spaces both: count both. */
+  for (const char *p = list; *p; p++) cap += *p == ',' || *p == ' ';
   h->hosts = ember_calloc(cap, sizeof *h->hosts);
   if (h->hosts == NULL) return -ENOMEM;
   const char *p = list;
@@ -691,6 +751,9 @@ static enum MHD_Result send_answer(ember__http_t *h, struct MHD_Connection *c,
     MHD_add_response_header(resp, a->hname[i], a->hbuf + a->hval[i]);
   if (!has_header(a, "Cache-Control")) MHD_add_response_header(resp, "Cache-Control", "no-store");
   count_status(h, a->status);
+  /* Set before queueing, so that on_completed, however soon it runs,
+   * comes after: from here the connection waits only for its reader. */
+  set_phase(h, c, PH_SEND);
   enum MHD_Result ret = MHD_queue_response(c, a->status, resp);
   MHD_destroy_response(resp);
   return ret;
@@ -894,7 +957,7 @@ int ember__http_start(const ember__http_opts_t *opts, ember__http_t **out, char 
   }
   errbuf[0] = '\0';
   if (opts == NULL || out == NULL || opts->listen == NULL || opts->handler == NULL ||
-      opts->threads > MAX_THREADS)
+      opts->threads > EMBER__HTTP_MAX_THREADS)
     return -EINVAL;
   const char *key = opts->listen_key ? opts->listen_key : "listen address";
   listen_addr_t la;
@@ -907,7 +970,7 @@ int ember__http_start(const ember__http_opts_t *opts, ember__http_t **out, char 
   h->ctx = opts->ctx;
   h->log = opts->log ? opts->log : "http";
   h->max_body = opts->max_body ? opts->max_body : DEFAULT_BODY;
-  h->max_response = opts->max_response ? opts->max_response : DEFAULT_RESPONSE;
+  h->max_response = opts->max_response ? opts->max_response : EMBER__HTTP_DEFAULT_RESPONSE;
   h->max_conns = opts->max_connections ? opts->max_connections : DEFAULT_CONNS;
   h->max_per_ip = opts->max_per_ip ? opts->max_per_ip : DEFAULT_PER_IP;
   h->timeout_ns =
@@ -985,16 +1048,29 @@ cleanup:
 
 uint16_t ember__http_port(const ember__http_t *h) { return h ? h->port : 0; }
 
+/* At stop: connections still sending a request (a trickled POST body
+ * among them, which counts in inflight) or idle are not waited for. */
+static void cut_receiving(ember__http_t *h) {
+  pthread_mutex_lock(&h->mu);
+  for (unsigned i = 0; i < h->nslots; i++) {
+    slot_t *s = &h->slots[i];
+    if (s->phase == PH_RECV && !s->closing) cut(h, s);
+  }
+  pthread_mutex_unlock(&h->mu);
+}
+
 void ember__http_stop(ember__http_t *h) {
   if (h == NULL) return;
   atomic_store(&h->stopping, true);
   MHD_socket lsock = MHD_quiesce_daemon(h->d);
+  cut_receiving(h);
   /* Requests already being answered run to the end and their answers go
    * out; idle keep-alive connections are not waited for. */
   int64_t deadline = ember_time_mono_ns() + STOP_WAIT_NS;
   while (atomic_load(&h->inflight) > 0 && ember_time_mono_ns() < deadline) {
     struct timespec ts = {0, 10 * 1000 * 1000};
     nanosleep(&ts, NULL);
+    cut_receiving(h);
   }
   if (atomic_load(&h->inflight) > 0)
     EMBER_WARN(h->log, "stopping with %ld requests unfinished after 10 s",

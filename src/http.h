@@ -24,6 +24,9 @@ typedef struct ember__http ember__http_t;
 typedef struct ember__http_req ember__http_req_t;
 
 #define EMBER__HTTP_MAX_HEADERS 8
+/* The most polling threads, and max_response when it is 0. */
+#define EMBER__HTTP_MAX_THREADS      64u
+#define EMBER__HTTP_DEFAULT_RESPONSE ((size_t)64 << 20)
 
 /* What a handler answers. The layer initialises it (status 0, `body`
  * empty and bounded by max_response) before the call and sends it after. */
