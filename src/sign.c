@@ -97,6 +97,23 @@ int ember_sign_key_load(const char *path, ember_sign_key_t *out, char *errbuf, s
     rc = EMBER_ECONFIG;
     goto cleanup;
   }
+  if ((st.st_mode & 0020) != 0) {
+    snprintf(errbuf, errbuf_size,
+             "the command key file %s is writable by its group (mode %04o): any member can "
+             "replace the key and steer every agent that loads it; run chmod g-w %s",
+             path, (unsigned)(st.st_mode & 07777), path);
+    rc = EMBER_ECONFIG;
+    goto cleanup;
+  }
+  /* A root agent must not trust a key that a lesser user can rewrite. */
+  if (geteuid() == 0 && st.st_uid != 0) {
+    snprintf(errbuf, errbuf_size,
+             "the command key file %s is owned by uid %u, not root, and this process runs as "
+             "root: its owner could replace the key; run chown root %s",
+             path, (unsigned)st.st_uid, path);
+    rc = EMBER_ECONFIG;
+    goto cleanup;
+  }
   size_t len = 0;
   while (len < sizeof buf) {
     ssize_t r = read(fd, buf + len, sizeof buf - len);
@@ -393,6 +410,18 @@ ember_sign_verdict_t ember_sign_check_command(const ember_sign_policy_t *p,
              "%s of session %.64s refused: expired (issued %" PRId64 " ms ago, ttl %" PRIu32 " ms)",
              kind_name(&c), sid, (now_ns - issued) / MS_NS, c.ttl_ms);
     return EMBER_SIGN_EXPIRED;
+  }
+  /* The replay cache started empty with this process: anything issued
+   * before that (beyond the skew) may have been accepted by the process
+   * before it, and no genuine command is older, since the agent reads
+   * ember.commands from its latest offsets at start. */
+  if (p->started_ns != 0 && issued + p->skew_ns < p->started_ns) {
+    snprintf(errbuf, errbuf_size,
+             "%s of session %.64s refused: issued %" PRId64
+             " ms before this agent started reading commands, so possibly a replay of one "
+             "accepted before a restart",
+             kind_name(&c), sid, (p->started_ns - issued) / MS_NS);
+    return EMBER_SIGN_REPLAYED;
   }
   if (replay != NULL && replay_check(replay, want, expires, now_ns)) {
     snprintf(errbuf, errbuf_size, "%s of session %.64s refused: this very message came before",
