@@ -148,23 +148,35 @@ cleanup:
   return rc;
 }
 
-int ember_sign_key_create(const char *path, char *errbuf, size_t errbuf_size) {
-  if (path == NULL) return -EINVAL;
-  uint8_t raw[EMBER_SIGN_KEY_BYTES];
-  char hex[2 * EMBER_SIGN_KEY_BYTES + 2];
-  int rc = 0, fd = -1;
+int ember_sign_random_hex(char *out, size_t nbytes) {
+  uint8_t raw[EMBER_SIGN_RANDOM_MAX];
+  if (out == NULL || nbytes > sizeof raw) return -EINVAL;
+  int rc = 0;
   size_t got = 0;
-  while (got < sizeof raw) {
-    ssize_t r = getrandom(raw + got, sizeof raw - got, 0);
+  while (got < nbytes) {
+    ssize_t r = getrandom(raw + got, nbytes - got, 0);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       rc = -errno;
-      snprintf(errbuf, errbuf_size, "cannot draw a random command key: %s", strerror(errno));
-      goto cleanup;
+      break;
     }
     got += (size_t)r;
   }
-  to_hex(raw, sizeof raw, hex);
+  if (rc == 0) to_hex(raw, nbytes, out);
+  /* A key's raw bytes live on only as the hex the caller asked for. */
+  OPENSSL_cleanse(raw, sizeof raw);
+  return rc;
+}
+
+int ember_sign_key_create(const char *path, char *errbuf, size_t errbuf_size) {
+  if (path == NULL) return -EINVAL;
+  char hex[2 * EMBER_SIGN_KEY_BYTES + 2];
+  int rc = 0, fd = -1;
+  rc = ember_sign_random_hex(hex, EMBER_SIGN_KEY_BYTES);
+  if (rc != 0) {
+    snprintf(errbuf, errbuf_size, "cannot draw a random command key: %s", strerror(-rc));
+    goto cleanup;
+  }
   hex[2 * EMBER_SIGN_KEY_BYTES] = '\n';
   fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0 && errno == EEXIST) goto cleanup; /* kept: load checks it */
@@ -193,7 +205,6 @@ int ember_sign_key_create(const char *path, char *errbuf, size_t errbuf_size) {
   }
 cleanup:
   if (fd >= 0) close(fd);
-  OPENSSL_cleanse(raw, sizeof raw);
   OPENSSL_cleanse(hex, sizeof hex);
   return rc;
 }

@@ -70,6 +70,13 @@ EMBER_API int ember_sign_key_load(const char *path, ember_sign_key_t *out, char 
  * Returns 0 or -errno with a sentence. */
 EMBER_API int ember_sign_key_create(const char *path, char *errbuf, size_t errbuf_size);
 
+/* `nbytes` (at most EMBER_SIGN_RANDOM_MAX) bytes from the kernel's random
+ * source (getrandom), written as 2 * nbytes lower-case hex digits and a NUL
+ * into out (2 * nbytes + 1 bytes). For keys and unguessable ids (session
+ * ids). Returns 0, -EINVAL or -errno. Thread-safe. */
+#define EMBER_SIGN_RANDOM_MAX 64
+EMBER_API int ember_sign_random_hex(char *out, size_t nbytes);
+
 /* A key from its 32 raw bytes (tests, tools). */
 EMBER_API void ember_sign_key_from_bytes(const uint8_t raw[EMBER_SIGN_KEY_BYTES],
                                          ember_sign_key_t *out);

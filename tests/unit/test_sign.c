@@ -441,6 +441,14 @@ static void test_sign_key_files(void **state) {
   assert_string_equal(k1.id, k2.id);
   assert_string_not_equal(k1.id, key_a.id);
   unlink(path);
+  /* The random hex behind keys and session ids. */
+  char h1[33], h2[33];
+  assert_int_equal(ember_sign_random_hex(h1, 16), 0);
+  assert_int_equal(ember_sign_random_hex(h2, 16), 0);
+  assert_int_equal(strlen(h1), 32);
+  assert_int_equal(strspn(h1, "0123456789abcdef"), 32);
+  assert_string_not_equal(h1, h2);
+  assert_int_equal(ember_sign_random_hex(h1, EMBER_SIGN_RANDOM_MAX + 1), -EINVAL);
 }
 
 int main(void) {
