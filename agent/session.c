@@ -836,8 +836,13 @@ static int read_keys(ember__sessions_t *s, const ember_config_t *cfg, char *errb
   }
   if (rc == 0) rc = ember_sign_replay_new(REPLAY_ENTRIES, &s->replay);
   if (rc != 0) return rc;
-  s->policy =
-      (ember_sign_policy_t){.keys = s->keys, .nkeys = n, .max_ttl_ns = max_ttl, .skew_ns = skew};
+  /* started_ns: the replay cache is empty from here on, and commands are
+   * read from the latest offsets only after this (sign.h). */
+  s->policy = (ember_sign_policy_t){.keys = s->keys,
+                                    .nkeys = n,
+                                    .max_ttl_ns = max_ttl,
+                                    .skew_ns = skew,
+                                    .started_ns = ember_time_now_ns()};
   if (n == 0)
     EMBER_WARN("session", "no command_key_file: every session command will be refused (the "
                           "collector's key file must be given to the agent too)");

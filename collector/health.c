@@ -14,6 +14,7 @@ void ember__health_init(ember__health_t *h, int64_t stall_ns, int64_t max_lag) {
   atomic_init(&h->last_rc, 0);
   atomic_init(&h->growing_since, 0);
   atomic_init(&h->lag, 0);
+  atomic_init(&h->beat, 0);
   h->base = 0;
   h->base_ns = 0;
 }
@@ -55,7 +56,20 @@ void ember__health_lag(ember__health_t *h, int64_t lag, int64_t now_ns) {
   h->base_ns = now_ns;
 }
 
+void ember__health_beat(ember__health_t *h, int64_t now_ns) {
+  atomic_store(&h->beat, now_ns ? now_ns : 1);
+}
+
 bool ember__health_ready(ember__health_t *h, int64_t now_ns, char *why, size_t why_size) {
+  /* First: a stuck thread also leaves the other inputs as they were. */
+  int64_t beat = atomic_load(&h->beat);
+  if (beat != 0 && now_ns - beat >= h->stall_ns) {
+    snprintf(why, why_size,
+             "ingest has made no progress for %lld s: a store write (or retention) has not "
+             "returned; check the store's disk (a hung fsync?) and the collector's log",
+             (long long)((now_ns - beat) / NS_PER_S));
+    return false;
+  }
   int64_t since = atomic_load(&h->failing_since);
   if (since != 0 && now_ns - since >= h->stall_ns) {
     snprintf(why, why_size, "ingest is wedged: store writes have failed for %lld s: %s",

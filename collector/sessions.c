@@ -10,7 +10,6 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "ember/kafka.h"
 #include "ember/log.h"
@@ -217,23 +216,7 @@ static int send_command(ember__csessions_t *s, const session_t *x, const host_en
 
 /* ---- routing ---------------------------------------------------------- */
 
-static int new_id(char out[ID_HEX + 1]) {
-  uint8_t raw[ID_HEX / 2];
-  size_t got = 0;
-  while (got < sizeof raw) {
-    ssize_t r = getrandom(raw + got, sizeof raw - got, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return -errno;
-    got += (size_t)r;
-  }
-  static const char hex[] = "0123456789abcdef";
-  for (size_t i = 0; i < sizeof raw; i++) {
-    out[2 * i] = hex[raw[i] >> 4];
-    out[2 * i + 1] = hex[raw[i] & 15];
-  }
-  out[ID_HEX] = '\0';
-  return 0;
-}
+static int new_id(char out[ID_HEX + 1]) { return ember_sign_random_hex(out, ID_HEX / 2); }
 
 static int dup_opt(const char *src, char **dst) {
   *dst = NULL;

@@ -97,6 +97,23 @@ int ember_sign_key_load(const char *path, ember_sign_key_t *out, char *errbuf, s
     rc = EMBER_ECONFIG;
     goto cleanup;
   }
+  if ((st.st_mode & 0020) != 0) {
+    snprintf(errbuf, errbuf_size,
+             "the command key file %s is writable by its group (mode %04o): any member can "
+             "replace the key and steer every agent that loads it; run chmod g-w %s",
+             path, (unsigned)(st.st_mode & 07777), path);
+    rc = EMBER_ECONFIG;
+    goto cleanup;
+  }
+  /* A root agent must not trust a key that a lesser user can rewrite. */
+  if (geteuid() == 0 && st.st_uid != 0) {
+    snprintf(errbuf, errbuf_size,
+             "the command key file %s is owned by uid %u, not root, and this process runs as "
+             "root: its owner could replace the key; run chown root %s",
+             path, (unsigned)st.st_uid, path);
+    rc = EMBER_ECONFIG;
+    goto cleanup;
+  }
   size_t len = 0;
   while (len < sizeof buf) {
     ssize_t r = read(fd, buf + len, sizeof buf - len);
@@ -131,23 +148,35 @@ cleanup:
   return rc;
 }
 
-int ember_sign_key_create(const char *path, char *errbuf, size_t errbuf_size) {
-  if (path == NULL) return -EINVAL;
-  uint8_t raw[EMBER_SIGN_KEY_BYTES];
-  char hex[2 * EMBER_SIGN_KEY_BYTES + 2];
-  int rc = 0, fd = -1;
+int ember_sign_random_hex(char *out, size_t nbytes) {
+  uint8_t raw[EMBER_SIGN_RANDOM_MAX];
+  if (out == NULL || nbytes > sizeof raw) return -EINVAL;
+  int rc = 0;
   size_t got = 0;
-  while (got < sizeof raw) {
-    ssize_t r = getrandom(raw + got, sizeof raw - got, 0);
+  while (got < nbytes) {
+    ssize_t r = getrandom(raw + got, nbytes - got, 0);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       rc = -errno;
-      snprintf(errbuf, errbuf_size, "cannot draw a random command key: %s", strerror(errno));
-      goto cleanup;
+      break;
     }
     got += (size_t)r;
   }
-  to_hex(raw, sizeof raw, hex);
+  if (rc == 0) to_hex(raw, nbytes, out);
+  /* A key's raw bytes live on only as the hex the caller asked for. */
+  OPENSSL_cleanse(raw, sizeof raw);
+  return rc;
+}
+
+int ember_sign_key_create(const char *path, char *errbuf, size_t errbuf_size) {
+  if (path == NULL) return -EINVAL;
+  char hex[2 * EMBER_SIGN_KEY_BYTES + 2];
+  int rc = 0, fd = -1;
+  rc = ember_sign_random_hex(hex, EMBER_SIGN_KEY_BYTES);
+  if (rc != 0) {
+    snprintf(errbuf, errbuf_size, "cannot draw a random command key: %s", strerror(-rc));
+    goto cleanup;
+  }
   hex[2 * EMBER_SIGN_KEY_BYTES] = '\n';
   fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0 && errno == EEXIST) goto cleanup; /* kept: load checks it */
@@ -176,7 +205,6 @@ int ember_sign_key_create(const char *path, char *errbuf, size_t errbuf_size) {
   }
 cleanup:
   if (fd >= 0) close(fd);
-  OPENSSL_cleanse(raw, sizeof raw);
   OPENSSL_cleanse(hex, sizeof hex);
   return rc;
 }
@@ -393,6 +421,18 @@ ember_sign_verdict_t ember_sign_check_command(const ember_sign_policy_t *p,
              "%s of session %.64s refused: expired (issued %" PRId64 " ms ago, ttl %" PRIu32 " ms)",
              kind_name(&c), sid, (now_ns - issued) / MS_NS, c.ttl_ms);
     return EMBER_SIGN_EXPIRED;
+  }
+  /* The replay cache started empty with this process: anything issued
+   * before that (beyond the skew) may have been accepted by the process
+   * before it, and no genuine command is older, since the agent reads
+   * ember.commands from its latest offsets at start. */
+  if (p->started_ns != 0 && issued + p->skew_ns < p->started_ns) {
+    snprintf(errbuf, errbuf_size,
+             "%s of session %.64s refused: issued %" PRId64
+             " ms before this agent started reading commands, so possibly a replay of one "
+             "accepted before a restart",
+             kind_name(&c), sid, (p->started_ns - issued) / MS_NS);
+    return EMBER_SIGN_REPLAYED;
   }
   if (replay != NULL && replay_check(replay, want, expires, now_ns)) {
     snprintf(errbuf, errbuf_size, "%s of session %.64s refused: this very message came before",

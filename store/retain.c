@@ -149,8 +149,9 @@ static int retain_locked(ember_store_t *s, int64_t before_ns, size_t max_per_txn
   MDB_val k = {.mv_size = strlen(EMBER__META_RETAINED),
                .mv_data = (void *)(uintptr_t)EMBER__META_RETAINED},
           v;
-  int mrc = mdb_get(r.txn, s->dbi[EMBER__DB_META], &k, &v);
-  if (mrc == MDB_SUCCESS && v.mv_size == 8 && ember__get_time(v.mv_data) > cutoff)
+  int mrc = ember__get(s, r.txn, EMBER__DB_META, &k, &v);
+  if (mrc == MDB_SUCCESS && v.mv_size != 8) mrc = MDB_CORRUPTED;
+  if (mrc == MDB_SUCCESS && ember__get_time(v.mv_data) > cutoff)
     cutoff = ember__get_time(v.mv_data);
   else if (mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND) {
     rc = ember__store_err(mrc);
@@ -159,7 +160,7 @@ static int retain_locked(ember_store_t *s, int64_t before_ns, size_t max_per_txn
   uint8_t cb[8];
   ember__put_time(cb, cutoff);
   v = (MDB_val){.mv_size = sizeof cb, .mv_data = cb};
-  rc = ember__store_err(mdb_put(r.txn, s->dbi[EMBER__DB_META], &k, &v, 0));
+  rc = ember__store_err(ember__put(s, r.txn, EMBER__DB_META, &k, &v, 0));
   if (rc == 0) rc = maybe_commit(&r, true);
   if (rc < 0) goto cleanup;
 

@@ -50,7 +50,7 @@ static int retained_cutoff(ember_store_t *s, MDB_txn *txn, int64_t *cutoff) {
   MDB_val k = {.mv_size = strlen(EMBER__META_RETAINED),
                .mv_data = (void *)(uintptr_t)EMBER__META_RETAINED},
           v;
-  int mrc = mdb_get(txn, s->dbi[EMBER__DB_META], &k, &v);
+  int mrc = ember__get(s, txn, EMBER__DB_META, &k, &v);
   *cutoff = INT64_MIN;
   if (mrc == MDB_NOTFOUND) return 0;
   if (mrc != MDB_SUCCESS) return ember__store_err(mrc);

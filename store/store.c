@@ -52,6 +52,9 @@ int ember__store_err(int rc) {
   case MDB_MAP_RESIZED: return EMBER__ERESIZED;
   case MDB_VERSION_MISMATCH: return EMBER_EVERSION;
   case MDB_BAD_VALSIZE: return -EINVAL;
+  /* A failed meta-page write or sync made LMDB refuse this handle from then
+   * on: an I/O failure, not damage (the file still holds the last commit). */
+  case MDB_PANIC: return -EIO;
   default: break;
   }
   /* LMDB passes operating-system errors through as positive errno values;
@@ -70,6 +73,10 @@ const char *ember_store_strerror(int err) {
     return "the store's map is full at store.max_size: raise store.max_size, or shorten "
            "retention so old hours are deleted";
   case -ENOSPC: return "the disk of the store is full: free space on it (ingest resumes by itself)";
+  case -EIO:
+    return "writing or syncing the store's file failed (an I/O error; LMDB then refuses every "
+           "later write on it): check the disk (dmesg), then restart the collector, which "
+           "reopens the store at its last commit";
   default: return ember_strerror(err);
   }
 }
@@ -132,6 +139,9 @@ int ember__store_commit(ember_store_t *s, MDB_txn *txn) {
 
 bool ember__sealed(ember__db_t db) {
   switch (db) {
+  /* The meta table too: one flipped bit in "retained_before" would
+   * otherwise delete every window and drop every later write unseen. */
+  case EMBER__DB_META:
   case EMBER__DB_SERIES:
   case EMBER__DB_FRAMES:
   case EMBER__DB_STACKS:
@@ -263,18 +273,25 @@ int ember_store_open(const char *path, const ember_store_opts_t *opts, ember_sto
 
   MDB_val k = {.mv_size = 6, .mv_data = (void *)(uintptr_t) "schema"};
   MDB_val v;
+  /* Read raw: schema 1 and 2 wrote the version unsealed (4 bytes), and
+   * must still be told apart as older; from schema 3 it is sealed. */
   int mrc = mdb_get(txn, s->dbi[EMBER__DB_META], &k, &v);
+  bool legacy = mrc == MDB_SUCCESS && v.mv_size == 4;
+  if (mrc == MDB_SUCCESS && !legacy && !ember__unseal(&k, &v)) mrc = MDB_CORRUPTED;
   if (mrc == MDB_NOTFOUND && !o.read_only) {
     uint8_t ver[4];
     ember__put_be32(ver, EMBER_STORE_SCHEMA_VERSION);
     v = (MDB_val){.mv_size = sizeof ver, .mv_data = ver};
-    rc = ember__store_err(mdb_put(txn, s->dbi[EMBER__DB_META], &k, &v, 0));
+    rc = ember__store_err(ember__put(s, txn, EMBER__DB_META, &k, &v, 0));
     if (rc < 0) goto cleanup;
   } else if (mrc == MDB_NOTFOUND) {
     set_err(errbuf, errbuf_size, "store %s: no schema version: not an Ember store", path);
     rc = EMBER_ENOTFOUND;
     goto cleanup;
   } else if (mrc != MDB_SUCCESS) {
+    set_err(errbuf, errbuf_size, "store %s: its schema version %s: %s", path,
+            mrc == MDB_CORRUPTED ? "fails its checksum" : "cannot be read",
+            ember_store_strerror(ember__store_err(mrc)));
     rc = ember__store_err(mrc);
     goto cleanup;
   } else if (v.mv_size != 4) {
@@ -291,8 +308,9 @@ int ember_store_open(const char *path, const ember_store_opts_t *opts, ember_sto
       rc = EMBER_EVERSION;
       goto cleanup;
     }
-    if (ver == 0) {
-      set_err(errbuf, errbuf_size, "store %s: invalid schema version 0", path);
+    if (ver == 0 || (legacy && ver == EMBER_STORE_SCHEMA_VERSION)) {
+      set_err(errbuf, errbuf_size, "store %s: invalid schema version %ld%s", path, (long)ver,
+              ver ? " (without its checksum)" : "");
       rc = EMBER_ECORRUPT;
       goto cleanup;
     }

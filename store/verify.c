@@ -135,6 +135,9 @@ static int child_main(const char *path, int fd) {
     if (mrc == MDB_SUCCESS && tables[t].db == EMBER__DB_META) {
       MDB_val k = {.mv_size = 6, .mv_data = (void *)(uintptr_t) "schema"}, v;
       int grc = mdb_get(txn, dbi, &k, &v);
+      /* Schema 1 and 2 wrote it unsealed; from 3 on it is sealed (and a
+       * sealed value failing its checksum is reported by the walk). */
+      if (grc == MDB_SUCCESS && v.mv_size != 4 && !ember__unseal(&k, &v)) grc = MDB_CORRUPTED;
       if (grc == MDB_SUCCESS && v.mv_size == 4 &&
           ember__get_be32(v.mv_data) != EMBER_STORE_SCHEMA_VERSION) {
         say(fd, "E %d it has schema version %u, not the %u this Ember reads\n", EMBER_EVERSION,
@@ -267,6 +270,12 @@ int ember_store_verify(const char *path, uint64_t *entries, char *errbuf, size_t
     if (rc == EMBER_EVERSION)
       snprintf(errbuf ? errbuf : line, errbuf ? errbuf_size : sizeof line, "store %s: %s", path,
                last + off);
+    else if (rc != EMBER_ECORRUPT)
+      /* Not damage (a lock file it may not open, no memory to map it): the
+       * advice to move the data aside and rebuild would be wrong. */
+      snprintf(errbuf ? errbuf : line, errbuf ? errbuf_size : sizeof line,
+               "store %s could not be verified: %s (table %s)", path,
+               last[0] ? last + off : "no report", table);
     else
       snprintf(errbuf ? errbuf : line, errbuf ? errbuf_size : sizeof line,
                "store %s is damaged: %s (table %s); %s", path,

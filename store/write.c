@@ -80,7 +80,7 @@ static int next_id(wctx_t *w, counter_t *c, uint32_t *id) {
   if (!c->loaded) {
     MDB_val k = {.mv_size = strlen(c->name), .mv_data = (void *)(uintptr_t)c->name}, v;
     c->next = 1;
-    int mrc = mdb_get(w->txn, w->s->dbi[EMBER__DB_META], &k, &v);
+    int mrc = ember__get(w->s, w->txn, EMBER__DB_META, &k, &v);
     if (mrc == MDB_SUCCESS) {
       if (v.mv_size != 4) return EMBER_ECORRUPT;
       c->next = ember__get_be32(v.mv_data);
@@ -103,7 +103,7 @@ static int save_counters(wctx_t *w) {
     ember__put_be32(b, c->next);
     MDB_val k = {.mv_size = strlen(c->name), .mv_data = (void *)(uintptr_t)c->name};
     MDB_val v = {.mv_size = 4, .mv_data = b};
-    int rc = ember__store_err(mdb_put(w->txn, w->s->dbi[EMBER__DB_META], &k, &v, 0));
+    int rc = ember__store_err(ember__put(w->s, w->txn, EMBER__DB_META, &k, &v, 0));
     if (rc < 0) return rc;
   }
   return 0;
@@ -659,7 +659,7 @@ static int write_locked(ember_store_t *s, ember_profile_t *const *profiles, size
   MDB_val rk = {.mv_size = strlen(EMBER__META_RETAINED),
                 .mv_data = (void *)(uintptr_t)EMBER__META_RETAINED},
           rv;
-  int mrc = mdb_get(w.txn, s->dbi[EMBER__DB_META], &rk, &rv);
+  int mrc = ember__get(s, w.txn, EMBER__DB_META, &rk, &rv);
   if (mrc == MDB_SUCCESS && rv.mv_size == 8) {
     retained = ember__get_time(rv.mv_data);
   } else if (mrc != MDB_NOTFOUND) {

@@ -11,7 +11,8 @@
  *              value), over the whole value as produced
  *
  * A key is 32 bytes, kept in a file as 64 hex digits (whitespace around
- * them is ignored) that nobody but its owner and group may read or write.
+ * them is ignored) that only its owner may write and nobody but its owner
+ * and group may read; a root process takes only a file owned by root.
  * The key id follows from the key, so two files can never disagree on it.
  *
  * An agent holds up to two keys (current and previous: rotation), checks
@@ -19,7 +20,10 @@
  * maximum, issued too far in the future or expired (both with a clock
  * skew allowance), and remembers every command it accepted until its
  * expiry (plus skew) in a bounded replay cache, so the same message
- * delivered twice is refused the second time.
+ * delivered twice is refused the second time. The cache dies with the
+ * process, so the policy also refuses commands issued (more than the skew)
+ * before the agent started: a restarted agent reads ember.commands only
+ * from its latest offsets, so such a command can only be a replay.
  *
  * Thread-safety: keys and policies are plain values; a replay cache is
  * used by one thread at a time. Uses OpenSSL's libcrypto. */
@@ -51,7 +55,9 @@ typedef struct ember_sign_key {
 } ember_sign_key_t;
 
 /* Read a key file. Refuses (EMBER_ECONFIG, a sentence in errbuf) a file
- * that others may read or write (mode & 0007), one that is not a regular
+ * that others may read or write (mode & 0007), that its group or others may
+ * write (mode & 0022), one not owned by root when the caller runs as root
+ * (its owner could swap the key of a root agent), one that is not a regular
  * file, and content that is not 64 hex digits. Symlinks are followed (key
  * files are often mounted through them); the file opened is checked.
  * Returns 0, EMBER_ECONFIG or -errno (errbuf says which file and why). *out
@@ -63,6 +69,13 @@ EMBER_API int ember_sign_key_load(const char *path, ember_sign_key_t *out, char 
  * one exists already, which is then left as it is (load checks it).
  * Returns 0 or -errno with a sentence. */
 EMBER_API int ember_sign_key_create(const char *path, char *errbuf, size_t errbuf_size);
+
+/* `nbytes` (at most EMBER_SIGN_RANDOM_MAX) bytes from the kernel's random
+ * source (getrandom), written as 2 * nbytes lower-case hex digits and a NUL
+ * into out (2 * nbytes + 1 bytes). For keys and unguessable ids (session
+ * ids). Returns 0, -EINVAL or -errno. Thread-safe. */
+#define EMBER_SIGN_RANDOM_MAX 64
+EMBER_API int ember_sign_random_hex(char *out, size_t nbytes);
 
 /* A key from its 32 raw bytes (tests, tools). */
 EMBER_API void ember_sign_key_from_bytes(const uint8_t raw[EMBER_SIGN_KEY_BYTES],
@@ -104,6 +117,8 @@ typedef struct ember_sign_policy {
   int64_t max_ttl_ns;       /* longest ttl accepted */
   int64_t skew_ns;          /* clock difference allowed each way */
   uint32_t max_duration_ms; /* longest START accepted; 0 = EMBER_SIGN_MAX_DURATION_MS */
+  int64_t started_ns;       /* Unix ns the process started reading commands; 0 = unchecked:
+                             * issued_ns + skew_ns before it is REPLAYED */
 } ember_sign_policy_t;
 
 /* Remembers the MACs of accepted commands until their expiry + skew. At
@@ -129,11 +144,10 @@ typedef struct ember_sign_envelope {
  * this order: decodes (MALFORMED), host (OTHER_HOST), a key is configured
  * (NO_KEY), headers present (UNSIGNED), key id known (UNKNOWN_KEY), MAC
  * (BAD_MAC), ttl (NO_TTL, TTL_TOO_LONG), duration of a START
- * (DURATION_TOO_LONG), issued_ns (FUTURE, EXPIRED), replay cache
- * (REPLAYED). Only an OK command enters the cache. *out is filled with the
- * decoded command for every verdict but MALFORMED (release it with
- * ember_command_clear); errbuf gets a sentence for a log line. `replay` may
- * be NULL (no replay check). */
+ * (DURATION_TOO_LONG), issued_ns (FUTURE, EXPIRED, and REPLAYED before
+ * started_ns), replay cache (REPLAYED). Only an OK command enters the cache. *out is filled with
+ * the decoded command for every verdict but MALFORMED (release it with ember_command_clear); errbuf
+ * gets a sentence for a log line. `replay` may be NULL (no replay check). */
 EMBER_API ember_sign_verdict_t ember_sign_check_command(
     const ember_sign_policy_t *p, ember_sign_replay_t *replay, const ember_sign_envelope_t *env,
     const char *host, int64_t now_ns, ember_command_t *out, char *errbuf, size_t errbuf_size);

@@ -263,12 +263,14 @@ EMBER_API int ember_store_verify(const char *path, uint64_t *entries, char *errb
 EMBER_API const char *ember_store_strerror(int err);
 
 /* How to recover a damaged store, in one sentence (also in
- * docs/internals/store.md, "Recovering a damaged store"). */
+ * docs/internals/store.md, "Recovering a damaged store"). Only Kafka holds
+ * an intact copy: `mdb_copy` either copies the damaged pages as they are
+ * or faults on them, so it is named only for keeping evidence. */
 #define EMBER_STORE_RECOVERY                                                                       \
-  "stop the collector, move the data directory aside, and either rebuild it from Kafka "           \
-  "(reset the consumer group's offsets to the earliest and start with an empty data_dir) or "      \
-  "copy what is still readable with `mdb_copy -n` (docs/internals/store.md, \"Recovering a "       \
-  "damaged store\")"
+  "stop the collector, move the data directory aside (keep it for diagnosis; a copy made with "    \
+  "`mdb_copy -n` holds the same damage and recovers nothing), and rebuild it from Kafka: reset "   \
+  "the consumer group's offsets to the earliest and start with an empty data_dir "                 \
+  "(docs/internals/store.md, \"Recovering a damaged store\")"
 
 #ifdef __cplusplus
 }

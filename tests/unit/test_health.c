@@ -70,10 +70,32 @@ static void test_health_lag_growing_past_max(void **state) {
   assert_true(ember__health_ready(&h, 200 * SEC, why, sizeof why));
 }
 
+/* An ingest thread stuck in a call (a store write waiting on a hung fsync)
+ * reports neither a failure nor a lag: only its beat ageing shows it. */
+static void test_health_stuck_ingest_not_ready(void **state) {
+  (void)state;
+  ember__health_t h;
+  char why[400];
+  ember__health_init(&h, 30 * SEC, 1000);
+  /* No beat yet (the loop has not started): not judged on it. */
+  assert_true(ember__health_ready(&h, 1000 * SEC, why, sizeof why));
+  ember__health_beat(&h, 100 * SEC);
+  ember__health_store(&h, 0, 100 * SEC);
+  assert_true(ember__health_ready(&h, 129 * SEC, why, sizeof why));
+  /* The last write succeeded and the lag is nil, yet nothing moved. */
+  assert_false(ember__health_ready(&h, 131 * SEC, why, sizeof why));
+  assert_non_null(strstr(why, "no progress for 31 s"));
+  assert_non_null(strstr(why, "store write"));
+  /* The loop comes round again: ready at once. */
+  ember__health_beat(&h, 140 * SEC);
+  assert_true(ember__health_ready(&h, 140 * SEC, why, sizeof why));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_health_store_failures_past_stall),
       cmocka_unit_test(test_health_lag_growing_past_max),
+      cmocka_unit_test(test_health_stuck_ingest_not_ready),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

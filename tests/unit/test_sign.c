@@ -342,6 +342,42 @@ static void test_sign_check_allocation_failures(void **state) {
   drop(&m);
 }
 
+/* The replay cache dies with the agent. A START captured before a restart
+ * and published again just after it is refused by the start time, not let
+ * in for up to ttl + skew. */
+static void test_sign_refuses_replay_across_restart(void **state) {
+  (void)state;
+  ember_command_t c = command("s9", EMBER_CMD_START);
+  msg_t m;
+  make(&m, &c, &key_a, NULL);
+  char why[512];
+  /* The first agent accepts it. */
+  ember_sign_policy_t p = policy(&key_a, 1);
+  p.started_ns = NOW - 3600000 * MS;
+  ember_sign_replay_t *r = NULL;
+  assert_int_equal(ember_sign_replay_new(64, &r), 0);
+  assert_int_equal(check_at(&p, r, &m, NOW, why, sizeof why), EMBER_SIGN_OK);
+  ember_sign_replay_free(r);
+  /* It restarts 10 s later with an empty cache; the replay comes 1 s after. */
+  r = NULL;
+  assert_int_equal(ember_sign_replay_new(64, &r), 0);
+  p.started_ns = NOW + SKEW + 10000 * MS;
+  assert_int_equal(check_at(&p, r, &m, p.started_ns + 1000 * MS, why, sizeof why),
+                   EMBER_SIGN_REPLAYED);
+  assert_non_null(strstr(why, "before this agent started"));
+  /* Within the skew of its start a command is taken (clocks differ). */
+  p.started_ns = NOW + SKEW;
+  assert_int_equal(check_at(&p, r, &m, p.started_ns, why, sizeof why), EMBER_SIGN_OK);
+  /* 0: not checked (the cache alone decides, as before). */
+  ember_sign_replay_free(r);
+  r = NULL;
+  assert_int_equal(ember_sign_replay_new(64, &r), 0);
+  p.started_ns = 0;
+  assert_int_equal(check_at(&p, r, &m, NOW + 20000 * MS, why, sizeof why), EMBER_SIGN_OK);
+  ember_sign_replay_free(r);
+  drop(&m);
+}
+
 static void write_file(const char *path, const char *text, mode_t mode) {
   unlink(path);
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -370,6 +406,24 @@ static void test_sign_key_files(void **state) {
   assert_int_equal(chmod(path, 0644), 0);
   assert_int_equal(ember_sign_key_load(path, &k, err, sizeof err), EMBER_ECONFIG);
   assert_non_null(strstr(err, "chmod 600"));
+  /* Group-writable: any member could swap the key (0620, 0660). */
+  assert_int_equal(chmod(path, 0620), 0);
+  assert_int_equal(ember_sign_key_load(path, &k, err, sizeof err), EMBER_ECONFIG);
+  assert_non_null(strstr(err, "writable by its group"));
+  assert_non_null(strstr(err, "chmod g-w"));
+  assert_int_equal(chmod(path, 0660), 0);
+  assert_int_equal(ember_sign_key_load(path, &k, err, sizeof err), EMBER_ECONFIG);
+  assert_int_equal(chmod(path, 0600), 0);
+  /* A root process takes only a root-owned key (as root only: the test
+   * cannot give a file away otherwise). */
+  if (geteuid() == 0) {
+    assert_int_equal(chown(path, 4321, 4321), 0);
+    assert_int_equal(ember_sign_key_load(path, &k, err, sizeof err), EMBER_ECONFIG);
+    assert_non_null(strstr(err, "owned by uid 4321, not root"));
+    assert_non_null(strstr(err, "chown root"));
+    assert_int_equal(chown(path, 0, 0), 0);
+    assert_int_equal(ember_sign_key_load(path, &k, err, sizeof err), 0);
+  }
   write_file(path, "0123", 0600);
   assert_int_equal(ember_sign_key_load(path, &k, err, sizeof err), EMBER_ECONFIG);
   assert_non_null(strstr(err, "64 hex digits"));
@@ -387,6 +441,14 @@ static void test_sign_key_files(void **state) {
   assert_string_equal(k1.id, k2.id);
   assert_string_not_equal(k1.id, key_a.id);
   unlink(path);
+  /* The random hex behind keys and session ids. */
+  char h1[33], h2[33];
+  assert_int_equal(ember_sign_random_hex(h1, 16), 0);
+  assert_int_equal(ember_sign_random_hex(h2, 16), 0);
+  assert_int_equal(strlen(h1), 32);
+  assert_int_equal(strspn(h1, "0123456789abcdef"), 32);
+  assert_string_not_equal(h1, h2);
+  assert_int_equal(ember_sign_random_hex(h1, EMBER_SIGN_RANDOM_MAX + 1), -EINVAL);
 }
 
 int main(void) {
@@ -394,6 +456,7 @@ int main(void) {
       cmocka_unit_test(test_sign_accepts_a_signed_command),
       cmocka_unit_test(test_sign_refuses_forged),
       cmocka_unit_test(test_sign_refuses_replayed),
+      cmocka_unit_test(test_sign_refuses_replay_across_restart),
       cmocka_unit_test(test_sign_replay_cache_bounded),
       cmocka_unit_test(test_sign_refuses_unsigned),
       cmocka_unit_test(test_sign_refuses_bad_times_and_ttls),

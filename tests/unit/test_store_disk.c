@@ -22,6 +22,9 @@
 
 #include "ember/store.h"
 
+/* From store/store_int.h: how an LMDB code becomes an Ember error. */
+int ember__store_err(int rc);
+
 #define SEC 1000000000LL
 #define T0  (1764460800LL * SEC) /* 2025-11-30T00:00:00Z */
 
@@ -619,6 +622,106 @@ static void test_store_checksum_refuses_a_changed_value(void **state) {
   assert_int_equal(ember_store_verify(path, NULL, err, sizeof err), -ENOENT);
 }
 
+/* Flip one byte of the meta value `name`, behind the store's back. */
+static void flip_meta(const char *path, const char *name, size_t at, uint8_t mask) {
+  MDB_env *env = NULL;
+  MDB_txn *txn = NULL;
+  MDB_dbi dbi;
+  assert_int_equal(mdb_env_create(&env), 0);
+  assert_int_equal(mdb_env_set_maxdbs(env, 32), 0);
+  assert_int_equal(mdb_env_open(env, path, MDB_NOSUBDIR, 0640), 0);
+  assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+  assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+  MDB_val k = {.mv_size = strlen(name), .mv_data = (void *)(uintptr_t)name}, v;
+  assert_int_equal(mdb_get(txn, dbi, &k, &v), 0);
+  uint8_t buf[64];
+  assert_true(v.mv_size <= sizeof buf && at < v.mv_size);
+  memcpy(buf, v.mv_data, v.mv_size);
+  buf[at] ^= mask;
+  MDB_val nv = {.mv_size = v.mv_size, .mv_data = buf};
+  assert_int_equal(mdb_put(txn, dbi, &k, &nv, 0), 0);
+  assert_int_equal(mdb_txn_commit(txn), 0);
+  mdb_env_close(env);
+}
+
+/* One flipped bit in the retention cutoff used to make it a far-future
+ * time: the next retention run deleted every window and every later write
+ * was dropped as expired, with no error. The meta table is sealed now. */
+static void test_store_checksum_guards_the_meta_table(void **state) {
+  (void)state;
+  char path[512], err[512];
+  expect_t e;
+  store_path(path, sizeof path, "meta");
+  build_store(path, 8, &e);
+  ember_store_t *s = NULL;
+  uint64_t deleted = 0;
+  assert_int_equal(ember_store_open(path, NULL, &s, err, sizeof err), 0);
+  assert_int_equal(ember_store_retain(s, T0 - 7200 * SEC, 0, &deleted), 0);
+  assert_int_equal(deleted, 0);
+  ember_store_close(s);
+  s = NULL;
+
+  /* The top byte of the time (sign bit flipped on disk): year 2^62 ns. */
+  flip_meta(path, "retained_before", 0, 0x40);
+  assert_int_equal(ember_store_open(path, NULL, &s, err, sizeof err), 0);
+  assert_int_equal(ember_store_retain(s, T0 - 3600 * SEC, 0, &deleted), EMBER_ECORRUPT);
+  int64_t samples;
+  ember_profile_t *p = make_window("api", T0 + 3600 * SEC, 1000, 4, 7, &samples);
+  ember_store_write_result_t r = {0};
+  assert_int_equal(ember_store_write(s, &p, 1, &r), EMBER_ECORRUPT);
+  assert_int_equal(r.expired, 0);
+  ember_profile_free(p);
+  ember_store_stats_t st;
+  assert_int_equal(ember_store_stats(s, &st), 0);
+  assert_int_equal(st.profile_rows, e.windows);
+  ember_store_close(s);
+  assert_int_equal(ember_store_verify(path, NULL, err, sizeof err), EMBER_ECORRUPT);
+  assert_non_null(strstr(err, "\"meta\" fails its checksum"));
+
+  /* A damaged id counter, and a damaged schema version, are refused too. */
+  build_store(path, 8, &e);
+  flip_meta(path, "next_series", 3, 0x01);
+  assert_int_equal(ember_store_open(path, NULL, &s, err, sizeof err), 0);
+  p = make_window("newworker", T0, 1001, 4, 7, &samples);
+  assert_int_equal(ember_store_write(s, &p, 1, NULL), EMBER_ECORRUPT);
+  ember_profile_free(p);
+  ember_store_close(s);
+  s = NULL;
+  build_store(path, 1, &e);
+  flip_meta(path, "schema", 3, 0x01);
+  assert_int_equal(ember_store_open(path, NULL, &s, err, sizeof err), EMBER_ECORRUPT);
+  assert_null(s);
+  assert_non_null(strstr(err, "schema version fails its checksum"));
+  remove_store(path);
+}
+
+/* An error that is not damage (here the lock file is a directory: EISDIR,
+ * as EACCES or ENOMEM would be) is reported as itself, without the advice
+ * to move the data aside; a failed meta write (MDB_PANIC) is an I/O error
+ * with a sentence saying to restart, not damage. */
+static void test_store_verify_tells_errors_from_damage(void **state) {
+  (void)state;
+  char path[512], lock[600], err[512];
+  expect_t e;
+  store_path(path, sizeof path, "notdamage");
+  build_store(path, 1, &e);
+  snprintf(lock, sizeof lock, "%s-lock", path);
+  unlink(lock);
+  assert_int_equal(mkdir(lock, 0700), 0);
+  assert_int_equal(ember_store_verify(path, NULL, err, sizeof err), -EISDIR);
+  assert_non_null(strstr(err, "could not be verified"));
+  assert_null(strstr(err, "damaged"));
+  assert_null(strstr(err, "Kafka"));
+  rmdir(lock);
+  remove_store(path);
+
+  assert_int_equal(ember__store_err(MDB_PANIC), -EIO);
+  assert_int_equal(ember__store_err(MDB_CORRUPTED), EMBER_ECORRUPT);
+  assert_non_null(strstr(ember_store_strerror(-EIO), "restart the collector"));
+  assert_null(strstr(ember_store_strerror(-EIO), "damaged"));
+  assert_non_null(strstr(ember_store_strerror(EMBER_ECORRUPT), "recovers nothing"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_store_disk_full_mid_commit_then_freed),
@@ -626,6 +729,8 @@ int main(void) {
       cmocka_unit_test(test_store_map_full_grows_then_reports_map_full),
       cmocka_unit_test(test_store_damaged_pages_refused_never_crash),
       cmocka_unit_test(test_store_checksum_refuses_a_changed_value),
+      cmocka_unit_test(test_store_checksum_guards_the_meta_table),
+      cmocka_unit_test(test_store_verify_tells_errors_from_damage),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
