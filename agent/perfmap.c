@@ -279,7 +279,8 @@ static int open_map(ember__perfmap_t *pm, const ember__perfmap_src_t *src, char 
   char tmp[PATH_MAX];
   ember__safe_opts_t o = {.owner = EMBER__SAFE_ANY_OWNER, .one_link = true};
   struct stat pst;
-  /* perf's rule: the map must belong to the process's user (or root). A
+  /* The map must belong to the process's user (root's only for a root
+   * process: a bind-mounted root file would leak its lines). A
    * process already gone leaves no owner to compare with; the other checks
    * still hold. */
   int pn = snprintf(tmp, sizeof tmp, "%s/%d", src->proc_root, (int)pm->pid);

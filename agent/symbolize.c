@@ -385,40 +385,40 @@ size_t ember__procmaps_count(const ember__procmaps_t *m) { return m ? m->n : 0; 
 
 static bool transient(int err) { return err == -EMFILE || err == -ENFILE || err == -ENOMEM; }
 
-/* Open a mapped file: a regular file (O_NONBLOCK so that a FIFO or a device
- * someone mapped cannot block the agent) and, when `ino` is not 0, that
- * very inode. Returns an fd or -errno (-ESTALE for another file). */
+/* Open a mapped file: a regular file and, when `ino` is not 0, that very
+ * inode, both checked before the file is opened for real (a device such as
+ * /dev/watchdog someone mapped is never opened). Returns an fd or -errno
+ * (-ESTALE for another file). */
 static int open_mapped(int dirfd, const char *path, bool follow, uint64_t ino, struct stat *st) {
   ember__safe_opts_t o = {
-      .follow = follow, .owner = EMBER__SAFE_ANY_OWNER, .max_size = MAX_ELF_SIZE};
+      .follow = follow, .owner = EMBER__SAFE_ANY_OWNER, .max_size = MAX_ELF_SIZE, .ino = ino};
   int fd = ember__safe_openat(dirfd, path, &o, st);
   if (fd < 0) return transient(fd) ? fd : -ESTALE;
-  if (ino != 0 && (uint64_t)st->st_ino != ino) {
-    close(fd);
-    return -ESTALE;
-  }
   return fd;
 }
 
-/* Open the file behind a mapping, best effort: the plain path if it is
- * still the same file (inode check: a container's /usr/bin/x is not the
- * host's), else the kernel's handle on the mapped file itself (works for
- * deleted files and other mount namespaces while the process lives), else
- * the path inside the process's root. Returns an fd or -errno. */
+/* Open the file behind a mapping, best effort: the kernel's handle on the
+ * mapped file itself (exactly the mapped inode; works for deleted files and
+ * other mount namespaces while the process lives), else the plain path if
+ * it is still the same file (inode check: a container's /usr/bin/x is not
+ * the host's), else the path inside the process's root. Returns an fd or
+ * -errno. */
 static int open_mapping(const ember__procmaps_t *pm, const mapping_t *mp, struct stat *st) {
   char path[PATH_MAX];
   int fd = -ENOENT;
   int pn;
-  if (!mp->deleted) {
-    /* Links followed: the inode check makes it the very file mapped. */
-    fd = open_mapped(AT_FDCWD, mp->path, true, mp->ino, st);
-    if (fd >= 0 || transient(fd)) return fd;
-  }
   /* The kernel's own link to the mapped file. */
   pn = snprintf(path, sizeof path, "%s/%d/map_files/%llx-%llx", pm->proc_root, (int)pm->pid,
                 (unsigned long long)mp->start, (unsigned long long)mp->end);
   if (pn > 0 && (size_t)pn < sizeof path) {
+    /* No inode check: it is the mapped file (overlayfs may number it
+     * otherwise than maps does). */
     fd = open_mapped(AT_FDCWD, path, true, 0, st);
+    if (fd >= 0 || transient(fd)) return fd;
+  }
+  if (!mp->deleted) {
+    /* Links followed: the inode check makes it the very file mapped. */
+    fd = open_mapped(AT_FDCWD, mp->path, true, mp->ino, st);
     if (fd >= 0 || transient(fd)) return fd;
   }
   if (mp->deleted || mp->path[0] != '/') return fd;
