@@ -75,6 +75,7 @@ typedef struct ember__symbolizer_stats {
   uint64_t module_loads;   /* ELF files parsed */
   uint64_t perf_map_loads; /* perf map refreshes that found the file */
   uint64_t unresolved;     /* frames left as module+offset or unknown */
+  uint64_t files_mapped;   /* ELF files mapped rather than read with pread */
 } ember__symbolizer_stats_t;
 
 int ember__symbolizer_new(const ember__symbolizer_opts_t *opts, ember__symbolizer_t **out);

@@ -1152,6 +1152,30 @@ static void test_symbolize_user_owned_binary_not_mapped(void **state) {
   assert_int_equal(fr[1].line, fx->v[K_LINE_BETA_CALL]);
 }
 
+/* A root process (a rootful container) may truncate root's own files: a
+ * root-owned, not group/world-writable binary is still read, not mapped,
+ * when the process mapping it runs as root. */
+static void test_symbolize_root_target_not_mapped(void **state) {
+  state_t *st = *state;
+  copy_file(SYMFIX, SYMFIX_CPY);
+  assert_int_equal(chown(SYMFIX_CPY, 0, 0), 0);
+  assert_int_equal(chmod(SYMFIX_CPY, 0755), 0);
+  fixture_start(SYMFIX_CPY, &st->fx[0]);
+  assert_int_equal(ember__procmaps_read(NULL, st->fx[0].pid, &st->maps[0]), 0);
+  const fixture_t *fx = &st->fx[0];
+  st->sym = new_sym(true);
+  uint64_t ips[] = {fx->v[K_ALPHA] + 1, fx->v[K_RET_ALPHA]};
+  ember_frame_t fr[8];
+  size_t n = symbolize(st->sym, fx->pid, st->maps[0], ips, 2, fr, 8);
+  assert_int_equal(n, 2);
+  assert_string_equal(fr[0].function, "alpha_leaf");
+  assert_string_equal(fr[1].function, "beta_middle");
+  ember__symbolizer_stats_t stats;
+  ember__symbolizer_stats(st->sym, &stats);
+  assert_true(stats.module_loads >= 1);
+  assert_int_equal(stats.files_mapped, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_symbolize_procmaps_parses_fake_root, setup, teardown),
@@ -1172,6 +1196,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_symbolize_alloc_failures, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_costs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_user_owned_binary_not_mapped, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_symbolize_root_target_not_mapped, setup, teardown),
       cmocka_unit_test(test_symbolize_perf_map_symlink_refused),
       cmocka_unit_test(test_symbolize_perf_map_symlink_in_own_tmp),
       cmocka_unit_test(test_symbolize_perf_map_sparse),
