@@ -209,6 +209,13 @@ int ember__perfmap_commit(ember__perfmap_t *pm) {
   pm->v = out;
   pm->n = k;
   pm->nadd = 0;
+  /* The first read of a big map leaves a big `add`; later refreshes
+   * append a few lines. Do not hold the first one's size for good. */
+  if (pm->add_cap > 64) {
+    ember_free(pm->add);
+    pm->add = NULL;
+    pm->add_cap = 0;
+  }
   return 0;
 }
 

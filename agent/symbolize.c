@@ -1121,6 +1121,7 @@ typedef struct pidmap {
   pid_t pid;
   ember__perfmap_t *pm;
   uint64_t reads; /* pm's stats.reads already counted in perf_map_loads */
+  uint64_t epoch; /* the symbolizer's epoch of the last refresh */
 } pidmap_t;
 
 /* ------------------------------------------------------------------ */
@@ -1129,6 +1130,7 @@ typedef struct pidmap {
 struct ember__symbolizer {
   char *proc_root, *perf_map_dir, *kallsyms;
   bool perf_map_dir_set;
+  uint64_t epoch; /* bumped by each forget: perf maps refresh once per epoch */
   size_t max_modules;
   bool dwarf;
   bool dwarf_detached;
@@ -1227,6 +1229,7 @@ void ember__symbolizer_free(ember__symbolizer_t *s) {
 
 void ember__symbolizer_forget(ember__symbolizer_t *s, pid_t pid) {
   if (s == NULL) return;
+  s->epoch++;
   pidmap_t **pp = &s->pids[(uint32_t)pid % PID_BUCKETS];
   while (*pp != NULL) {
     if ((*pp)->pid == pid) {
@@ -1535,6 +1538,7 @@ static int perfmap_refresh(ember__symbolizer_t *s, pid_t pid, pidmap_t **io) {
   }
   ember__perfmap_src_t src = {
       .proc_root = s->proc_root, .dir = s->perf_map_dir, .dir_set = s->perf_map_dir_set};
+  pm->epoch = s->epoch;
   rc = ember__perfmap_refresh(pm->pm, &src);
   ember__perfmap_stats_t ps;
   ember__perfmap_stats(pm->pm, &ps);
@@ -1583,6 +1587,12 @@ static int jit_lookup(call_t *c, uint64_t a, const char **out) {
   *out = c->pm ? ember__perfmap_lookup(c->pm->pm, a) : NULL;
   if (*out != NULL || c->pm_read) return 0;
   c->pm_read = true;
+  /* Once per pid between two forgets (the agent forgets after each close
+   * job): a refresh with new bytes re-merges the whole table, and a map
+   * growing by a line between samples would otherwise cost a copy of it
+   * per distinct stack. The stacks of one job were all sampled before it
+   * ran, so one read at its first miss already holds their code. */
+  if (c->pm != NULL && c->pm->epoch == c->s->epoch) return 0;
   int rc = perfmap_refresh(c->s, c->pid, &c->pm);
   if (rc == 0 && c->pm != NULL) *out = ember__perfmap_lookup(c->pm->pm, a);
   return rc;

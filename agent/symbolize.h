@@ -96,7 +96,9 @@ int ember__symbolize(ember__symbolizer_t *s, pid_t pid, const ember__procmaps_t 
 /* Drop per-process state (perf map) of a pid that has exited; the shared
  * ELF module cache stays. Strings from earlier calls become invalid. Any
  * call also releases modules evicted from the cache since the last one, so
- * callers call it (pid 0 is fine) once per batch of work, e.g. per window. */
+ * callers call it (pid 0 is fine) once per batch of work, e.g. per window.
+ * A call also starts a new batch for perf maps: each pid's map is
+ * refreshed (on a miss) at most once between two calls. */
 void ember__symbolizer_forget(ember__symbolizer_t *s, pid_t pid);
 void ember__symbolizer_stats(const ember__symbolizer_t *s, ember__symbolizer_stats_t *out);
 
