@@ -19,9 +19,11 @@
 #include <grp.h>
 #include <sched.h>
 #include <sys/auxv.h>
+#include <sys/inotify.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -281,6 +283,49 @@ static void test_symbolize_procmaps_parses_fake_root(void **state) {
   assert_int_equal(stats.module_loads, 0);
   ember__symbolizer_free(s);
   ember__procmaps_free(m);
+}
+
+/* A process that maps a file it named /dev/watchdog in its own mount
+ * namespace: /proc/PID/maps shows the path, and the host's device at that
+ * path must not be opened (opening a watchdog arms it). Here the "device"
+ * is a node of ours with the null device's numbers, named in a fake maps
+ * with its own inode (so the inode check passes); inotify's IN_OPEN on it
+ * proves the symbolizer never opened it. */
+static void test_symbolize_mapped_device_never_opened(void **state) {
+  (void)state;
+  const char *root = EMBER_TEST_TMP "/fakeproc-dev";
+  const char *dev = EMBER_TEST_TMP "/fakeproc-dev/watchdog";
+  mkdir(root, 0755);
+  mkdir(EMBER_TEST_TMP "/fakeproc-dev/4243", 0755);
+  unlink(dev);
+  if (mknod(dev, S_IFCHR | 0600, makedev(1, 3)) != 0) skip();
+  struct stat sb;
+  assert_int_equal(stat(dev, &sb), 0);
+  FILE *f = fopen(EMBER_TEST_TMP "/fakeproc-dev/4243/maps", "w");
+  assert_non_null(f);
+  fprintf(f, "00400000-00452000 r-xp 00000000 00:05 %llu      %s\n", (unsigned long long)sb.st_ino,
+          dev);
+  fclose(f);
+  int ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  assert_true(ifd >= 0);
+  assert_true(inotify_add_watch(ifd, dev, IN_OPEN) >= 0);
+  ember__procmaps_t *m = NULL;
+  assert_int_equal(ember__procmaps_read(root, 4243, &m), 0);
+  ember__symbolizer_t *s = new_sym(true);
+  uint64_t ips[] = {0x400010};
+  ember_frame_t fr[4];
+  size_t n = symbolize(s, 4243, m, ips, 1, fr, 4);
+  assert_int_equal(n, 1);
+  assert_null(fr[0].function);
+  char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+  assert_true(read(ifd, buf, sizeof buf) < 0); /* no event: never opened */
+  close(ifd);
+  ember__symbolizer_free(s);
+  ember__procmaps_free(m);
+  unlink(dev);
+  unlink(EMBER_TEST_TMP "/fakeproc-dev/4243/maps");
+  rmdir(EMBER_TEST_TMP "/fakeproc-dev/4243");
+  rmdir(root);
 }
 
 static void test_symbolize_procmaps_missing_pid(void **state) {
@@ -1194,6 +1239,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_symbolize_procmaps_parses_fake_root, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_procmaps_missing_pid, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_symbolize_mapped_device_never_opened, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_native_names_and_build_id, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_dwarf_lines, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_inline_frames, setup, teardown),
