@@ -277,8 +277,8 @@ static int fault(ember__alloc_preload_t *p) {
     atomic_fetch_add(&n_faults, 1);
     EMBER_WARN_LIMITED(
         "alloc",
-        "process %d cut or resized its allocation control file: its session ends with "
-        "the samples read so far",
+        "process %d cut, resized or corrupted its allocation control file: its session ends "
+        "with the samples read so far",
         (int)p->pid);
   }
   p->broken = true;
@@ -296,6 +296,9 @@ int ember__alloc_preload_drain(ember__alloc_preload_t *p,
     return fault(p);
   put_word(p, offsetof(ember_alloc_shm_t, heartbeat), ++p->heartbeat);
   uint64_t head = h.head;
+  /* Counters only grow: one going backwards is a corrupt or hostile file,
+   * not 2^64 lost samples. */
+  if ((int64_t)(head - p->tail) < 0 || h.dropped < p->dropped_base) return fault(p);
   if (head - p->tail > EMBER_ALLOC_SHM_SLOTS) {
     /* Only a corrupt or hostile writer gets here. */
     *lost += head - p->tail - EMBER_ALLOC_SHM_SLOTS;
@@ -328,9 +331,20 @@ int ember__alloc_preload_drain(ember__alloc_preload_t *p,
       p->stuck = 0;
       continue;
     }
+    /* One pread copied seq and body in no defined order: read seq again
+     * and take the copy only if the slot was not rewritten meanwhile. */
+    uint64_t seq2 = 0;
+    uint64_t slot_off = EMBER_ALLOC_SHM_HDR + (p->tail % EMBER_ALLOC_SHM_SLOTS) * sizeof *copy +
+                        offsetof(ember_alloc_slot_t, seq);
+    if (ember__safe_pread(p->fd, &seq2, sizeof seq2, slot_off) != (ssize_t)sizeof seq2)
+      return fault(p);
     p->stuck = 0;
     p->tail++;
     at++;
+    if (seq2 != copy->seq) {
+      (*lost)++;
+      continue;
+    }
     if (copy->nips == 0 || copy->nips > EMBER_ALLOC_SHM_FRAMES || copy->size == 0) {
       (*lost)++;
       continue;

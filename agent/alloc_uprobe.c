@@ -185,8 +185,9 @@ static int read_small(const char *path, char *buf, size_t size) {
   return 0;
 }
 
-/* The path of the libc `pid` maps (as the process sees it). */
-static int find_libc(pid_t pid, char *out, size_t size, char *err, size_t n) {
+/* The libc `pid` maps: its path as the process sees it (`shown`, for
+ * messages) and the range of its executable mapping (for map_files). */
+static int find_libc(pid_t pid, char *shown, size_t size, uint64_t range[2], char *err, size_t n) {
   char path[64], line[4096];
   snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
   FILE *f = fopen(path, "re");
@@ -204,7 +205,11 @@ static int find_libc(pid_t pid, char *out, size_t size, char *err, size_t n) {
     const char *base = strrchr(file, '/') + 1;
     if (strncmp(base, "libc.so", 7) != 0 && strncmp(base, "libc-", 5) != 0) continue;
     if (strstr(file, " (deleted)") != NULL) continue;
-    if ((size_t)snprintf(out, size, "/proc/%d/root%s", (int)pid, file) < size) rc = 0;
+    unsigned long long lo, hi;
+    if (sscanf(line, "%llx-%llx", &lo, &hi) != 2) continue;
+    range[0] = lo;
+    range[1] = hi;
+    if ((size_t)snprintf(shown, size, "%s", file) < size) rc = 0;
   }
   fclose(f);
   if (rc != 0)
@@ -215,22 +220,34 @@ static int find_libc(pid_t pid, char *out, size_t size, char *err, size_t n) {
   return rc;
 }
 
-/* File offsets of the functions in the ELF file at `path`: 0 for an
- * optional one that is missing or an alias of one before it (glibc's
- * aligned_alloc is memalign), which must not be probed twice. */
-static int find_offsets(const char *path, uint64_t off[FN_COUNT], char *err, size_t n) {
+/* Open the libc the process maps: through /proc/PID/map_files/START-END
+ * (exactly the mapped inode), else its path below /proc/PID/root with no
+ * link followed (an absolute symbolic link in a container would resolve
+ * against the agent's root). Returns an fd or -errno. */
+static int open_libc(pid_t pid, const char *shown, const uint64_t range[2]) {
+  char path[PATH_MAX];
+  ember__safe_opts_t o = {.follow = true, .owner = EMBER__SAFE_ANY_OWNER, .max_size = 1u << 30};
+  snprintf(path, sizeof path, "/proc/%d/map_files/%llx-%llx", (int)pid,
+           (unsigned long long)range[0], (unsigned long long)range[1]);
+  int fd = ember__safe_openat(AT_FDCWD, path, &o, NULL);
+  if (fd >= 0 || fd == -ENODEV || fd == -EFBIG) return fd;
+  snprintf(path, sizeof path, "/proc/%d/root", (int)pid);
+  int rootfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0) return -errno;
+  o.follow = false;
+  fd = ember__safe_openat(rootfd, shown + 1, &o, NULL);
+  close(rootfd);
+  return fd;
+}
+
+/* File offsets of the functions in the ELF file open on `fd` (named
+ * `path` in messages): 0 for an optional one that is missing or an alias
+ * of one before it (glibc's aligned_alloc is memalign), which must not be
+ * probed twice. The fd stays the caller's. */
+static int find_offsets(int fd, const char *path, uint64_t off[FN_COUNT], char *err, size_t n) {
   int rc = -ENOENT;
   Elf *e = NULL;
-  /* The process owns what is below its root: a FIFO or a device there
-   * must not block the agent, so only a regular file is read. */
-  ember__safe_opts_t o = {.follow = true, .owner = EMBER__SAFE_ANY_OWNER, .max_size = 1u << 30};
-  int fd = ember__safe_openat(AT_FDCWD, path, &o, NULL);
   uint64_t vaddr[FN_COUNT] = {0};
-  if (fd < 0) {
-    rc = fd;
-    snprintf(err, n, "open %s: %s", path, rc == -ENODEV ? "not a regular file" : strerror(-rc));
-    return rc;
-  }
   elf_version(EV_CURRENT);
   e = elf_begin(fd, ELF_C_READ, NULL);
   if (e == NULL) {
@@ -243,9 +260,11 @@ static int find_offsets(const char *path, uint64_t off[FN_COUNT], char *err, siz
     GElf_Shdr sh;
     if (gelf_getshdr(scn, &sh) == NULL) continue;
     if (sh.sh_type != SHT_DYNSYM && sh.sh_type != SHT_SYMTAB) continue;
+    if (sh.sh_size > (64u << 20)) continue; /* elf_getdata would copy it whole */
     Elf_Data *d = elf_getdata(scn, NULL);
-    if (d == NULL || sh.sh_entsize == 0) continue;
-    size_t count = sh.sh_size / sh.sh_entsize;
+    size_t symsz = gelf_fsize(e, ELF_T_SYM, 1, EV_CURRENT);
+    if (d == NULL || symsz == 0) continue;
+    size_t count = d->d_size / symsz; /* not sh_entsize: the file's say */
     for (size_t i = 0; i < count; i++) {
       GElf_Sym sym;
       if (gelf_getsym(d, (int)i, &sym) == NULL) continue;
@@ -281,7 +300,6 @@ static int find_offsets(const char *path, uint64_t off[FN_COUNT], char *err, siz
   rc = 0;
 cleanup:
   if (e != NULL) elf_end(e);
-  close(fd);
   return rc;
 }
 
@@ -337,28 +355,46 @@ static int uprobe_open(pid_t pid, struct uprobe_state **out, char *err, size_t n
   size_t ntids = 0;
   struct uprobe_state *u = NULL;
   uint64_t type;
-  int rc = find_libc(pid, libc, sizeof libc, err, n);
+  char shown[PATH_MAX];
+  uint64_t range[2] = {0, 0};
+  int rc = find_libc(pid, shown, sizeof shown, range, err, n);
   if (rc != 0) return rc;
-  rc = find_offsets(libc, off, err, n);
-  if (rc != 0) return rc;
+  /* The process owns its files: a FIFO or a device there must not block
+   * the agent, so only a regular file is read. */
+  int libfd = open_libc(pid, shown, range);
+  if (libfd < 0) {
+    snprintf(err, n, "open %s of process %d: %s", shown, (int)pid,
+             libfd == -ENODEV ? "not a regular file" : strerror(-libfd));
+    return libfd;
+  }
+  rc = find_offsets(libfd, shown, off, err, n);
+  if (rc != 0) {
+    close(libfd);
+    return rc;
+  }
+  /* The kernel resolves the uprobe's path itself: the fd's own link names
+   * the very file read above, whatever links the container holds. */
+  snprintf(libc, sizeof libc, "/proc/self/fd/%d", libfd);
   size_t nfn = 0;
   for (int f = 0; f < FN_COUNT; f++) nfn += off[f] != 0;
   rc = read_small("/sys/bus/event_source/devices/uprobe/type", buf, sizeof buf);
   buf[strcspn(buf, "\n")] = '\0';
   if (rc != 0 || ember_parse_u64(buf, 0, UINT32_MAX, &type) != 0) {
     snprintf(err, n, "this kernel has no uprobe PMU (/sys/bus/event_source/devices/uprobe/type)");
-    return rc != 0 ? rc : -ENOTSUP;
+    rc = rc != 0 ? rc : -ENOTSUP;
+    goto cleanup;
   }
   rc = read_small("/sys/devices/system/cpu/online", buf, sizeof buf);
   int ncpus = rc == 0 ? ember__cpulist_parse(buf, online, MAX_CPUS) : rc;
   if (ncpus <= 0) {
     snprintf(err, n, "cannot read the online CPUs");
-    return ncpus < 0 ? ncpus : -EINVAL;
+    rc = ncpus < 0 ? ncpus : -EINVAL;
+    goto cleanup;
   }
   rc = list_tids(pid, &tids, &ntids);
   if (rc != 0) {
     snprintf(err, n, "process %d: %s", (int)pid, strerror(-rc));
-    return rc;
+    goto cleanup;
   }
   if (ntids * (size_t)ncpus * nfn > MAX_EVENTS) {
     snprintf(err, n,
@@ -443,6 +479,7 @@ static int uprobe_open(pid_t pid, struct uprobe_state **out, char *err, size_t n
 cleanup:
   uprobe_close(u);
   free(tids);
+  close(libfd); /* the probes hold the file themselves once made */
   return rc;
 }
 

@@ -396,6 +396,9 @@ static void elf_build_id(int fd, char hex[41]) {
   for (Elf_Scn *scn = elf_nextscn(e, NULL); scn != NULL; scn = elf_nextscn(e, scn)) {
     GElf_Shdr sh;
     if (gelf_getshdr(scn, &sh) == NULL || sh.sh_type != SHT_NOTE) continue;
+    /* elf_getdata reads the whole section into memory: a target's file may
+     * claim any size. */
+    if (sh.sh_size == 0 || sh.sh_size > (1u << 20)) continue;
     Elf_Data *data = elf_getdata(scn, NULL);
     if (data != NULL && note_build_id(data, hex)) goto cleanup;
   }
@@ -422,7 +425,7 @@ static void exe_build_id(ember__discovery_t *d, int piddir, char hex[41]) {
     return;
   }
   /* The kernel's link to the very file the process runs. */
-  ember__safe_opts_t o = {.follow = true, .owner = EMBER__SAFE_ANY_OWNER};
+  ember__safe_opts_t o = {.follow = true, .owner = EMBER__SAFE_ANY_OWNER, .max_size = 2ull << 30};
   int fd = ember__safe_openat(piddir, "exe", &o, NULL);
   if (fd < 0) return;
   elf_build_id(fd, hex);

@@ -209,6 +209,13 @@ int ember__perfmap_commit(ember__perfmap_t *pm) {
   pm->v = out;
   pm->n = k;
   pm->nadd = 0;
+  /* The first read of a big map leaves a big `add`; later refreshes
+   * append a few lines. Do not hold the first one's size for good. */
+  if (pm->add_cap > 64) {
+    ember_free(pm->add);
+    pm->add = NULL;
+    pm->add_cap = 0;
+  }
   return 0;
 }
 
@@ -279,7 +286,8 @@ static int open_map(ember__perfmap_t *pm, const ember__perfmap_src_t *src, char 
   char tmp[PATH_MAX];
   ember__safe_opts_t o = {.owner = EMBER__SAFE_ANY_OWNER, .one_link = true};
   struct stat pst;
-  /* perf's rule: the map must belong to the process's user (or root). A
+  /* The map must belong to the process's user (root's only for a root
+   * process: a bind-mounted root file would leak its lines). A
    * process already gone leaves no owner to compare with; the other checks
    * still hold. */
   int pn = snprintf(tmp, sizeof tmp, "%s/%d", src->proc_root, (int)pm->pid);

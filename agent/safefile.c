@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <linux/openat2.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -51,7 +52,8 @@ static int open_nolinks_openat2(int dirfd, const char *path, int flags) {
 }
 
 /* The same without openat2: each directory of the path is opened with
- * O_PATH | O_NOFOLLOW, then the last part with O_NOFOLLOW. */
+ * O_PATH | O_NOFOLLOW, then the last part with `flags` | O_NOFOLLOW (the
+ * caller passes O_PATH: nothing is opened for real here). */
 static int open_nolinks_walk(int dirfd, const char *path, int flags) {
   char part[NAME_MAX + 1];
   int cur = dirfd, rc = 0;
@@ -101,39 +103,73 @@ static int open_nolinks(int dirfd, const char *path, int flags) {
   return open_nolinks_walk(dirfd, path, flags);
 }
 
+/* The checks on the resolved (O_PATH) file, before anything opens it. */
+static int check_file(const struct stat *sb, const ember__safe_opts_t *o) {
+  /* O_PATH | O_NOFOLLOW (openat2's too) names a final symbolic link
+   * itself rather than failing. */
+  if (S_ISLNK(sb->st_mode)) {
+    atomic_fetch_add(&n_symlinks, 1);
+    return -ELOOP;
+  }
+  if (!S_ISREG(sb->st_mode)) {
+    atomic_fetch_add(&n_not_regular, 1);
+    return -ENODEV;
+  }
+  /* Exactly the owner asked for: root's file is a non-root target's only
+   * if someone bind-mounted it there, and its lines would leak. */
+  if ((o->owner != EMBER__SAFE_ANY_OWNER && (int64_t)sb->st_uid != o->owner) ||
+      (o->one_link && sb->st_nlink != 1)) {
+    atomic_fetch_add(&n_bad_owner, 1);
+    return -EPERM;
+  }
+  if (o->max_size != 0 && (uint64_t)sb->st_size > o->max_size) {
+    atomic_fetch_add(&n_too_big, 1);
+    return -EFBIG;
+  }
+  if (o->ino != 0 && (uint64_t)sb->st_ino != o->ino) return -ESTALE;
+  return 0;
+}
+
 int ember__safe_openat(int dirfd, const char *path, const ember__safe_opts_t *o, struct stat *st) {
   static const ember__safe_opts_t dflt = {.owner = EMBER__SAFE_ANY_OWNER};
   if (path == NULL || *path == '\0') return -EINVAL;
   if (o == NULL) o = &dflt;
-  int flags = open_flags(o);
-  int fd = o->follow ? retry_openat(dirfd, path, flags) : open_nolinks(dirfd, path, flags);
-  if (fd < 0) {
-    if (fd == -ELOOP) atomic_fetch_add(&n_symlinks, 1);
-    /* O_NONBLOCK on a FIFO opened for writing with no reader. */
-    if (fd == -ENXIO) atomic_fetch_add(&n_not_regular, 1);
-    return fd;
+  /* Resolve without opening: an O_PATH fd of a device or a FIFO runs none
+   * of its driver's open code (/dev/watchdog would start the watchdog). */
+  int pflags = O_PATH | O_CLOEXEC;
+  int pfd = o->follow ? retry_openat(dirfd, path, pflags) : open_nolinks(dirfd, path, pflags);
+  if (pfd < 0) {
+    if (pfd == -ELOOP) atomic_fetch_add(&n_symlinks, 1);
+    return pfd;
   }
-  struct stat sb;
-  int rc = 0;
-  if (fstat(fd, &sb) != 0) {
+  struct stat sb, sb2;
+  int fd = -1;
+  int rc = fstat(pfd, &sb) != 0 ? -errno : check_file(&sb, o);
+  if (rc != 0) goto cleanup;
+  /* Only now open it for real, through the resolved fd, and make sure it
+   * is still the inode that was checked. */
+  char self[64];
+  snprintf(self, sizeof self, "/proc/self/fd/%d", pfd);
+  fd = retry_openat(AT_FDCWD, self, open_flags(o));
+  if (fd < 0) {
+    rc = fd;
+    goto cleanup;
+  }
+  if (fstat(fd, &sb2) != 0) {
     rc = -errno;
-  } else if (!S_ISREG(sb.st_mode)) {
+  } else if (sb2.st_dev != sb.st_dev || sb2.st_ino != sb.st_ino) {
     atomic_fetch_add(&n_not_regular, 1);
     rc = -ENODEV;
-  } else if ((o->owner != EMBER__SAFE_ANY_OWNER && sb.st_uid != 0 &&
-              (int64_t)sb.st_uid != o->owner) ||
-             (o->one_link && sb.st_nlink != 1)) {
-    atomic_fetch_add(&n_bad_owner, 1);
-    rc = -EPERM;
-  } else if (o->max_size != 0 && (uint64_t)sb.st_size > o->max_size) {
-    atomic_fetch_add(&n_too_big, 1);
-    rc = -EFBIG;
+  } else {
+    rc = check_file(&sb2, o);
   }
+cleanup:
+  close(pfd);
   if (rc != 0) {
-    close(fd);
+    if (fd >= 0) close(fd);
     return rc;
   }
-  if (st != NULL) *st = sb;
+  if (st != NULL) *st = sb2;
   return fd;
 }
 

@@ -9,10 +9,12 @@
  *    (openat2 with RESOLVE_NO_SYMLINKS, or a walk of O_NOFOLLOW opens on
  *    kernels without openat2), unless the caller names a link the kernel
  *    itself provides (/proc/PID/exe, /proc/PID/map_files/...);
- *  - never blocks: O_NONBLOCK, so a FIFO or a device returns at once and
- *    is then refused;
- *  - accepts only a regular file, optionally owned by a given user (or
- *    root), with one link, no larger than a bound;
+ *  - never opens what it refuses: the path is resolved with O_PATH (which
+ *    runs no driver's open: a device such as /dev/watchdog acts on open
+ *    alone), that file is checked, and only then reopened through
+ *    /proc/self/fd/N with the real flags and confirmed the same inode;
+ *  - accepts only a regular file, optionally owned by exactly a given user,
+ *    with one link, no larger than a bound, optionally a given inode;
  *  - opens with O_CLOEXEC | O_NOCTTY.
  *
  * Thread-safety: every function may be called from any thread; the
@@ -35,9 +37,10 @@ typedef struct ember__safe_opts {
   int flags;         /* O_RDONLY (0, the default) or O_RDWR; other bits ignored */
   bool follow;       /* the path is trusted (ours or the kernel's): follow links */
   int64_t owner;     /* EMBER__SAFE_ANY_OWNER, or the uid the file must have
-                        (root is accepted too, as perf does) */
+                        (exactly: pass 0 for a root target only) */
   bool one_link;     /* refuse a file with another hard link (st_nlink != 1) */
   uint64_t max_size; /* refuse a larger st_size; 0 = no bound */
+  uint64_t ino;      /* 0, or the st_ino the file must have (-ESTALE if not) */
 } ember__safe_opts_t;
 
 /* Open `path` relative to `dirfd` (a directory the caller trusts, or
@@ -46,7 +49,8 @@ typedef struct ember__safe_opts {
  * (may be NULL) with its fstat. Returns -ELOOP for a symbolic link (also
  * one in a directory part of `path`), -ENODEV for a file that is not
  * regular (FIFO, device, directory, socket), -EPERM for the wrong owner or
- * a second link, -EFBIG for a file over max_size, -EINVAL for bad
+ * a second link, -EFBIG for a file over max_size, -ESTALE for another
+ * inode than `ino`, -EINVAL for bad
  * arguments, or the -errno of the open. Refusals (not a missing file) are
  * counted in ember__safe_stats. */
 int ember__safe_openat(int dirfd, const char *path, const ember__safe_opts_t *o, struct stat *st);

@@ -11,6 +11,7 @@
 #include <gelf.h>
 #include <libelf.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,15 @@ static const char *skip_blanks(const char *p) {
  * mapping (a mapping of a file truncated meanwhile raises SIGBUS); DWARF,
  * which needs the whole file in memory then, is kept only up to this. */
 #define MAX_READ_DWARF_SIZE (256ull << 20)
+/* ... and all such whole-file copies together, process-wide, up to this
+ * (512 modules of 256 MB each would be 128 GB): past it, later modules get
+ * function names but no DWARF lines until earlier ones are evicted. */
+#define MAX_READ_DWARF_TOTAL (256ull << 20)
+/* A symbol table larger than this is not loaded (the module is kept as a
+ * broken one): libc's is ~100 KB, the largest C++ binaries' tens of MB. */
+#define MAX_SYMTAB_SIZE (64ull << 20)
+
+static atomic_uint_fast64_t dwarf_read_bytes;
 
 /* Files of the kernel or of the host's root (kallsyms, /usr/lib/debug):
  * links followed, but never a FIFO or a device. */
@@ -210,6 +220,7 @@ typedef struct mapping {
 
 struct ember__procmaps {
   pid_t pid;
+  int64_t uid; /* the process's owner at read time; -1 unknown */
   char *proc_root;
   mapping_t *v;
   size_t n, cap;
@@ -285,13 +296,17 @@ int ember__procmaps_read(const char *proc_root, pid_t pid, ember__procmaps_t **o
   ember__procmaps_t *m = ember_calloc(1, sizeof *m);
   if (m == NULL) return -ENOMEM;
   m->pid = pid;
+  m->uid = -1;
   m->proc_root = ember_strdup(proc_root);
   if (m->proc_root == NULL) {
     rc = -ENOMEM;
     goto cleanup;
   }
   char path[PATH_MAX];
-  int pn = snprintf(path, sizeof path, "%s/%d/maps", proc_root, (int)pid);
+  int pn = snprintf(path, sizeof path, "%s/%d", proc_root, (int)pid);
+  struct stat pst;
+  if (pn > 0 && (size_t)pn < sizeof path && stat(path, &pst) == 0) m->uid = (int64_t)pst.st_uid;
+  pn = snprintf(path, sizeof path, "%s/%d/maps", proc_root, (int)pid);
   if (pn < 0 || (size_t)pn >= sizeof path) {
     rc = -ENAMETOOLONG;
     goto cleanup;
@@ -385,40 +400,40 @@ size_t ember__procmaps_count(const ember__procmaps_t *m) { return m ? m->n : 0; 
 
 static bool transient(int err) { return err == -EMFILE || err == -ENFILE || err == -ENOMEM; }
 
-/* Open a mapped file: a regular file (O_NONBLOCK so that a FIFO or a device
- * someone mapped cannot block the agent) and, when `ino` is not 0, that
- * very inode. Returns an fd or -errno (-ESTALE for another file). */
+/* Open a mapped file: a regular file and, when `ino` is not 0, that very
+ * inode, both checked before the file is opened for real (a device such as
+ * /dev/watchdog someone mapped is never opened). Returns an fd or -errno
+ * (-ESTALE for another file). */
 static int open_mapped(int dirfd, const char *path, bool follow, uint64_t ino, struct stat *st) {
   ember__safe_opts_t o = {
-      .follow = follow, .owner = EMBER__SAFE_ANY_OWNER, .max_size = MAX_ELF_SIZE};
+      .follow = follow, .owner = EMBER__SAFE_ANY_OWNER, .max_size = MAX_ELF_SIZE, .ino = ino};
   int fd = ember__safe_openat(dirfd, path, &o, st);
   if (fd < 0) return transient(fd) ? fd : -ESTALE;
-  if (ino != 0 && (uint64_t)st->st_ino != ino) {
-    close(fd);
-    return -ESTALE;
-  }
   return fd;
 }
 
-/* Open the file behind a mapping, best effort: the plain path if it is
- * still the same file (inode check: a container's /usr/bin/x is not the
- * host's), else the kernel's handle on the mapped file itself (works for
- * deleted files and other mount namespaces while the process lives), else
- * the path inside the process's root. Returns an fd or -errno. */
+/* Open the file behind a mapping, best effort: the kernel's handle on the
+ * mapped file itself (exactly the mapped inode; works for deleted files and
+ * other mount namespaces while the process lives), else the plain path if
+ * it is still the same file (inode check: a container's /usr/bin/x is not
+ * the host's), else the path inside the process's root. Returns an fd or
+ * -errno. */
 static int open_mapping(const ember__procmaps_t *pm, const mapping_t *mp, struct stat *st) {
   char path[PATH_MAX];
   int fd = -ENOENT;
   int pn;
-  if (!mp->deleted) {
-    /* Links followed: the inode check makes it the very file mapped. */
-    fd = open_mapped(AT_FDCWD, mp->path, true, mp->ino, st);
-    if (fd >= 0 || transient(fd)) return fd;
-  }
   /* The kernel's own link to the mapped file. */
   pn = snprintf(path, sizeof path, "%s/%d/map_files/%llx-%llx", pm->proc_root, (int)pm->pid,
                 (unsigned long long)mp->start, (unsigned long long)mp->end);
   if (pn > 0 && (size_t)pn < sizeof path) {
+    /* No inode check: it is the mapped file (overlayfs may number it
+     * otherwise than maps does). */
     fd = open_mapped(AT_FDCWD, path, true, 0, st);
+    if (fd >= 0 || transient(fd)) return fd;
+  }
+  if (!mp->deleted) {
+    /* Links followed: the inode check makes it the very file mapped. */
+    fd = open_mapped(AT_FDCWD, mp->path, true, mp->ino, st);
     if (fd >= 0 || transient(fd)) return fd;
   }
   if (mp->deleted || mp->path[0] != '/') return fd;
@@ -487,6 +502,7 @@ typedef struct module {
    * its /usr/lib/debug file has .debug_info; the Dwarf handle and the CU
    * table are made on the first lookup that needs them. */
   Elf *dw_elf;
+  uint64_t dw_bytes; /* of dwarf_read_bytes: dw_elf is a whole-file copy */
   Dwarf *dw;
   bool dw_tried;
   cu_range_t *cus; /* sorted by lo */
@@ -520,12 +536,14 @@ static void elf_file_close(elf_file_t *f) {
 }
 
 /* Takes ownership of fd (closed on failure); st is its fstat. A mapping
- * is cheaper than reads, but a file that its owner truncates while the
+ * is cheaper than reads, but a file that someone truncates while the
  * agent has it mapped raises SIGBUS in the agent: only files that root
- * owns and no one else may write are mapped, every other one is read with
+ * owns and no one else may write are mapped, and only when `root_safe`
+ * (the process that maps it is not root itself: a root process, say in a
+ * rootful container, may cut root's files); every other one is read with
  * pread (libelf's ELF_C_READ). */
-static int elf_file_open_fd(int fd, const struct stat *st, elf_file_t *out) {
-  bool map = st->st_uid == 0 && (st->st_mode & (S_IWGRP | S_IWOTH)) == 0;
+static int elf_file_open_fd(int fd, const struct stat *st, bool root_safe, elf_file_t *out) {
+  bool map = root_safe && st->st_uid == 0 && (st->st_mode & (S_IWGRP | S_IWOTH)) == 0;
   Elf *elf = elf_begin(fd, map ? ELF_C_READ_MMAP : ELF_C_READ, NULL);
   if (elf == NULL || elf_kind(elf) != ELF_K_ELF) {
     if (elf != NULL) elf_end(elf);
@@ -584,7 +602,8 @@ static int open_debug_file(const char *build_id, elf_file_t *out) {
   struct stat st;
   int fd = open_trusted(path, MAX_ELF_SIZE, &st);
   if (fd < 0) return fd;
-  int rc = elf_file_open_fd(fd, &st, out);
+  /* The host's own debug directory, no process's: root's files there. */
+  int rc = elf_file_open_fd(fd, &st, true, out);
   if (rc != 0) return rc;
   char hex[2 * 64 + 1];
   if (!read_build_id(out->elf, hex, sizeof hex) || strcmp(hex, build_id) != 0) {
@@ -626,10 +645,16 @@ static int load_symbols(module_t *mod, Elf *elf, Elf_Scn *symscn) {
   size_t nraw = 0;
   GElf_Shdr sh;
   Elf_Data *data = NULL;
-  if (gelf_getshdr(symscn, &sh) == NULL || sh.sh_entsize == 0) return 0;
+  if (gelf_getshdr(symscn, &sh) == NULL) return 0;
+  /* elf_getdata copies a read (not mapped) file's section into memory. */
+  if (sh.sh_size > MAX_SYMTAB_SIZE) return -EFBIG;
   data = elf_getdata(symscn, NULL);
   if (data == NULL) return 0;
-  size_t count = sh.sh_size / sh.sh_entsize;
+  /* The count from what libelf really holds, not from sh_entsize, which
+   * the file may set to 1 (a raw array 40 times the section). */
+  size_t symsz = gelf_fsize(elf, ELF_T_SYM, 1, EV_CURRENT);
+  if (symsz == 0) return 0;
+  size_t count = data->d_size / symsz;
   if (count == 0) return 0;
   raw = ember_malloc(count * sizeof *raw);
   if (raw == NULL) return -ENOMEM;
@@ -723,6 +748,7 @@ static void module_free(module_t *mod) {
   module_strip(mod);
   if (mod->dw != NULL) dwarf_end(mod->dw);
   if (mod->dw_elf != NULL) elf_end(mod->dw_elf);
+  if (mod->dw_bytes != 0) atomic_fetch_sub(&dwarf_read_bytes, mod->dw_bytes);
   ember__strarena_free(&mod->arena);
   ember_free(mod);
 }
@@ -766,12 +792,23 @@ static int module_build(elf_file_t *f, const char *build_id, bool dwarf, bool dw
   if (keep != NULL && !keep->mapped) {
     /* A file read, not mapped: FDREAD reads it whole into memory, but
      * libelf (0.188) then loses the section data it had already read into
-     * the handle, so a fresh handle is read whole instead. */
-    Elf *whole = elf_begin(keep->fd, ELF_C_READ, NULL);
+     * the handle, so a fresh handle is read whole instead. Reserved from
+     * the process-wide budget first. */
+    uint64_t want = keep->size, cur = atomic_load(&dwarf_read_bytes);
+    bool reserved = false;
+    while (cur <= MAX_READ_DWARF_TOTAL && want <= MAX_READ_DWARF_TOTAL - cur) {
+      if (atomic_compare_exchange_weak(&dwarf_read_bytes, &cur, cur + want)) {
+        reserved = true;
+        break;
+      }
+    }
+    Elf *whole = reserved ? elf_begin(keep->fd, ELF_C_READ, NULL) : NULL;
     if (whole != NULL && elf_cntl(whole, ELF_C_FDREAD) == 0) {
       mod->dw_elf = whole;
-    } else if (whole != NULL) {
-      elf_end(whole);
+      mod->dw_bytes = want;
+    } else {
+      if (whole != NULL) elf_end(whole);
+      if (reserved) atomic_fetch_sub(&dwarf_read_bytes, want);
     }
   } else if (keep != NULL) {
     /* The file is mapped (FDREAD reads it only if it is not) and libelf
@@ -1084,6 +1121,7 @@ typedef struct pidmap {
   pid_t pid;
   ember__perfmap_t *pm;
   uint64_t reads; /* pm's stats.reads already counted in perf_map_loads */
+  uint64_t epoch; /* the symbolizer's epoch of the last refresh */
 } pidmap_t;
 
 /* ------------------------------------------------------------------ */
@@ -1092,6 +1130,7 @@ typedef struct pidmap {
 struct ember__symbolizer {
   char *proc_root, *perf_map_dir, *kallsyms;
   bool perf_map_dir_set;
+  uint64_t epoch; /* bumped by each forget: perf maps refresh once per epoch */
   size_t max_modules;
   bool dwarf;
   bool dwarf_detached;
@@ -1190,6 +1229,7 @@ void ember__symbolizer_free(ember__symbolizer_t *s) {
 
 void ember__symbolizer_forget(ember__symbolizer_t *s, pid_t pid) {
   if (s == NULL) return;
+  s->epoch++;
   pidmap_t **pp = &s->pids[(uint32_t)pid % PID_BUCKETS];
   while (*pp != NULL) {
     if ((*pp)->pid == pid) {
@@ -1335,7 +1375,8 @@ static int module_for(ember__symbolizer_t *s, const ember__procmaps_t *pm, const
   struct stat st;
   int fd = open_mapping(pm, mp, &st);
   if (transient(fd)) return 0;
-  if (fd >= 0 && elf_file_open_fd(fd, &st, &f) == 0) {
+  if (fd >= 0 && elf_file_open_fd(fd, &st, pm->uid > 0, &f) == 0) {
+    if (f.mapped) s->stats.files_mapped++;
     have_id = read_build_id(f.elf, hex, sizeof hex);
     module_t *same = have_id ? module_by_build_id(s, hex) : NULL;
     if (same != NULL) {
@@ -1348,9 +1389,12 @@ static int module_for(ember__symbolizer_t *s, const ember__procmaps_t *pm, const
       goto cleanup;
     }
     rc = module_build(&f, have_id ? hex : NULL, s->dwarf, s->dwarf_detached, &mod);
-    if (rc != 0) goto cleanup;
-    s->stats.module_loads++;
-  } else {
+    if (rc == 0) s->stats.module_loads++;
+  }
+  if (mod == NULL) {
+    /* Unreadable, not ELF, over a bound or out of memory while parsing it:
+     * cached as broken, so it is not read again on every window. */
+    rc = 0;
     mod = ember_calloc(1, sizeof *mod);
     if (mod == NULL) {
       rc = -ENOMEM;
@@ -1494,6 +1538,7 @@ static int perfmap_refresh(ember__symbolizer_t *s, pid_t pid, pidmap_t **io) {
   }
   ember__perfmap_src_t src = {
       .proc_root = s->proc_root, .dir = s->perf_map_dir, .dir_set = s->perf_map_dir_set};
+  pm->epoch = s->epoch;
   rc = ember__perfmap_refresh(pm->pm, &src);
   ember__perfmap_stats_t ps;
   ember__perfmap_stats(pm->pm, &ps);
@@ -1542,6 +1587,12 @@ static int jit_lookup(call_t *c, uint64_t a, const char **out) {
   *out = c->pm ? ember__perfmap_lookup(c->pm->pm, a) : NULL;
   if (*out != NULL || c->pm_read) return 0;
   c->pm_read = true;
+  /* Once per pid between two forgets (the agent forgets after each close
+   * job): a refresh with new bytes re-merges the whole table, and a map
+   * growing by a line between samples would otherwise cost a copy of it
+   * per distinct stack. The stacks of one job were all sampled before it
+   * ran, so one read at its first miss already holds their code. */
+  if (c->pm != NULL && c->pm->epoch == c->s->epoch) return 0;
   int rc = perfmap_refresh(c->s, c->pid, &c->pm);
   if (rc == 0 && c->pm != NULL) *out = ember__perfmap_lookup(c->pm->pm, a);
   return rc;

@@ -75,6 +75,7 @@ typedef struct ember__symbolizer_stats {
   uint64_t module_loads;   /* ELF files parsed */
   uint64_t perf_map_loads; /* perf map refreshes that found the file */
   uint64_t unresolved;     /* frames left as module+offset or unknown */
+  uint64_t files_mapped;   /* ELF files mapped rather than read with pread */
 } ember__symbolizer_stats_t;
 
 int ember__symbolizer_new(const ember__symbolizer_opts_t *opts, ember__symbolizer_t **out);
@@ -95,7 +96,9 @@ int ember__symbolize(ember__symbolizer_t *s, pid_t pid, const ember__procmaps_t 
 /* Drop per-process state (perf map) of a pid that has exited; the shared
  * ELF module cache stays. Strings from earlier calls become invalid. Any
  * call also releases modules evicted from the cache since the last one, so
- * callers call it (pid 0 is fine) once per batch of work, e.g. per window. */
+ * callers call it (pid 0 is fine) once per batch of work, e.g. per window.
+ * A call also starts a new batch for perf maps: each pid's map is
+ * refreshed (on a miss) at most once between two calls. */
 void ember__symbolizer_forget(ember__symbolizer_t *s, pid_t pid);
 void ember__symbolizer_stats(const ember__symbolizer_t *s, ember__symbolizer_stats_t *out);
 

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "alloc.h"
+#include "../preload/ember_alloc_shm.h"
 #include "common/testutil.h"
 #include "symbolize.h"
 
@@ -339,6 +340,49 @@ static void test_alloc_preload_truncated(void **state) {
   ember__alloc_preload_sweep();
 }
 
+/* A head counter going backwards (a corrupt or hostile file) is a fault,
+ * not 2^64 lost samples. */
+static void test_alloc_preload_head_backwards(void **state) {
+  (void)state;
+  const char *argv[] = {ALLOC_PROG, "6", "20", NULL};
+  const char *env[] = {PRELOAD, NULL};
+  pid_t pid = tu_spawn(argv, env, NULL);
+  assert_true(pid > 0);
+  wait_ready(pid, true);
+  ember__alloc_session_t *s = NULL;
+  char err[512];
+  int rc = ember__alloc_start(pid, EMBER__ALLOC_PRELOAD, 32 * 1024, &s, err, sizeof err);
+  if (rc != 0) fail_msg("start: %d %s", rc, err);
+  ember__alloc_stats_t st;
+  for (int i = 0; i < 200; i++) {
+    sleep_ms(20);
+    assert_int_equal(ember__alloc_poll(s), 0);
+    ember__alloc_stats(s, &st);
+    if (st.samples > 0 && i >= 5) break;
+  }
+  assert_true(st.samples > 0);
+  kill(pid, SIGSTOP);
+  assert_int_equal(ember__alloc_poll(s), 0); /* drain what is there */
+  uint64_t faults = ember__alloc_preload_faults();
+  char path[64];
+  snprintf(path, sizeof path, "/dev/shm/ember-alloc.%d", (int)pid);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  assert_true(fd >= 0);
+  uint64_t zero = 0;
+  assert_int_equal(pwrite(fd, &zero, sizeof zero, (off_t)offsetof(ember_alloc_shm_t, head)),
+                   (ssize_t)sizeof zero);
+  close(fd);
+  ember__alloc_stats(s, &st);
+  uint64_t lost = st.lost;
+  assert_int_equal(ember__alloc_poll(s), -EPROTO);
+  assert_int_equal(ember__alloc_preload_faults(), faults + 1);
+  ember__alloc_stats(s, &st);
+  assert_int_equal(st.lost, lost);
+  assert_int_equal(ember__alloc_stop(s, NULL, NULL), 0);
+  tu_kill(pid);
+  ember__alloc_preload_sweep();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_alloc_bad_args),
@@ -350,6 +394,7 @@ int main(void) {
       cmocka_unit_test(test_alloc_preload_other_allocators),
       cmocka_unit_test(test_alloc_uprobe_process_exits),
       cmocka_unit_test(test_alloc_preload_truncated),
+      cmocka_unit_test(test_alloc_preload_head_backwards),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

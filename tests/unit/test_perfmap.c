@@ -173,6 +173,33 @@ static void test_perfmap_refuses_what_perf_refuses(void **state) {
   assert_int_equal(stats(f->pm).refused, 2);
 }
 
+/* A root-only file bind-mounted (here: written) as the map of a process
+ * running as nobody is not that process's: root's files count as a
+ * target's only when the target is root itself. The fake proc root gives
+ * the process its owner. */
+static void test_perfmap_root_file_not_a_users_map(void **state) {
+  fx_t *f = *state;
+  char proc[256], piddir[PATH_MAX];
+  snprintf(proc, sizeof proc, "%s/proc", f->dir);
+  snprintf(piddir, sizeof piddir, "%s/%d", proc, (int)getpid());
+  assert_int_equal(mkdir(proc, 0755), 0);
+  assert_int_equal(mkdir(piddir, 0555), 0);
+  assert_int_equal(chown(piddir, 65534, 65534), 0);
+  ember__perfmap_src_t src = {.proc_root = proc, .dir = f->dir, .dir_set = true};
+  assert_int_equal(ember__perfmap_new(getpid(), NULL, &f->pm), 0);
+  put(f->path, "w", "1000 10 root_secret\n");
+  assert_int_equal(chmod(f->path, 0600), 0);
+  assert_int_equal(ember__perfmap_refresh(f->pm, &src), 0);
+  assert_null(ember__perfmap_lookup(f->pm, 0x1000));
+  assert_int_equal(stats(f->pm).refused, 1);
+  /* The user's own file is read. */
+  assert_int_equal(chown(f->path, 65534, 65534), 0);
+  assert_int_equal(ember__perfmap_refresh(f->pm, &src), 0);
+  assert_string_equal(ember__perfmap_lookup(f->pm, 0x1000), "root_secret");
+  rmdir(piddir);
+  rmdir(proc);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_perfmap_reads_only_what_was_appended, setup, teardown),
@@ -180,6 +207,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_perfmap_bounds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_perfmap_truncated_or_replaced_reloads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_perfmap_refuses_what_perf_refuses, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_perfmap_root_file_not_a_users_map, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,9 +19,11 @@
 #include <grp.h>
 #include <sched.h>
 #include <sys/auxv.h>
+#include <sys/inotify.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -283,6 +285,49 @@ static void test_symbolize_procmaps_parses_fake_root(void **state) {
   ember__procmaps_free(m);
 }
 
+/* A process that maps a file it named /dev/watchdog in its own mount
+ * namespace: /proc/PID/maps shows the path, and the host's device at that
+ * path must not be opened (opening a watchdog arms it). Here the "device"
+ * is a node of ours with the null device's numbers, named in a fake maps
+ * with its own inode (so the inode check passes); inotify's IN_OPEN on it
+ * proves the symbolizer never opened it. */
+static void test_symbolize_mapped_device_never_opened(void **state) {
+  (void)state;
+  const char *root = EMBER_TEST_TMP "/fakeproc-dev";
+  const char *dev = EMBER_TEST_TMP "/fakeproc-dev/watchdog";
+  mkdir(root, 0755);
+  mkdir(EMBER_TEST_TMP "/fakeproc-dev/4243", 0755);
+  unlink(dev);
+  if (mknod(dev, S_IFCHR | 0600, makedev(1, 3)) != 0) skip();
+  struct stat sb;
+  assert_int_equal(stat(dev, &sb), 0);
+  FILE *f = fopen(EMBER_TEST_TMP "/fakeproc-dev/4243/maps", "w");
+  assert_non_null(f);
+  fprintf(f, "00400000-00452000 r-xp 00000000 00:05 %llu      %s\n", (unsigned long long)sb.st_ino,
+          dev);
+  fclose(f);
+  int ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  assert_true(ifd >= 0);
+  assert_true(inotify_add_watch(ifd, dev, IN_OPEN) >= 0);
+  ember__procmaps_t *m = NULL;
+  assert_int_equal(ember__procmaps_read(root, 4243, &m), 0);
+  ember__symbolizer_t *s = new_sym(true);
+  uint64_t ips[] = {0x400010};
+  ember_frame_t fr[4];
+  size_t n = symbolize(s, 4243, m, ips, 1, fr, 4);
+  assert_int_equal(n, 1);
+  assert_null(fr[0].function);
+  char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+  assert_true(read(ifd, buf, sizeof buf) < 0); /* no event: never opened */
+  close(ifd);
+  ember__symbolizer_free(s);
+  ember__procmaps_free(m);
+  unlink(dev);
+  unlink(EMBER_TEST_TMP "/fakeproc-dev/4243/maps");
+  rmdir(EMBER_TEST_TMP "/fakeproc-dev/4243");
+  rmdir(root);
+}
+
 static void test_symbolize_procmaps_missing_pid(void **state) {
   (void)state;
   ember__procmaps_t *m = NULL;
@@ -448,9 +493,20 @@ static void test_symbolize_perf_map(void **state) {
   ember__symbolizer_stats(st->sym, &stats);
   assert_int_equal(stats.perf_map_loads, 1);
 
-  /* A miss re-reads, finds nothing, and leaves a JIT frame with the
-   * address. */
+  /* A miss in the same window does not re-read: at most one refresh per
+   * pid between two forgets (a map growing by a line between samples
+   * would cost a merge of the whole table per distinct stack). */
+  write_file(st->perf_map, "a", "");
   ips[0] = jit + 0x1000;
+  n = symbolize(st->sym, fx->pid, st->maps[0], ips, 1, fr, 8);
+  assert_int_equal(n, 1);
+  assert_null(fr[0].function);
+  ember__symbolizer_stats(st->sym, &stats);
+  assert_int_equal(stats.perf_map_loads, 1);
+
+  /* In the next window a miss re-reads, finds nothing, and leaves a JIT
+   * frame with the address. */
+  ember__symbolizer_forget(st->sym, 0);
   n = symbolize(st->sym, fx->pid, st->maps[0], ips, 1, fr, 8);
   assert_int_equal(n, 1);
   assert_null(fr[0].function);
@@ -466,6 +522,7 @@ static void test_symbolize_perf_map(void **state) {
            (unsigned long long)(jit + 0x1000), (unsigned long long)(jit + 0x2000),
            (unsigned long long)(jit + 0x2800));
   write_file(st->perf_map, "a", text);
+  ember__symbolizer_forget(st->sym, 0);
   uint64_t three[] = {jit + 0x1010, jit + 0x2001, jit + 0x3000, jit + 0x2801};
   n = symbolize(st->sym, fx->pid, st->maps[0], three, 4, fr, 8);
   assert_int_equal(n, 4);
@@ -480,6 +537,7 @@ static void test_symbolize_perf_map(void **state) {
   /* The partial line completes; a later entry over old code wins. */
   snprintf(text, sizeof text, "\n%llx 20 JS:fib2\n", (unsigned long long)(jit + 0x8));
   write_file(st->perf_map, "a", text);
+  ember__symbolizer_forget(st->sym, 0);
   uint64_t again[] = {jit + 0x3000, jit + 0x2801, jit + 0x11};
   n = symbolize(st->sym, fx->pid, st->maps[0], again, 3, fr, 8);
   assert_int_equal(n, 3);
@@ -1109,6 +1167,7 @@ static void test_symbolize_perf_map_sparse(void **state) {
   for (; done < stacks && cpu_s() - t0 < 20; done++) {
     uint64_t ips[] = {0x10000 + (uint64_t)done * 64, 0x20000, 0x30000};
     ember_frame_t fr[4];
+    ember__symbolizer_forget(s, 0); /* each stack its own window: a refresh each */
     size_t n = symbolize(s, getpid(), NULL, ips, 3, fr, 4);
     assert_int_equal(n, 3);
     assert_null(fr[0].function);
@@ -1152,10 +1211,35 @@ static void test_symbolize_user_owned_binary_not_mapped(void **state) {
   assert_int_equal(fr[1].line, fx->v[K_LINE_BETA_CALL]);
 }
 
+/* A root process (a rootful container) may truncate root's own files: a
+ * root-owned, not group/world-writable binary is still read, not mapped,
+ * when the process mapping it runs as root. */
+static void test_symbolize_root_target_not_mapped(void **state) {
+  state_t *st = *state;
+  copy_file(SYMFIX, SYMFIX_CPY);
+  assert_int_equal(chown(SYMFIX_CPY, 0, 0), 0);
+  assert_int_equal(chmod(SYMFIX_CPY, 0755), 0);
+  fixture_start(SYMFIX_CPY, &st->fx[0]);
+  assert_int_equal(ember__procmaps_read(NULL, st->fx[0].pid, &st->maps[0]), 0);
+  const fixture_t *fx = &st->fx[0];
+  st->sym = new_sym(true);
+  uint64_t ips[] = {fx->v[K_ALPHA] + 1, fx->v[K_RET_ALPHA]};
+  ember_frame_t fr[8];
+  size_t n = symbolize(st->sym, fx->pid, st->maps[0], ips, 2, fr, 8);
+  assert_int_equal(n, 2);
+  assert_string_equal(fr[0].function, "alpha_leaf");
+  assert_string_equal(fr[1].function, "beta_middle");
+  ember__symbolizer_stats_t stats;
+  ember__symbolizer_stats(st->sym, &stats);
+  assert_true(stats.module_loads >= 1);
+  assert_int_equal(stats.files_mapped, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_symbolize_procmaps_parses_fake_root, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_procmaps_missing_pid, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_symbolize_mapped_device_never_opened, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_native_names_and_build_id, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_dwarf_lines, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_inline_frames, setup, teardown),
@@ -1172,6 +1256,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_symbolize_alloc_failures, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_costs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_user_owned_binary_not_mapped, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_symbolize_root_target_not_mapped, setup, teardown),
       cmocka_unit_test(test_symbolize_perf_map_symlink_refused),
       cmocka_unit_test(test_symbolize_perf_map_symlink_in_own_tmp),
       cmocka_unit_test(test_symbolize_perf_map_sparse),
