@@ -162,6 +162,9 @@ static void refused(ember__http_t *h, int reason) { ember_metric_add(h->m_reason
  * and logged rate-limited. The match is on libmicrohttpd's wording: if a
  * version words it otherwise, those requests are still answered, only not
  * counted. */
+/* libmicrohttpd's own format strings: the attribute tells clang so. */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
   ember__http_t *h = cls;
   char line[300];
