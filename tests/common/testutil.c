@@ -2,8 +2,10 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <setjmp.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -431,6 +433,12 @@ unsigned tu_free_port(void) {
   assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
   close(fd);
   return ntohs(sa.sin_port);
+}
+
+int tu_private_mounts(void) {
+  if (unshare(CLONE_NEWNS) != 0) return -errno;
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return -errno;
+  return 0;
 }
 
 unsigned tu_logged_port(const char *log_path, int timeout_ms) {

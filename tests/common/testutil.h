@@ -103,6 +103,13 @@ int64_t tu_produce_profiles(const char *brokers, const char *agent, uint64_t fir
  * close): for daemons started as separate processes. */
 unsigned tu_free_port(void);
 
+/* Give this process a mount namespace of its own, with no propagation to
+ * the host's, so the tmpfs mounts a test makes vanish when it exits, even
+ * when an assertion ends it early. Call first in main(), before any
+ * thread starts: threads created before it stay in the host's namespace.
+ * Returns 0, or -errno (not root: the tests that mount then skip). */
+int tu_private_mounts(void);
+
 /* The port a daemon logged it listens on (its line "... (port N)") in
  * log_path, waiting up to timeout_ms for the line; fails the test when
  * none appears. */

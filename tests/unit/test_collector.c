@@ -487,6 +487,8 @@ static void test_collector_refuses_a_damaged_store(void **state) {
 }
 
 int main(void) {
+  /* The tests' tmpfs mounts must not outlive a failed run. */
+  (void)tu_private_mounts();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_collector_disk_full_then_freed),
       cmocka_unit_test(test_collector_map_full_splits_then_grows),

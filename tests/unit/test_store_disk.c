@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "ember/store.h"
+#include "common/testutil.h"
 
 /* From store/store_int.h: how an LMDB code becomes an Ember error. */
 int ember__store_err(int rc);
@@ -723,6 +724,8 @@ static void test_store_verify_tells_errors_from_damage(void **state) {
 }
 
 int main(void) {
+  /* The tests' tmpfs mounts must not outlive a failed run. */
+  (void)tu_private_mounts();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_store_disk_full_mid_commit_then_freed),
       cmocka_unit_test(test_store_disk_full_sweep),
