@@ -24,6 +24,7 @@
 #include "alloc.h"
 #include "ember/log.h"
 #include "ember/parse.h"
+#include "procfs.h"
 #include "safefile.h"
 
 /* Polls a reserved-but-unpublished slot may block the ring before it is
@@ -67,27 +68,10 @@ static bool get_header(int fd, ember_alloc_shm_t *h) {
 }
 
 /* The pid of `pid` in its own namespace (last NSpid field), so the file
- * name matches what the library saw in getpid(). */
+ * name matches what the library saw in getpid(); `pid` when unknown. */
 static pid_t ns_pid(pid_t pid) {
-  char path[64], buf[4097];
-  size_t len = 0;
-  pid_t r = pid;
-  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-  if (ember__safe_read(AT_FDCWD, path, NULL, buf, sizeof buf - 1, &len) != 0) return r;
-  buf[len] = '\0';
-  char *line = strstr(buf, "\nNSpid:");
-  if (line == NULL) return r;
-  line += 7;
-  line[strcspn(line, "\n")] = '\0';
-  char *last = NULL;
-  for (char *p = line; *p != '\0'; p++)
-    if ((*p >= '0' && *p <= '9') && (p[-1] == ' ' || p[-1] == '\t' || p[-1] == ':')) last = p;
-  if (last != NULL) {
-    last[strcspn(last, " \t")] = '\0';
-    uint64_t v;
-    if (ember_parse_u64(last, 1, INT32_MAX, &v) == 0) r = (pid_t)v;
-  }
-  return r;
+  uint64_t v = 0;
+  return ember__proc_ns_pid("/proc", pid, &v) == 0 && v > 0 ? (pid_t)v : pid;
 }
 
 /* Does /proc/PID/maps name the library? Read in blocks, at most 64 MiB. */

@@ -21,6 +21,7 @@
 #include "ember/ember.h"
 #include "ember/log.h"
 #include "ember/parse.h"
+#include "procfs.h"
 #include "safefile.h"
 
 /* Limits on what is read from a process: /proc files are untrusted input. */
@@ -690,17 +691,10 @@ static bool pidns_mismatch(int rootfd) {
   size_t len = 0;
   if (read_at(rootfd, "self/status", buf, sizeof buf - 1, &len) != 0) return false;
   buf[len] = '\0';
-  const char *p = strstr(buf, "\nNSpid:");
-  if (p == NULL) return false;
-  p += strlen("\nNSpid:");
-  int fields = 0;
-  while (*p != '\0' && *p != '\n') {
-    while (*p == ' ' || *p == '\t') p++;
-    if (*p == '\0' || *p == '\n') break;
-    fields++;
-    while (*p != '\0' && *p != '\n' && *p != ' ' && *p != '\t') p++;
-  }
-  return fields <= 1;
+  if (strstr(buf, "\nNSpid:") == NULL) return false; /* a kernel without pid namespaces */
+  uint64_t last = 0;
+  unsigned levels = 0;
+  return ember__proc_nspid_parse(buf, &last, &levels) != 0 || levels <= 1;
 }
 
 static void nl_failed(ember__discovery_t *d, const char *what, int err) {

@@ -13,11 +13,11 @@
 
 #include "ember/ember.h"
 #include "ember/log.h"
+#include "procfs.h"
 #include "safefile.h"
 #include "strarena.h"
 
 #define READ_BLOCK (64u * 1024u)
-#define STATUS_MAX 4096u
 
 typedef struct jsym {
   uint64_t start, end, seq;
@@ -244,38 +244,6 @@ void ember__perfmap_stats(const ember__perfmap_t *pm, ember__perfmap_stats_t *ou
   *out = pm->stats;
 }
 
-/* The pid as its own namespace numbers it (last field of NSpid), for the
- * perf map a containerised process writes into its own /tmp. */
-static int ns_pid(const char *proc_root, pid_t pid, uint64_t *out) {
-  char path[PATH_MAX];
-  char buf[STATUS_MAX + 1];
-  size_t len = 0;
-  int pn = snprintf(path, sizeof path, "%s/%d/status", proc_root, (int)pid);
-  if (pn < 0 || (size_t)pn >= sizeof path) return -ENAMETOOLONG;
-  int rc = ember__safe_read(AT_FDCWD, path, NULL, buf, STATUS_MAX, &len);
-  if (rc != 0) return rc;
-  buf[len] = '\0';
-  const char *p = strstr(buf, "\nNSpid:");
-  if (p == NULL) return -ENOENT;
-  p += 7;
-  uint64_t v = 0;
-  bool any = false;
-  for (;;) {
-    while (*p == ' ' || *p == '\t') p++;
-    if (*p < '0' || *p > '9') break;
-    uint64_t x = 0;
-    for (; *p >= '0' && *p <= '9'; p++) {
-      if (x > (uint64_t)INT32_MAX) return -ENOENT;
-      x = x * 10 + (uint64_t)(*p - '0');
-    }
-    v = x;
-    any = true;
-  }
-  if (!any) return -ENOENT;
-  *out = v;
-  return 0;
-}
-
 static bool refused(int rc) { return rc == -ELOOP || rc == -ENODEV || rc == -EPERM; }
 
 /* Open the map: <dir>/perf-PID.map, else (dir not chosen by the caller)
@@ -299,7 +267,8 @@ static int open_map(ember__perfmap_t *pm, const ember__perfmap_src_t *src, char 
   int fd = ember__safe_openat(AT_FDCWD, path, &o, st);
   if (fd != -ENOENT || src->dir_set) return fd;
   uint64_t nspid;
-  if (ns_pid(src->proc_root, pm->pid, &nspid) != 0 || nspid == (uint64_t)pm->pid) return fd;
+  if (ember__proc_ns_pid(src->proc_root, pm->pid, &nspid) != 0 || nspid == (uint64_t)pm->pid)
+    return fd;
   pn = snprintf(tmp, sizeof tmp, "%s/%d/root", src->proc_root, (int)pm->pid);
   if (pn < 0 || (size_t)pn >= sizeof tmp) return -ENAMETOOLONG;
   /* The root link is the kernel's; below it, everything is the process's. */

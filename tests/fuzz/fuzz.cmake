@@ -11,9 +11,9 @@ if(EMBER_FUZZ)
   # only these, and builds them in seconds.
   set(agent ${PROJECT_SOURCE_DIR}/agent)
   add_executable(fuzz_perfmap ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_perfmap.c
-                 ${agent}/perfmap.c ${agent}/safefile.c ${agent}/strarena.c)
+                 ${agent}/perfmap.c ${agent}/procfs.c ${agent}/safefile.c ${agent}/strarena.c)
   add_executable(fuzz_procmaps ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_procmaps.c
-                 ${agent}/symbolize.c ${agent}/perfmap.c ${agent}/safefile.c ${agent}/strarena.c)
+                 ${agent}/symbolize.c ${agent}/perfmap.c ${agent}/procfs.c ${agent}/safefile.c ${agent}/strarena.c)
   target_link_libraries(fuzz_procmaps PRIVATE PkgConfig::LIBDW PkgConfig::LIBELF)
   foreach(name fuzz_perfmap fuzz_procmaps)
     target_include_directories(${name} PRIVATE ${agent})

@@ -24,6 +24,7 @@
 
 #include "discovery.h"
 #include "ember/ember.h"
+#include "procfs.h"
 
 #define LABELLED EMBER_TEST_PROGRAMS "/labelled"
 
@@ -856,6 +857,35 @@ static void test_discovery_allocation_failures(void **state) {
   assert_true(done);
 }
 
+/* The NSpid line (procfs.c), shared by discovery's namespace check, the
+ * perf map reader and the allocation sampler: levels and the last pid, and
+ * nothing from a line that is missing, empty or past INT32_MAX. */
+static void test_discovery_nspid_parse(void **state) {
+  (void)state;
+  uint64_t last = 7;
+  unsigned levels = 9;
+  assert_int_equal(
+      ember__proc_nspid_parse("Name:\tx\nNSpid:\t4242\t17\t1\nNSgid:\t1\n", &last, &levels), 0);
+  assert_int_equal(last, 1);
+  assert_int_equal(levels, 3);
+  assert_int_equal(ember__proc_nspid_parse("Name:\tx\nNSpid:\t99\n", &last, &levels), 0);
+  assert_int_equal(last, 99);
+  assert_int_equal(levels, 1);
+  last = 7;
+  levels = 9;
+  assert_int_equal(ember__proc_nspid_parse("Name:\tx\nPid:\t3\n", &last, &levels), -ENOENT);
+  assert_int_equal(ember__proc_nspid_parse("Name:\tx\nNSpid:\t\n", &last, &levels), -ENOENT);
+  assert_int_equal(ember__proc_nspid_parse("x\nNSpid:\t99999999999999999999\n", &last, &levels),
+                   -ENOENT);
+  assert_int_equal(ember__proc_nspid_parse("x\nNSpid:\t2147483648\n", &last, &levels), -ENOENT);
+  assert_int_equal(last, 7);
+  assert_int_equal(levels, 9);
+  /* This process, in the namespace of the /proc it reads. */
+  uint64_t self = 0;
+  assert_int_equal(ember__proc_ns_pid("/proc", getpid(), &self), 0);
+  assert_true(self > 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_discovery_ember_labels, kill_children),
@@ -869,6 +899,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_discovery_scan_finds_and_reaps, kill_children),
       cmocka_unit_test(test_discovery_get_rejects_self_missing_and_kernel_threads),
       cmocka_unit_test(test_discovery_selector_match),
+      cmocka_unit_test(test_discovery_nspid_parse),
       cmocka_unit_test(test_discovery_bad_selector_names_the_term),
       cmocka_unit_test_teardown(test_discovery_selector_marks_children, kill_children),
       cmocka_unit_test(test_discovery_fake_root_garbage),
