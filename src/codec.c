@@ -151,7 +151,9 @@ int ember_codec_encode(const ember_profile_t *p, ember_buf_t *out) {
         goto cleanup;
       locs[i].module = idx + 1;
     }
-    if (f->function != NULL) {
+    /* A frame may have a file and no function name (the wire allows a
+     * function entry whose name is ""), so either one makes an entry. */
+    if (f->function != NULL || f->file != NULL) {
       if (enc_str(&e, f->function, &a) != 0 || enc_str(&e, f->file, &b) != 0 ||
           ptr_table_get(&e.functions, f->function, f->file, &idx) != 0)
         goto cleanup;

@@ -9,6 +9,7 @@
  * refuse or accept them cleanly, and what it accepts must re-encode to
  * something it accepts again. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "ember/codec.h"
@@ -16,35 +17,45 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* A broken invariant names itself (the CI log keeps lines starting with
+ * "==") before the abort that makes libFuzzer save the input. */
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "==fuzz_codec== invariant broken at line %d: %s\n", __LINE__, #cond);        \
+      abort();                                                                                     \
+    }                                                                                              \
+  } while (0)
+
 static void other_decoders(const uint8_t *data, size_t size) {
   char err[256];
   ember_buf_t b;
   ember_buf_init(&b, 16u << 20);
   ember_target_record_t t;
   if (ember_codec_decode_target(data, size, &t, err, sizeof err) == 0) {
-    if (ember_codec_encode_target(&t, &b) != 0) abort();
+    CHECK(ember_codec_encode_target(&t, &b) == 0);
     ember_target_record_t t2;
-    if (ember_codec_decode_target(b.data, b.len, &t2, err, sizeof err) != 0) abort();
+    CHECK(ember_codec_decode_target(b.data, b.len, &t2, err, sizeof err) == 0);
     ember_target_record_clear(&t2);
     ember_target_record_clear(&t);
   }
   ember_buf_reset(&b);
   ember_command_t c;
   if (ember_codec_decode_command(data, size, &c, err, sizeof err) == 0) {
-    if (ember_codec_encode_command(&c, &b) != 0) abort();
+    CHECK(ember_codec_encode_command(&c, &b) == 0);
     ember_command_t c2;
-    if (ember_codec_decode_command(b.data, b.len, &c2, err, sizeof err) != 0) abort();
-    if (c2.npids != c.npids || c2.duration_ms != c.duration_ms) abort();
+    CHECK(ember_codec_decode_command(b.data, b.len, &c2, err, sizeof err) == 0);
+    CHECK(c2.npids == c.npids && c2.duration_ms == c.duration_ms);
     ember_command_clear(&c2);
     ember_command_clear(&c);
   }
   ember_buf_reset(&b);
   ember_event_t e;
   if (ember_codec_decode_event(data, size, &e, err, sizeof err) == 0) {
-    if (ember_codec_encode_event(&e, &b) != 0) abort();
+    CHECK(ember_codec_encode_event(&e, &b) == 0);
     ember_event_t e2;
-    if (ember_codec_decode_event(b.data, b.len, &e2, err, sizeof err) != 0) abort();
-    if (e2.samples != e.samples || e2.state != e.state) abort();
+    CHECK(ember_codec_decode_event(b.data, b.len, &e2, err, sizeof err) == 0);
+    CHECK(e2.samples == e.samples && e2.state == e.state);
     ember_event_clear(&e2);
     ember_event_clear(&e);
   }
@@ -59,15 +70,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   ember_buf_t b;
   ember_buf_init(&b, 64u << 20);
-  if (ember_codec_encode(p, &b) != 0) abort();
-  if (ember_codec_decode(b.data, b.len, NULL, &q, err, sizeof err) != 0) abort();
-  if (ember_profile_nstacks(q) != ember_profile_nstacks(p)) abort();
+  CHECK(ember_codec_encode(p, &b) == 0);
+  CHECK(ember_codec_decode(b.data, b.len, NULL, &q, err, sizeof err) == 0);
+  CHECK(ember_profile_nstacks(q) == ember_profile_nstacks(p));
   for (size_t vi = 0; vi < ember_profile_ntypes(p); vi++) {
-    if (ember_profile_total(q, vi) != ember_profile_total(p, vi)) abort();
+    CHECK(ember_profile_total(q, vi) == ember_profile_total(p, vi));
   }
   for (int fmt = EMBER_FORMAT_PPROF; fmt <= EMBER_FORMAT_TREE; fmt++) {
     ember_buf_reset(&b);
-    if (ember_export(p, (ember_format_t)fmt, 0, &b) != 0) abort();
+    CHECK(ember_export(p, (ember_format_t)fmt, 0, &b) == 0);
   }
   ember_buf_free(&b);
   ember_profile_free(p);

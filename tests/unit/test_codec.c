@@ -142,6 +142,30 @@ static void test_codec_round_trip_empty_and_session(void **state) {
   ember_profile_free(q);
 }
 
+/* A frame with a file and no function name (a wire function entry whose
+ * name is "") is a frame of its own: re-encoding must keep the file, or two
+ * stacks of a decoded profile would merge into one (found by fuzz_codec). */
+static void test_codec_file_without_function_round_trips(void **state) {
+  (void)state;
+  ember_value_type_t vt[] = {EMBER_VT_CPU_SAMPLES};
+  ember_profile_t *p = NULL, *q = NULL;
+  assert_int_equal(ember_profile_new(vt, 1, &p), 0);
+  ember_frame_t with_file = {.file = "gen.c", .module = "/bin/x", .address = 0x10};
+  ember_frame_t without = {.module = "/bin/x", .address = 0x10};
+  int64_t v[] = {1};
+  assert_int_equal(ember_profile_add(p, &with_file, 1, v), 0);
+  assert_int_equal(ember_profile_add(p, &without, 1, v), 0);
+  assert_int_equal(ember_profile_nstacks(p), 2);
+  ember_buf_t b;
+  encode(p, &b);
+  char err[256] = "";
+  assert_int_equal(ember_codec_decode(b.data, b.len, NULL, &q, err, sizeof err), 0);
+  assert_profiles_equal(p, q);
+  ember_buf_free(&b);
+  ember_profile_free(p);
+  ember_profile_free(q);
+}
+
 static void test_codec_encode_respects_buffer_limit(void **state) {
   (void)state;
   ember_profile_t *p = sample_profile();
@@ -538,6 +562,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_codec_round_trip),
       cmocka_unit_test(test_codec_round_trip_empty_and_session),
+      cmocka_unit_test(test_codec_file_without_function_round_trips),
       cmocka_unit_test(test_codec_encode_respects_buffer_limit),
       cmocka_unit_test(test_codec_every_truncation_is_an_error),
       cmocka_unit_test(test_codec_oversized_input),
