@@ -11,7 +11,7 @@
 # the median rate is printed. A session starts ~0.1 s after the target and
 # lasts until it exits, so it covers ~97% of a 4 s run.
 set -eu
-BUILD=${1:-build-mem}
+BUILD=${1:-build}
 SECS=${2:-4}
 REPEATS=${3:-3}
 ALLOC=$BUILD/tests/programs/alloc
