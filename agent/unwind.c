@@ -58,8 +58,12 @@ ember__unwind_result_t ember__unwind(const ember__unwind_regs_t *regs, const uin
     const ember__cfi_table_t *t = NULL;
     uint64_t bias = 0;
     ember__cfi_rule_t rule;
-    bool have =
-        lookup(ctx, pc, &t, &bias) == 0 && t != NULL && ember__cfi_find(t, pc - bias, &rule) == 0;
+    int found = lookup(ctx, pc, &t, &bias);
+    if (found < 0) {
+      res = EMBER__UNWIND_NO_TABLE; /* the caller allows no frame-pointer step */
+      break;
+    }
+    bool have = found == 0 && t != NULL && ember__cfi_find(t, pc - bias, &rule) == 0;
     uint64_t ra, nsp, nbp = bp;
     bool nbp_ok = bp_ok, nbp_cut = bp_cut, signal = false;
     if (!have) {

@@ -40,8 +40,9 @@ typedef struct ember__unwind_regs {
 
 /* Map a pc to the unwind table of the module that holds it and the
  * module's load bias (pc - bias = the file vaddr the table is in). Return 0
- * and set both, or non-zero when no table covers the pc (an unknown or
- * JIT-only region): the unwinder then takes a frame-pointer step. The
+ * and set both; a positive value when no table covers the pc (an unknown or
+ * JIT-only region): the unwinder then takes a frame-pointer step; or a
+ * negative value to stop there (NO_TABLE) without one (unwind = dwarf). The
  * table is borrowed for the duration of ember__unwind. */
 typedef int (*ember__unwind_lookup_fn)(void *ctx, uint64_t pc, const ember__cfi_table_t **table,
                                        uint64_t *bias);

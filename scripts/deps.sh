@@ -12,6 +12,9 @@ packages=(
   libssl-dev
   # tests: cmocka, the fuzzer toolchain, the formatter, Kafka tooling, ss
   libcmocka-dev clang libclang-rt-14-dev clang-format kcat iproute2 procps
+  # unwinding tests and benchmarks: perf is the peer, Debian's own python3
+  # and xz (built without frame pointers) the subjects
+  linux-perf python3 xz-utils
   # the dashboard's browser test drives Debian's chromium (/usr/bin/chromium)
   # with playwright-core (scripts/browser-deps.sh)
   chromium
