@@ -724,7 +724,13 @@ static int fde_cmp(const void *pa, const void *pb) {
 
 /* Sort the FDEs, drop overlaps and merge their rows into the table. */
 static int finish(build_t *b, ember__cfi_table_t **out) {
-  if (b->nfdes == 0) return EMBER_ECORRUPT;
+  if (b->nfdes == 0) {
+    /* An empty section (stub libraries have just the terminator) is no
+     * CFI; one whose every entry was refused is corrupt. */
+    const ember__cfi_stats_t *st = b->st;
+    bool refused = st->bad_entry || st->bad_cie || st->bad_encoding || st->bad_insn || st->limited;
+    return refused ? EMBER_ECORRUPT : EMBER_ENOTFOUND;
+  }
   qsort(b->fdes, b->nfdes, sizeof *b->fdes, fde_cmp);
   uint64_t base = b->fdes[0].begin;
   size_t cap = 0;
