@@ -395,6 +395,18 @@ static bool row_eq(const row_t *a, const row_t *b) {
   return a->cfa_off == b->cfa_off && a->rbp_off == b->rbp_off && a->ra_off == b->ra_off &&
          a->flags == b->flags;
 }
+/* A factored offset times the data alignment (|align| <= 0xffff: get_cie).
+ * A factor beyond 2^31 gives an offset no row field holds, so the row
+ * becomes unknown instead of the multiplication overflowing. */
+#define OFF_HUGE ((int64_t)1 << 60)
+static int64_t scale_s(int64_t v, int64_t align) {
+  if (v > INT32_MAX || v < INT32_MIN) return OFF_HUGE;
+  return v * align;
+}
+static int64_t scale_u(uint64_t v, int64_t align) {
+  return v > INT32_MAX ? OFF_HUGE : (int64_t)v * align;
+}
+
 typedef enum { RUN_OK, RUN_BAD, RUN_LIMIT, RUN_NOMEM } run_t;
 
 static run_t emit(build_t *b, size_t first, uint64_t pc, const state_t *s, bool signal);
@@ -424,7 +436,7 @@ static run_t run(build_t *b, const sect_t *s, const cie_t *c, size_t at, size_t 
       break;
     case 2: /* DW_CFA_offset */
       reg = op & 0x3f;
-      off = (int64_t)rd_uleb(&r) * c->data_align;
+      off = scale_u(rd_uleb(&r), c->data_align);
       goto set_offset;
     case 3: /* DW_CFA_restore */ reg = op & 0x3f; goto restore;
     default:
@@ -442,7 +454,7 @@ static run_t run(build_t *b, const sect_t *s, const cie_t *c, size_t at, size_t 
       case 0x04: delta = rd_le(&r, 4), advance = true; break;
       case 0x05: /* offset_extended */
         reg = rd_uleb(&r);
-        off = (int64_t)rd_uleb(&r) * c->data_align;
+        off = scale_u(rd_uleb(&r), c->data_align);
         goto set_offset;
       case 0x06: reg = rd_uleb(&r); goto restore;
       case 0x07: /* undefined */
@@ -475,12 +487,12 @@ static run_t run(build_t *b, const sect_t *s, const cie_t *c, size_t at, size_t 
         goto set_kind;
       case 0x12: /* def_cfa_sf */
         st->cfa_reg = (uint8_t)(rd_uleb(&r) & 0xff);
-        st->cfa_off = rd_sleb(&r) * c->data_align;
+        st->cfa_off = scale_s(rd_sleb(&r), c->data_align);
         goto set_kind;
       case 0x0d: /* def_cfa_register */ st->cfa_reg = (uint8_t)(rd_uleb(&r) & 0xff); goto set_kind;
-      case 0x0e: st->cfa_off = (int64_t)(rd_uleb(&r) & INT64_MAX); break; /* def_cfa_offset */
-      case 0x13: st->cfa_off = rd_sleb(&r) * c->data_align; break;        /* def_cfa_offset_sf */
-      case 0x0f: {                                                        /* def_cfa_expression */
+      case 0x0e: st->cfa_off = (int64_t)(rd_uleb(&r) & INT64_MAX); break;  /* def_cfa_offset */
+      case 0x13: st->cfa_off = scale_s(rd_sleb(&r), c->data_align); break; /* def_cfa_offset_sf */
+      case 0x0f: {                                                         /* def_cfa_expression */
         uint64_t n = rd_uleb(&r);
         if (!rd_has(&r, n)) return RUN_BAD;
         int32_t thr;
@@ -503,7 +515,7 @@ static run_t run(build_t *b, const sect_t *s, const cie_t *c, size_t at, size_t 
         break;
       case 0x11: /* offset_extended_sf */
         reg = rd_uleb(&r);
-        off = rd_sleb(&r) * c->data_align;
+        off = scale_s(rd_sleb(&r), c->data_align);
         goto set_offset;
       case 0x14: /* val_offset: the register's value is CFA + n, not saved */
       case 0x15: /* val_offset_sf */
@@ -518,7 +530,7 @@ static run_t run(build_t *b, const sect_t *s, const cie_t *c, size_t at, size_t 
       case 0x2e: (void)rd_uleb(&r); break; /* GNU_args_size */
       case 0x2f:                           /* GNU_negative_offset_extended */
         reg = rd_uleb(&r);
-        off = -(int64_t)(rd_uleb(&r) & INT32_MAX) * c->data_align;
+        off = -scale_u(rd_uleb(&r), c->data_align);
         goto set_offset;
       default: return RUN_BAD;
       }
@@ -712,7 +724,13 @@ static int fde_cmp(const void *pa, const void *pb) {
 
 /* Sort the FDEs, drop overlaps and merge their rows into the table. */
 static int finish(build_t *b, ember__cfi_table_t **out) {
-  if (b->nfdes == 0) return EMBER_ECORRUPT;
+  if (b->nfdes == 0) {
+    /* An empty section (stub libraries have just the terminator) is no
+     * CFI; one whose every entry was refused is corrupt. */
+    const ember__cfi_stats_t *st = b->st;
+    bool refused = st->bad_entry || st->bad_cie || st->bad_encoding || st->bad_insn || st->limited;
+    return refused ? EMBER_ECORRUPT : EMBER_ENOTFOUND;
+  }
   qsort(b->fdes, b->nfdes, sizeof *b->fdes, fde_cmp);
   uint64_t base = b->fdes[0].begin;
   size_t cap = 0;
@@ -745,6 +763,11 @@ static int finish(build_t *b, ember__cfi_table_t **out) {
     covered = f->end;
     kept++;
     debug += f->debug;
+  }
+  if (kept == 0) {
+    /* Every FDE overlapped or spanned too far: nothing to look up. */
+    ember_free(t);
+    return EMBER_ECORRUPT;
   }
   t->base = base;
   t->end = covered;

@@ -23,7 +23,13 @@
  * and a flag byte), plus a fixed header. Consecutive rows that say the same
  * are merged; the space between two FDEs gets one "no info" row. Rows whose
  * offsets do not fit the fields become "unknown" (counted), never wrapped.
- * Typical sizes are in the report of ember__cfi_stats_t (bytes, build_ns).
+ * Measured (Debian 12, one core of a loaded 2-core machine, CPU time):
+ * libc.so.6: 3713 FDEs, 28273 rows, 331 KiB, ~0.8 ms; python3.11: 10221
+ * FDEs, 64574 rows, 757 KiB, ~4 ms; xz: 119 FDEs, 1211 rows, 14 KiB,
+ * 0.03 ms. Over all 1817 ELF files of /usr/bin and /usr/lib/x86_64-linux-gnu:
+ * 21.8M rows, 2151 of them unknown (longjmp-like code that keeps rsp and
+ * rip in other registers), no entry dropped. ember__cfi_stats_t reports
+ * bytes and build_ns per build.
  *
  * Hostile input: the ELF file belongs to the profiled process. Every read
  * is bounds-checked against its section; CIE/FDE counts, rows, CFA
@@ -51,7 +57,8 @@
  *
  * Errors: 0 on success, -EINVAL for bad arguments, -ENOMEM, -ENOEXEC for an
  * ELF that is not x86-64 64-bit, EMBER_ENOTFOUND when the binary has no
- * CFI section, EMBER_ECORRUPT when it has one but no usable FDE. */
+ * CFI (no section, or sections without any FDE), EMBER_ECORRUPT when it
+ * has FDEs but none usable (the stats say why). */
 #ifndef EMBER_AGENT_CFI_H
 #define EMBER_AGENT_CFI_H
 
