@@ -47,8 +47,7 @@ void ember__elf_close(ember__elf_file_t *f) {
   f->fd = -1;
 }
 
-int ember__elf_open_fd(int fd, const struct stat *st, bool root_safe,
-                       ember__elf_file_t *out) {
+int ember__elf_open_fd(int fd, const struct stat *st, bool root_safe, ember__elf_file_t *out) {
   bool map = root_safe && st->st_uid == 0 && (st->st_mode & (S_IWGRP | S_IWOTH)) == 0;
   Elf *elf = elf_begin(fd, map ? ELF_C_READ_MMAP : ELF_C_READ, NULL);
   if (elf == NULL || elf_kind(elf) != ELF_K_ELF) {

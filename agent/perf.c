@@ -1,6 +1,7 @@
 /* perf events, rings and samples (perf.h). */
 #include "perf.h"
 
+#include <asm/perf_regs.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -181,4 +182,38 @@ void ember__perf_ring_drain(const ember__perf_reader_t *r, ember__perf_ring_t *r
     tail += size;
   }
   __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
+}
+
+/* --- user stacks --- */
+
+#define USER_REGS                                                                                  \
+  ((1ull << PERF_REG_X86_BP) | (1ull << PERF_REG_X86_SP) | (1ull << PERF_REG_X86_IP))
+
+void ember__perf_want_stack(struct perf_event_attr *attr, uint32_t stack_bytes) {
+  if (stack_bytes == 0) return;
+  if (stack_bytes > EMBER__PERF_STACK_MAX) stack_bytes = EMBER__PERF_STACK_MAX;
+  attr->sample_type |= PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+  attr->sample_regs_user = USER_REGS;
+  attr->sample_stack_user = stack_bytes & ~7u;
+  attr->exclude_callchain_user = 1;
+}
+
+bool ember__perf_user_regs(const ember__raw_sample_t *s, uint64_t *ip, uint64_t *sp, uint64_t *bp) {
+  if (s->regs_abi == PERF_SAMPLE_REGS_ABI_NONE || s->regs_mask != USER_REGS || s->nregs != 3)
+    return false;
+  /* One value per mask bit, lowest first: bp (6), sp (7), ip (8). */
+  *bp = s->regs[0];
+  *sp = s->regs[1];
+  *ip = s->regs[2];
+  return true;
+}
+
+uint32_t ember__perf_ring_pages_for(uint32_t hz, uint32_t stack_bytes, size_t page_size,
+                                    uint32_t min_pages) {
+  uint64_t record = (uint64_t)stack_bytes + 1024; /* the copy, callchain, fields */
+  uint64_t need = (uint64_t)hz * record;          /* 4 x a quarter second = one second */
+  uint64_t pages = page_size ? (need + page_size - 1) / page_size : 1;
+  uint32_t p = min_pages ? min_pages : 1;
+  while (p < pages && p < 1024) p *= 2;
+  return p;
 }

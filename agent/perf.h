@@ -116,4 +116,24 @@ typedef struct ember__perf_reader {
  * bad record). */
 void ember__perf_ring_drain(const ember__perf_reader_t *r, ember__perf_ring_t *ring);
 
+/* --- user stacks, for unwinding from CFI (agent/unwtab.h) ---
+ *
+ * With a stack size, an event samples the three user registers an x86-64
+ * unwinder starts from (bp, sp, ip: PERF_SAMPLE_REGS_USER) and that many
+ * bytes of the user stack from sp up (PERF_SAMPLE_STACK_USER), and asks the
+ * kernel for kernel callchains only: the agent unwinds the user part. */
+#define EMBER__PERF_STACK_MAX 65528u /* the kernel's bound: under 64 KiB, 8-byte aligned */
+
+/* Add the user registers and a stack copy of stack_bytes (rounded down to
+ * 8, at most EMBER__PERF_STACK_MAX) to attr; 0 changes nothing. */
+void ember__perf_want_stack(struct perf_event_attr *attr, uint32_t stack_bytes);
+/* The ip, sp and bp of a sample taken that way; false when it carries none
+ * (a kernel thread, an event without them). */
+bool ember__perf_user_regs(const ember__raw_sample_t *s, uint64_t *ip, uint64_t *sp, uint64_t *bp);
+/* Data pages for the ring of an event sampling at hz with stack copies:
+ * a quarter second of samples four times over (the drain period, with a
+ * wakeup at a quarter full), a power of two from min_pages to 1024. */
+uint32_t ember__perf_ring_pages_for(uint32_t hz, uint32_t stack_bytes, size_t page_size,
+                                    uint32_t min_pages);
+
 #endif

@@ -33,6 +33,7 @@ struct ember__sampler {
   uv_timer_t drain_timer, hotplug_timer;
   int timers_closed;
   ember__sampler_stats_t stats; /* wakeups and cpus; the rest in counts */
+  ember__perf_format_t fmt;     /* what open_ring asks for */
   ember__perf_counts_t counts;
   /* A record that wraps the ring's end is copied here to be read whole. */
   uint64_t scratch[EMBER__PERF_SCRATCH / 8];
@@ -116,7 +117,7 @@ long ember__read_sysctl(const char *path) {
 
 static void drain_ring(cpu_ring_t *r) {
   ember__sampler_t *s = r->owner;
-  ember__perf_reader_t rd = {{SAMPLE_TYPE, 0}, s->fn, s->ctx, &s->counts, s->scratch, s->ips};
+  ember__perf_reader_t rd = {s->fmt, s->fn, s->ctx, &s->counts, s->scratch, s->ips};
   ember__perf_ring_drain(&rd, &r->ring);
 }
 
@@ -175,6 +176,8 @@ static int open_ring(ember__sampler_t *s, uint32_t cpu, char *errbuf, size_t err
       .use_clockid = 1,
       .clockid = CLOCK_MONOTONIC,
   };
+  ember__perf_want_stack(&a, s->opts.stack_bytes);
+  s->fmt = (ember__perf_format_t){a.sample_type, a.sample_regs_user};
   int fd = ember__perf_open(&a, -1, (int)cpu, -1, 0);
   if (fd < 0) {
     int e = -fd;
@@ -245,7 +248,15 @@ int ember__sampler_start(uv_loop_t *loop, const ember__sampler_opts_t *opts, emb
   if (loop == NULL || opts == NULL || fn == NULL || out == NULL) return -EINVAL;
   ember__sampler_opts_t o = *opts;
   if (o.hz == 0) o.hz = 19;
-  if (o.ring_pages == 0) o.ring_pages = 8;
+  if (o.stack_bytes > EMBER__PERF_STACK_MAX) {
+    snprintf(errbuf, errbuf_size, "a user stack copy is at most %u bytes, got %u",
+             EMBER__PERF_STACK_MAX, o.stack_bytes);
+    return -EINVAL;
+  }
+  if (o.ring_pages == 0)
+    o.ring_pages = o.stack_bytes ? ember__perf_ring_pages_for(o.hz, o.stack_bytes,
+                                                              (size_t)sysconf(_SC_PAGESIZE), 8)
+                                 : 8;
   if (o.drain_ms == 0) o.drain_ms = 250;
   if ((o.ring_pages & (o.ring_pages - 1)) != 0 || o.ring_pages > 4096) {
     snprintf(errbuf, errbuf_size, "ring_pages must be a power of two up to 4096, got %u",
@@ -295,8 +306,9 @@ int ember__sampler_start(uv_loop_t *loop, const ember__sampler_opts_t *opts, emb
   s->hotplug_timer.data = s;
   if (o.hotplug_ms > 0)
     uv_timer_start(&s->hotplug_timer, on_hotplug_timer, o.hotplug_ms, o.hotplug_ms);
-  EMBER_INFO("sampler", "sampling %u CPUs at %u Hz (cpu-clock, %s callchains, %u-page rings)",
-             s->stats.cpus, o.hz, o.kernel ? "user+kernel" : "user", o.ring_pages);
+  EMBER_INFO("sampler", "sampling %u CPUs at %u Hz (cpu-clock, %s, %s callchains, %u-page rings)",
+             s->stats.cpus, o.hz, o.stack_bytes ? "user stacks copied" : "frame pointers",
+             o.kernel ? "user+kernel" : "user", o.ring_pages);
   *out = s;
   return 0;
 }

@@ -32,6 +32,10 @@ typedef struct ember__sampler_opts {
   uint32_t drain_ms;        /* drain period; default 250 */
   uint32_t hotplug_ms;      /* CPU online check period; default 5000; 0 = never */
   const char *sysfs_online; /* NULL = /sys/devices/system/cpu/online */
+  /* Bytes of user stack copied with each sample (with the user registers,
+   * perf.h), for unwinding from CFI; 0 = frame-pointer callchains from the
+   * kernel. With a copy and ring_pages 0, rings are sized for hz. */
+  uint32_t stack_bytes;
 } ember__sampler_opts_t;
 
 typedef struct ember__sampler_stats {

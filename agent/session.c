@@ -24,6 +24,7 @@
 #define ASSIGN_RETRY_NS     5000000000LL
 #define KAFKA_QUERY_MS      2000
 #define RING_PAGES          16   /* 64 KiB: 50 ms at 1000 Hz is ~10 KiB */
+#define STACK_RING_PAGES    256  /* at most, with stack copies: 1 MiB a thread */
 #define MAX_THREADS         1024 /* per session: fds and 68 KiB of ring each */
 #define MAX_COMMANDS_A_TICK 256
 #define DEFAULT_HZ          100
@@ -40,8 +41,9 @@ typedef struct session {
   ember__sessions_t *owner;
   char *id;
   uint32_t hz;
-  int64_t start_ns;      /* Unix */
-  int64_t deadline_mono; /* monotonic */
+  ember__perf_format_t fmt; /* what open_ev asks for */
+  int64_t start_ns;         /* Unix */
+  int64_t deadline_mono;    /* monotonic */
   int64_t next_running, next_rescan;
   uint64_t samples, samples_reported;
   ember__session_target_t *targets;
@@ -181,17 +183,21 @@ void ember__sessions_published(ember__sessions_t *s, const char *session_id, uin
 
 static void on_sample(void *ctx, const ember__raw_sample_t *rs) {
   session_t *se = ctx;
-  if (rs->nips == 0) return;
+  const ember__session_hooks_t *h = &se->owner->o.hooks;
+  ember__raw_sample_t whole = *rs;
+  /* With stack copies, the agent unwinds the user part (hooks.stack). */
+  if (h->stack) whole.nips = h->stack(h->ctx, rs, &whole.ips);
+  if (whole.nips == 0) return;
   bool is_new = false;
-  if (ember__window_add(se->w, rs->pid, rs->ips, rs->nips, rs->period_ns, &is_new) != 0) return;
+  if (ember__window_add(se->w, whole.pid, whole.ips, whole.nips, whole.period_ns, &is_new) != 0)
+    return;
   se->samples++;
-  if (is_new && se->owner->o.hooks.new_stack)
-    se->owner->o.hooks.new_stack(se->owner->o.hooks.ctx, rs);
+  if (is_new && h->new_stack) h->new_stack(h->ctx, &whole);
 }
 
 static void drain_ev(session_t *se, thread_ev_t *ev) {
   ember__sessions_t *s = se->owner;
-  ember__perf_reader_t rd = {{SAMPLE_TYPE, 0}, on_sample, se, &se->stats, s->scratch, s->ips};
+  ember__perf_reader_t rd = {se->fmt, on_sample, se, &se->stats, s->scratch, s->ips};
   uint64_t before = se->samples;
   ember__perf_ring_drain(&rd, &ev->ring);
   ember_metric_add(s->o.m.samples, (double)(se->samples - before));
@@ -229,10 +235,19 @@ static int open_ev(session_t *se, uint32_t tid) {
       .use_clockid = 1,
       .clockid = CLOCK_MONOTONIC,
   };
+  ember__perf_want_stack(&a, s->o.stack_bytes);
+  se->fmt = (ember__perf_format_t){a.sample_type, a.sample_regs_user};
+  /* Stack copies: room for 200 ms of samples (four ticks), bounded. */
+  uint32_t pages = RING_PAGES;
+  if (s->o.stack_bytes) {
+    pages = ember__perf_ring_pages_for(se->hz / 5 + 1, s->o.stack_bytes,
+                                       (size_t)sysconf(_SC_PAGESIZE), RING_PAGES);
+    if (pages > STACK_RING_PAGES) pages = STACK_RING_PAGES;
+  }
   int fd = ember__perf_open(&a, (pid_t)tid, -1, -1, 0);
   if (fd < 0) return fd;
   ember__perf_ring_t ring;
-  int rc = ember__perf_ring_map(&ring, fd, RING_PAGES);
+  int rc = ember__perf_ring_map(&ring, fd, pages);
   if (rc != 0) {
     close(fd);
     return rc;

@@ -37,6 +37,11 @@ typedef enum ember__unwind_mode {
 /* "auto" | "fp" | "dwarf" -> mode; -EINVAL otherwise. */
 int ember__unwind_mode_parse(const char *s, ember__unwind_mode_t *out);
 
+/* User frames unwound a sample, at most (kernel frames come on top). */
+#define EMBER__UNWIND_MAX_DEPTH 256
+/* unwind_stack_bytes' default: see docs (chosen by measurement). */
+#define EMBER__DEFAULT_STACK_BYTES 16384
+
 typedef struct ember__unwtab_opts {
   size_t max_bytes; /* tables kept; 0 = 64 MiB */
   bool no_fp;       /* no frame-pointer steps (unwind = dwarf) */

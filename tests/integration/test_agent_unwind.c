@@ -166,6 +166,7 @@ static void check_nofp(const ember_profile_t *p) {
 typedef struct perf_view {
   long samples, reach;
   char top[2048];
+  char dso[256]; /* the module with the most samples */
 } perf_view_t;
 
 static void perf_view(const char *perf, const char *data, const char *comm, perf_view_t *out) {
@@ -184,6 +185,41 @@ static void perf_view(const char *perf, const char *data, const char *comm, perf
            "head -5",
            perf, data, comm);
   assert_int_equal(tu_sh(cmd, out->top, sizeof out->top), 0);
+  /* The module holding most samples (names or not: a stripped library's
+   * functions are addresses to both profilers). */
+  snprintf(cmd, sizeof cmd,
+           "'%s' report -i '%s' --comm '%s' --no-children --sort dso --stdio -g none 2>/dev/null | "
+           "awk '$1 ~ /%%$/ { print $2; exit }'",
+           perf, data, comm);
+  assert_int_equal(tu_sh(cmd, out->dso, sizeof out->dso), 0);
+  out->dso[strcspn(out->dso, "\n")] = '\0';
+}
+
+/* The module (file name) holding the most leaf samples of p. */
+static void ember_top_module(const ember_profile_t *p, char *out, size_t size) {
+  enum { MAX = 512 };
+  static const char *mods[MAX];
+  static int64_t n_of[MAX];
+  size_t n = 0, best = 0;
+  for (uint32_t s = 0; s < ember_profile_nstacks(p); s++) {
+    const uint32_t *ids;
+    size_t depth;
+    const int64_t *v;
+    ember_profile_stack(p, s, &ids, &depth, &v);
+    const char *m = ember_profile_frame(p, ids[0])->module;
+    if (m == NULL) continue;
+    const char *slash = strrchr(m, '/');
+    m = slash ? slash + 1 : m;
+    size_t i = 0;
+    while (i < n && strcmp(mods[i], m) != 0) i++;
+    if (i == n && n < MAX) {
+      mods[n] = m;
+      n_of[n++] = 0;
+    }
+    if (i < n) n_of[i] += v[0];
+    if (i < n && n_of[i] > n_of[best]) best = i;
+  }
+  snprintf(out, size, "%s", n > 0 ? mods[best] : "");
 }
 
 /* The ten functions with the most self samples in p, newline-separated. */
@@ -259,6 +295,12 @@ static void compare_with_perf(const ember_profile_t *p, const char *perf, const 
   if (share < pshare - 0.05)
     fail_msg("%s: %.1f%% of Ember's samples reach the entry, perf's %.1f%%", comm, 100 * share,
              100 * pshare);
+  char mod[256];
+  ember_top_module(p, mod, sizeof mod);
+  print_message("%s: hottest module: perf %s, ember %s\n", comm, pv.dso, mod);
+  /* perf says [kernel.kallsyms] where Ember says [kernel]. */
+  if (strcmp(pv.dso, mod) != 0 && !(strstr(pv.dso, "kernel") && strstr(mod, "kernel")))
+    fail_msg("%s: perf's hottest module is %s, Ember's %s", comm, pv.dso, mod);
   char *save = NULL;
   for (char *line = strtok_r(pv.top, "\n", &save); line != NULL;
        line = strtok_r(NULL, "\n", &save)) {
