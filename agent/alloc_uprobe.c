@@ -32,6 +32,7 @@
 #include "htab.h"
 #include "perf.h"
 #include "procfs.h"
+#include "procmaps.h"
 #include "sampler.h"
 
 #define MAX_CPUS   1024
@@ -179,33 +180,32 @@ struct uprobe_state {
 #define SAMPLE_REGS                                                                                \
   ((1ULL << PERF_REG_X86_DX) | (1ULL << PERF_REG_X86_SI) | (1ULL << PERF_REG_X86_DI))
 
+/* glibc's libc, mapped executable from a file still there: "libc.so.6", or
+ * "libc-2.31.so" on older releases. */
+static bool is_libc(const ember__mapping_t *mp, void *ctx) {
+  (void)ctx;
+  const char *base = ember__mapping_basename(mp);
+  if (mp->deleted || mp->path == NULL || mp->path[0] != '/') return false;
+  return strncmp(base, "libc.so", 7) == 0 || strncmp(base, "libc-", 5) == 0;
+}
+
 /* The libc `pid` maps: its path as the process sees it (`shown`, for
  * messages) and the range of its executable mapping (for map_files). */
 static int find_libc(pid_t pid, char *shown, size_t size, uint64_t range[2], char *err, size_t n) {
-  char path[64], line[4096];
-  snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
-  FILE *f = fopen(path, "re");
-  if (f == NULL) {
-    int e = errno;
-    snprintf(err, n, "process %d: %s", (int)pid, strerror(e));
-    return e == ENOENT ? -ESRCH : -e;
+  ember__procmaps_t *m = NULL;
+  int rc = ember__procmaps_read(NULL, pid, &m);
+  if (rc != 0) {
+    snprintf(err, n, "process %d: %s", (int)pid, strerror(-rc));
+    return rc == -ENOENT ? -ESRCH : rc;
   }
-  int rc = -ENOENT;
-  while (rc != 0 && fgets(line, sizeof line, f) != NULL) {
-    line[strcspn(line, "\n")] = '\0';
-    char *file = strchr(line, '/');
-    char *perms = strchr(line, ' ');
-    if (file == NULL || perms == NULL || perms[3] != 'x') continue;
-    const char *base = strrchr(file, '/') + 1;
-    if (strncmp(base, "libc.so", 7) != 0 && strncmp(base, "libc-", 5) != 0) continue;
-    if (strstr(file, " (deleted)") != NULL) continue;
-    unsigned long long lo, hi;
-    if (sscanf(line, "%llx-%llx", &lo, &hi) != 2) continue;
-    range[0] = lo;
-    range[1] = hi;
-    if ((size_t)snprintf(shown, size, "%s", file) < size) rc = 0;
+  const ember__mapping_t *mp = ember__procmaps_find_if(m, is_libc, NULL);
+  rc = -ENOENT;
+  if (mp != NULL && (size_t)snprintf(shown, size, "%s", mp->path) < size) {
+    range[0] = mp->start;
+    range[1] = mp->end;
+    rc = 0;
   }
-  fclose(f);
+  ember__procmaps_free(m);
   if (rc != 0)
     snprintf(err, n,
              "process %d maps no libc.so (statically linked or another C library?): the uprobe "
