@@ -14,7 +14,6 @@
  * (PERF_EVENT_IOC_SET_OUTPUT); the sample's identifier says the function.
  * See docs/internals/alloc.md. */
 #include <asm/perf_regs.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
@@ -32,6 +31,8 @@
 #include "ember/parse.h"
 #include "htab.h"
 #include "perf.h"
+#include "procfs.h"
+#include "procmaps.h"
 #include "sampler.h"
 
 #define MAX_CPUS   1024
@@ -179,47 +180,32 @@ struct uprobe_state {
 #define SAMPLE_REGS                                                                                \
   ((1ULL << PERF_REG_X86_DX) | (1ULL << PERF_REG_X86_SI) | (1ULL << PERF_REG_X86_DI))
 
-static int read_small(const char *path, char *buf, size_t size) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  ssize_t n;
-  do {
-    n = read(fd, buf, size - 1);
-  } while (n < 0 && errno == EINTR);
-  int e = errno;
-  close(fd);
-  if (n < 0) return -e;
-  buf[n] = '\0';
-  return 0;
+/* glibc's libc, mapped executable from a file still there: "libc.so.6", or
+ * "libc-2.31.so" on older releases. */
+static bool is_libc(const ember__mapping_t *mp, void *ctx) {
+  (void)ctx;
+  const char *base = ember__mapping_basename(mp);
+  if (mp->deleted || mp->path == NULL || mp->path[0] != '/') return false;
+  return strncmp(base, "libc.so", 7) == 0 || strncmp(base, "libc-", 5) == 0;
 }
 
 /* The libc `pid` maps: its path as the process sees it (`shown`, for
  * messages) and the range of its executable mapping (for map_files). */
 static int find_libc(pid_t pid, char *shown, size_t size, uint64_t range[2], char *err, size_t n) {
-  char path[64], line[4096];
-  snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
-  FILE *f = fopen(path, "re");
-  if (f == NULL) {
-    int e = errno;
-    snprintf(err, n, "process %d: %s", (int)pid, strerror(e));
-    return e == ENOENT ? -ESRCH : -e;
+  ember__procmaps_t *m = NULL;
+  int rc = ember__procmaps_read(NULL, pid, &m);
+  if (rc != 0) {
+    snprintf(err, n, "process %d: %s", (int)pid, strerror(-rc));
+    return rc == -ENOENT ? -ESRCH : rc;
   }
-  int rc = -ENOENT;
-  while (rc != 0 && fgets(line, sizeof line, f) != NULL) {
-    line[strcspn(line, "\n")] = '\0';
-    char *file = strchr(line, '/');
-    char *perms = strchr(line, ' ');
-    if (file == NULL || perms == NULL || perms[3] != 'x') continue;
-    const char *base = strrchr(file, '/') + 1;
-    if (strncmp(base, "libc.so", 7) != 0 && strncmp(base, "libc-", 5) != 0) continue;
-    if (strstr(file, " (deleted)") != NULL) continue;
-    unsigned long long lo, hi;
-    if (sscanf(line, "%llx-%llx", &lo, &hi) != 2) continue;
-    range[0] = lo;
-    range[1] = hi;
-    if ((size_t)snprintf(shown, size, "%s", file) < size) rc = 0;
+  const ember__mapping_t *mp = ember__procmaps_find_if(m, is_libc, NULL);
+  rc = -ENOENT;
+  if (mp != NULL && (size_t)snprintf(shown, size, "%s", mp->path) < size) {
+    range[0] = mp->start;
+    range[1] = mp->end;
+    rc = 0;
   }
-  fclose(f);
+  ember__procmaps_free(m);
   if (rc != 0)
     snprintf(err, n,
              "process %d maps no libc.so (statically linked or another C library?): the uprobe "
@@ -311,40 +297,6 @@ cleanup:
   return rc;
 }
 
-static int list_tids(pid_t pid, pid_t **out, size_t *count) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-  DIR *d = opendir(path);
-  if (d == NULL) return errno == ENOENT ? -ESRCH : -errno;
-  pid_t *tids = NULL;
-  size_t n = 0, cap = 0;
-  struct dirent *e;
-  int rc = 0;
-  while ((e = readdir(d)) != NULL) {
-    uint64_t v;
-    if (ember_parse_u64(e->d_name, 1, INT32_MAX, &v) != 0) continue;
-    if (n == cap) {
-      size_t nc = cap ? cap * 2 : 16;
-      pid_t *t = realloc(tids, nc * sizeof *t);
-      if (t == NULL) {
-        rc = -ENOMEM;
-        break;
-      }
-      tids = t;
-      cap = nc;
-    }
-    tids[n++] = (pid_t)v;
-  }
-  closedir(d);
-  if (rc != 0) {
-    free(tids);
-    return rc;
-  }
-  *out = tids;
-  *count = n;
-  return 0;
-}
-
 static void uprobe_close(struct uprobe_state *u) {
   if (u == NULL) return;
   for (size_t i = 0; i < u->nfds; i++) close(u->fds[i]);
@@ -355,7 +307,7 @@ static void uprobe_close(struct uprobe_state *u) {
 }
 
 static int uprobe_open(pid_t pid, struct uprobe_state **out, char *err, size_t n) {
-  char libc[PATH_MAX], buf[4096];
+  char libc[PATH_MAX], buf[4096] = "";
   uint64_t off[FN_COUNT];
   uint8_t online[MAX_CPUS / 8];
   pid_t *tids = NULL;
@@ -384,21 +336,21 @@ static int uprobe_open(pid_t pid, struct uprobe_state **out, char *err, size_t n
   snprintf(libc, sizeof libc, "/proc/self/fd/%d", libfd);
   size_t nfn = 0;
   for (int f = 0; f < FN_COUNT; f++) nfn += off[f] != 0;
-  rc = read_small("/sys/bus/event_source/devices/uprobe/type", buf, sizeof buf);
+  rc = ember__proc_read_str("/sys/bus/event_source/devices/uprobe/type", buf, sizeof buf);
   buf[strcspn(buf, "\n")] = '\0';
   if (rc != 0 || ember_parse_u64(buf, 0, UINT32_MAX, &type) != 0) {
     snprintf(err, n, "this kernel has no uprobe PMU (/sys/bus/event_source/devices/uprobe/type)");
     rc = rc != 0 ? rc : -ENOTSUP;
     goto cleanup;
   }
-  rc = read_small("/sys/devices/system/cpu/online", buf, sizeof buf);
+  rc = ember__proc_read_str("/sys/devices/system/cpu/online", buf, sizeof buf);
   int ncpus = rc == 0 ? ember__cpulist_parse(buf, online, MAX_CPUS) : rc;
   if (ncpus <= 0) {
     snprintf(err, n, "cannot read the online CPUs");
     rc = ncpus < 0 ? ncpus : -EINVAL;
     goto cleanup;
   }
-  rc = list_tids(pid, &tids, &ntids);
+  rc = ember__proc_tids(NULL, pid, &tids, &ntids);
   if (rc != 0) {
     snprintf(err, n, "process %d: %s", (int)pid, strerror(-rc));
     goto cleanup;
@@ -477,7 +429,7 @@ static int uprobe_open(pid_t pid, struct uprobe_state **out, char *err, size_t n
   u = NULL;
 cleanup:
   uprobe_close(u);
-  free(tids);
+  ember_free(tids);
   close(libfd); /* the probes hold the file themselves once made */
   return rc;
 }

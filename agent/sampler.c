@@ -10,6 +10,7 @@
 
 #include "ember/log.h"
 #include "ember/parse.h"
+#include "procfs.h"
 #include "sampler.h"
 
 #define MAX_CPUS 1024
@@ -77,35 +78,12 @@ int ember__cpulist_parse(const char *s, uint8_t *bitmap, size_t max) {
   return count;
 }
 
-static int read_small(const char *path, char *buf, size_t size) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  ssize_t n;
-  do {
-    n = read(fd, buf, size - 1);
-  } while (n < 0 && errno == EINTR);
-  int e = errno;
-  close(fd);
-  if (n < 0) return -e;
-  buf[n] = '\0';
-  return 0;
-}
-
 static int online_cpus(const ember__sampler_t *s, uint8_t *bitmap) {
   char buf[4096];
   const char *path = s->opts.sysfs_online ? s->opts.sysfs_online : "/sys/devices/system/cpu/online";
-  int rc = read_small(path, buf, sizeof buf);
+  int rc = ember__proc_read_str(path, buf, sizeof buf);
   if (rc != 0) return rc;
   return ember__cpulist_parse(buf, bitmap, MAX_CPUS);
-}
-
-long ember__read_sysctl(const char *path) {
-  char buf[64];
-  int64_t v;
-  if (read_small(path, buf, sizeof buf) != 0) return -1;
-  buf[strcspn(buf, "\n")] = '\0';
-  if (ember_parse_i64(buf, INT32_MIN, INT32_MAX, &v) != 0) return -1;
-  return (long)v;
 }
 
 /* --- ring reading --- */

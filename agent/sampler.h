@@ -58,10 +58,6 @@ void ember__sampler_drain(ember__sampler_t *s);
 void ember__sampler_stop(ember__sampler_t *s);
 void ember__sampler_stats(const ember__sampler_t *s, ember__sampler_stats_t *out);
 
-/* A numeric sysctl such as /proc/sys/kernel/perf_event_max_sample_rate, or
- * -1 when unreadable. */
-long ember__read_sysctl(const char *path);
-
 /* Parse a CPU list like "0-3,8,10-11" into a bitmap of `max` CPUs; returns
  * the count set or -EINVAL. Exposed for tests. */
 int ember__cpulist_parse(const char *s, uint8_t *bitmap, size_t max);

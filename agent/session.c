@@ -1,5 +1,4 @@
 /* On-demand sessions. See session.h and docs/internals/agent.md. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -16,6 +15,7 @@
 #include "ember/parse.h"
 #include "ember/sign.h"
 #include "alloc.h"
+#include "procfs.h"
 #include "session.h"
 
 #define TICK_MS             50
@@ -260,32 +260,29 @@ static int open_ev(session_t *se, uint32_t tid) {
  * thread is gone. Returns the first open error (0 when none), so the first
  * scan can tell "no permission" from "fine". */
 static int scan_tasks(session_t *se, uint32_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%u/task", pid);
-  DIR *d = opendir(path);
+  pid_t *tids = NULL;
+  size_t ntids = 0;
   int first_err = 0;
-  if (d != NULL) {
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-      uint64_t tid;
-      if (ember_parse_u64(de->d_name, 1, UINT32_MAX, &tid) != 0) continue;
-      bool known = false;
-      for (size_t i = 0; i < se->nevs && !known; i++) {
-        if (se->evs[i].tid == (uint32_t)tid && se->evs[i].fd >= 0) {
-          se->evs[i].seen = true;
-          known = true;
-        }
+  /* A process gone (or its task list unreadable) has no threads to add. */
+  if (pid > INT32_MAX || ember__proc_tids(NULL, (pid_t)pid, &tids, &ntids) != 0) return 0;
+  for (size_t t = 0; t < ntids; t++) {
+    uint32_t tid = (uint32_t)tids[t];
+    bool known = false;
+    for (size_t i = 0; i < se->nevs && !known; i++) {
+      if (se->evs[i].tid == tid && se->evs[i].fd >= 0) {
+        se->evs[i].seen = true;
+        known = true;
       }
-      if (known) continue;
-      if (se->nevs >= MAX_THREADS) {
-        se->threads_skipped++;
-        continue;
-      }
-      int rc = open_ev(se, (uint32_t)tid);
-      if (rc != 0 && rc != -ESRCH && first_err == 0) first_err = rc;
     }
-    closedir(d);
+    if (known) continue;
+    if (se->nevs >= MAX_THREADS) {
+      se->threads_skipped++;
+      continue;
+    }
+    int rc = open_ev(se, tid);
+    if (rc != 0 && rc != -ESRCH && first_err == 0) first_err = rc;
   }
+  ember_free(tids);
   return first_err;
 }
 
