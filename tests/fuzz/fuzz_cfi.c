@@ -45,7 +45,9 @@ typedef struct ctx {
 static int lookup(void *c, uint64_t pc, const ember__cfi_table_t **t, uint64_t *bias) {
   const ctx_t *x = c;
   /* Half of the address space has no table: the frame-pointer path. */
-  if (pc & (1ull << 40)) return -1;
+  if (pc & (1ull << 40)) return 1;
+  /* And a slice where the caller allows no frame-pointer step. */
+  if (pc & (1ull << 39)) return -1;
   *t = x->t;
   *bias = 0;
   return 0;

@@ -139,7 +139,7 @@ static const mod_t *mod_of(uint64_t pc) {
 static int lookup(void *ctx, uint64_t pc, const ember__cfi_table_t **t, uint64_t *bias) {
   (void)ctx;
   const mod_t *m = mod_of(pc);
-  if (m == NULL || m->t == NULL) return -1;
+  if (m == NULL || m->t == NULL) return 1; /* no table: a frame-pointer step */
   *t = m->t;
   *bias = m->bias;
   return 0;
@@ -324,7 +324,7 @@ static ember__cfi_table_t *native_table(const uint8_t *insn, size_t n) {
 }
 
 static int synth_lookup(void *ctx, uint64_t pc, const ember__cfi_table_t **t, uint64_t *bias) {
-  if (pc < NATIVE || pc >= NATIVE + 0x1000) return -1;
+  if (pc < NATIVE || pc >= NATIVE + 0x1000) return 1;
   *t = ctx;
   *bias = 0;
   return 0;
