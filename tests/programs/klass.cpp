@@ -1,0 +1,41 @@
+// A C++ fixture for the symbolizer's demangling: a member function in a
+// namespace, hot in a loop, so its frames must read ns::Klass::method(int).
+//
+//   klass          print "pid", "method" (the function's address) and
+//                  "ret_method" (a real return address inside main's loop),
+//                  then "ready", then spin calling ns::Klass::method forever
+//
+// C++ only because the symbol must be mangled by a real C++ compiler.
+#include <cstdio>
+#include <unistd.h>
+
+namespace ns {
+struct Klass {
+  int method(int);
+};
+} // namespace ns
+
+static void *ret_method;
+static volatile unsigned long sink;
+
+__attribute__((noinline)) int ns::Klass::method(int x) {
+  ret_method = __builtin_return_address(0);
+  unsigned long v = 0;
+  for (int i = 0; i < x; i++) v += static_cast<unsigned long>(i) * 3u + sink;
+  sink = v;
+  return static_cast<int>(v & 0xff);
+}
+
+int main() {
+  ns::Klass k;
+  k.method(1);
+  // A member function's address, as the code it names.
+  int (ns::Klass::*pm)(int) = &ns::Klass::method;
+  void *addr = nullptr;
+  static_assert(sizeof pm >= sizeof addr, "an Itanium member pointer starts with the address");
+  __builtin_memcpy(&addr, &pm, sizeof addr);
+  std::printf("pid %d\nmethod %p\nret_method %p\nready\n", static_cast<int>(getpid()), addr,
+              ret_method);
+  std::fflush(stdout);
+  for (;;) k.method(1000);
+}
