@@ -17,6 +17,11 @@
  *  - anything else, or a lookup that fails: a frame with module and
  *    module-relative address and no function, never an error.
  *
+ * The sources are modules of their own: procmaps.h (maps of a process),
+ * elfsym.h (ELF symbol tables), dwarfline.h (DWARF lines), ksyms.h
+ * (kallsyms), perfmap.h (perf maps); this one keeps the module cache (LRU
+ * by build-id, aliases by device and inode), the vdso and the resolver.
+ *
  * A process's mappings are captured in an ember__procmaps_t while it lives
  * (the agent takes the snapshot when it first sees the pid, and again when
  * an address falls outside every mapping), so a process that exits during
@@ -34,25 +39,10 @@
 
 #include "ember/profile.h"
 #include "perfmap.h"
+#include "procmaps.h"
 
 /* x86-64: the kernel half of the address space. */
 #define EMBER__KERNEL_MIN 0xffff800000000000ULL
-
-typedef struct ember__procmaps ember__procmaps_t;
-
-/* Snapshot the executable mappings of `pid` from <proc_root>/PID/maps
- * (proc_root NULL = "/proc"). Returns 0, -ENOENT/-ESRCH when the process is
- * gone, -EACCES, -ENOMEM. */
-int ember__procmaps_read(const char *proc_root, pid_t pid, ember__procmaps_t **out);
-/* The same from the text of a maps file in memory (for tests and the
- * fuzzer; the snapshot has no pid, so its files are never opened by pid).
- * Returns 0, -EINVAL or -ENOMEM. */
-int ember__procmaps_parse(const char *buf, size_t len, ember__procmaps_t **out);
-void ember__procmaps_free(ember__procmaps_t *m);
-/* Does some executable mapping cover `addr`? */
-bool ember__procmaps_covers(const ember__procmaps_t *m, uint64_t addr);
-/* Number of executable mappings (for tests and metrics). */
-size_t ember__procmaps_count(const ember__procmaps_t *m);
 
 typedef struct ember__symbolizer_opts {
   const char *proc_root;    /* NULL = "/proc" */

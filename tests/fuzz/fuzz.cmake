@@ -13,8 +13,7 @@ if(EMBER_FUZZ)
   add_executable(fuzz_perfmap ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_perfmap.c
                  ${agent}/perfmap.c ${agent}/procfs.c ${agent}/safefile.c ${agent}/strarena.c)
   add_executable(fuzz_procmaps ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_procmaps.c
-                 ${agent}/symbolize.c ${agent}/perfmap.c ${agent}/procfs.c ${agent}/safefile.c ${agent}/strarena.c)
-  target_link_libraries(fuzz_procmaps PRIVATE PkgConfig::LIBDW PkgConfig::LIBELF)
+                 ${agent}/procmaps.c ${agent}/procfs.c ${agent}/safefile.c ${agent}/strarena.c)
   foreach(name fuzz_perfmap fuzz_procmaps)
     target_include_directories(${name} PRIVATE ${agent})
     target_link_libraries(${name} PRIVATE ember)
