@@ -315,7 +315,8 @@ static int find_by_link(ember__debuginfo_t *d, const ember__debug_target_t *t,
   char path[PATH_MAX];
   /* gdb's order: beside the file, in .debug/ beside it, then under each
    * debug directory. */
-  for (size_t i = 0; i < 2 + d->ndirs; i++) {
+  bool own_dirs = t->root_fd >= 0 || t->root_fd == AT_FDCWD;
+  for (size_t i = own_dirs ? 0 : 2; i < 2 + d->ndirs; i++) {
     int pn;
     int dirfd = AT_FDCWD;
     bool follow = false, root_safe = t->root_safe;

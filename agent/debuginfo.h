@@ -58,8 +58,9 @@ void ember__debuginfo_free(ember__debuginfo_t *d);
 typedef struct ember__debug_target {
   Elf *elf;             /* borrowed: the file as the process maps it */
   const char *build_id; /* lower-case hex, or NULL when the file has none */
-  /* An O_PATH fd of the process's root directory (/proc/PID/root), or
-   * AT_FDCWD for the agent's own root. Borrowed. */
+  /* An O_PATH fd of the process's root directory (/proc/PID/root),
+   * AT_FDCWD for the agent's own root, or -1 when the process's root cannot
+   * be opened (then only the debug directories are searched). Borrowed. */
   int root_fd;
   /* The file's directory as the process sees it (absolute: "/usr/bin"), or
    * NULL when unknown (a deleted file): no debuglink search then. */

@@ -5,8 +5,10 @@
 //                  "ret_method" (a real return address inside main's loop),
 //                  then "ready", then spin calling ns::Klass::method forever
 //
-// C++ only because the symbol must be mangled by a real C++ compiler.
-#include <cstdio>
+// C++ only because the symbol must be mangled by a real C++ compiler; it
+// prints through iostream so that it maps libstdc++ (whose thousands of
+// mangled names the tests demangle and time).
+#include <iostream>
 #include <unistd.h>
 
 namespace ns {
@@ -34,8 +36,7 @@ int main() {
   void *addr = nullptr;
   static_assert(sizeof pm >= sizeof addr, "an Itanium member pointer starts with the address");
   __builtin_memcpy(&addr, &pm, sizeof addr);
-  std::printf("pid %d\nmethod %p\nret_method %p\nready\n", static_cast<int>(getpid()), addr,
-              ret_method);
-  std::fflush(stdout);
+  std::cout << "pid " << getpid() << "\nmethod " << addr << "\nret_method " << ret_method
+            << "\nready" << std::endl;
   for (;;) k.method(1000);
 }
