@@ -324,9 +324,10 @@ int ember__elfmod_build(ember__elf_file_t *f, const char *build_id, const ember_
   if (rc == 0) rc = finish_symbols(mod, &raw, !opts.no_demangle);
   if (rc != 0) goto cleanup;
   if (main_debug) {
-    rc = ember__dwarfline_open(f->fd, &f->elf, f->mapped, f->size, &mod->dwarf);
+    rc = ember__dwarfline_open(f->fd, &f->elf, f->mapped, f->size, !opts.no_demangle, &mod->dwarf);
   } else if (dwarf && opts.dwarf_detached && dbg.elf != NULL && has_debug_info(dbg.elf)) {
-    rc = ember__dwarfline_open(dbg.fd, &dbg.elf, dbg.mapped, dbg.size, &mod->dwarf);
+    rc = ember__dwarfline_open(dbg.fd, &dbg.elf, dbg.mapped, dbg.size, !opts.no_demangle,
+                               &mod->dwarf);
   }
   if (rc != 0) goto cleanup;
   *out = mod;

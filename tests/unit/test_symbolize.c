@@ -1252,8 +1252,10 @@ static ember__symbolizer_t *new_sym_debug(bool dwarf, const char *debug_dirs, bo
   return s;
 }
 
-/* Start klass (or a copy) and read its "pid", "method" and "ret_method". */
-static void klass_start(const char *exe, fixture_t *f, uint64_t *method, uint64_t *ret) {
+/* Start klass (or a copy) and read its "pid", "method", "ret_method" and
+ * "ret_inline" (ret_inline may be NULL). */
+static void klass_start(const char *exe, fixture_t *f, uint64_t *method, uint64_t *ret,
+                        uint64_t *ret_inline) {
   int p[2];
   assert_int_equal(pipe2(p, O_CLOEXEC), 0);
   pid_t parent = getpid();
@@ -1273,7 +1275,7 @@ static void klass_start(const char *exe, fixture_t *f, uint64_t *method, uint64_
   char line[256];
   bool ready = false;
   int seen = 0;
-  uint64_t vpid = 0;
+  uint64_t vpid = 0, inl = 0;
   while (fgets(line, sizeof line, in) != NULL) {
     line[strcspn(line, "\n")] = '\0';
     if (strcmp(line, "ready") == 0) {
@@ -1286,6 +1288,7 @@ static void klass_start(const char *exe, fixture_t *f, uint64_t *method, uint64_
     uint64_t *dst = strcmp(line, "pid") == 0          ? &vpid
                     : strcmp(line, "method") == 0     ? method
                     : strcmp(line, "ret_method") == 0 ? ret
+                    : strcmp(line, "ret_inline") == 0 ? &inl
                                                       : NULL;
     if (dst == NULL) continue;
     assert_int_equal(ember_parse_u64(sp + 1, 0, UINT64_MAX, dst), 0);
@@ -1293,15 +1296,16 @@ static void klass_start(const char *exe, fixture_t *f, uint64_t *method, uint64_
   }
   fclose(in);
   assert_true(ready);
-  assert_int_equal(seen, 3);
+  assert_int_equal(seen, 4);
   assert_int_equal(vpid, (uint64_t)pid);
+  if (ret_inline != NULL) *ret_inline = inl;
 }
 
 /* The hot frames of a running C++ program read as its source does. */
 static void test_symbolize_cpp_demangled(void **state) {
   state_t *st = *state;
-  uint64_t method = 0, ret = 0;
-  klass_start(KLASS, &st->fx[0], &method, &ret);
+  uint64_t method = 0, ret = 0, inline_ret = 0;
+  klass_start(KLASS, &st->fx[0], &method, &ret, &inline_ret);
   assert_int_equal(ember__procmaps_read(NULL, st->fx[0].pid, &st->maps[0]), 0);
   uint64_t ips[] = {method + 4, ret};
   ember_frame_t fr[8];
@@ -1315,11 +1319,24 @@ static void test_symbolize_cpp_demangled(void **state) {
     if (dwarf) assert_true(ends_with(fr[0].file, "/klass.cpp"));
     ember__symbolizer_free(s);
   }
-  /* Asked not to, the symbolizer keeps the mangled name. */
-  ember__symbolizer_t *s = new_sym_debug(false, "", true);
-  size_t n = symbolize(s, st->fx[0].pid, st->maps[0], ips, 1, fr, 8);
+  /* An inline frame is named by its demangled linkage name, not DWARF's
+   * short "step". */
+  uint64_t inl[] = {method + 4, inline_ret};
+  ember__symbolizer_t *s = new_sym_debug(true, "", false);
+  size_t n = symbolize(s, st->fx[0].pid, st->maps[0], inl, 2, fr, 8);
+  assert_int_equal(n, 3);
+  assert_string_equal(fr[1].function, "ns::Klass::step()");
+  assert_true(ends_with(fr[1].file, "/klass.cpp"));
+  assert_string_equal(fr[2].function, "ns::Klass::method(int)");
+  ember__symbolizer_free(s);
+  /* Asked not to, the symbolizer keeps the mangled name, and DWARF's. */
+  s = new_sym_debug(true, "", true);
+  n = symbolize(s, st->fx[0].pid, st->maps[0], ips, 1, fr, 8);
   assert_int_equal(n, 1);
   assert_string_equal(fr[0].function, "_ZN2ns5Klass6methodEi");
+  n = symbolize(s, st->fx[0].pid, st->maps[0], inl, 2, fr, 8);
+  assert_int_equal(n, 3);
+  assert_string_equal(fr[1].function, "step");
   ember__symbolizer_free(s);
 }
 
@@ -1426,7 +1443,7 @@ static void test_symbolize_minidebug(void **state) {
 
   /* And C++ names from MiniDebugInfo are demangled too. */
   uint64_t method = 0, ret = 0;
-  klass_start(DEBUGFIX "/mini/klass", &st->fx[1], &method, &ret);
+  klass_start(DEBUGFIX "/mini/klass", &st->fx[1], &method, &ret, NULL);
   assert_int_equal(ember__procmaps_read(NULL, st->fx[1].pid, &st->maps[1]), 0);
   uint64_t ips[] = {method + 4, ret};
   ember_frame_t fr[4];
@@ -1441,7 +1458,7 @@ static void test_symbolize_minidebug(void **state) {
 static void test_symbolize_demangle_cost(void **state) {
   state_t *st = *state;
   uint64_t method = 0, ret = 0;
-  klass_start(KLASS, &st->fx[0], &method, &ret);
+  klass_start(KLASS, &st->fx[0], &method, &ret, NULL);
   assert_int_equal(ember__procmaps_read(NULL, st->fx[0].pid, &st->maps[0]), 0);
   /* An address in libstdc++'s text. */
   char path[64], line[512];
