@@ -1,6 +1,7 @@
 /* /proc readers shared by the agent's modules (procfs.h). */
 #include "procfs.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "ember/ember.h"
+#include "ember/parse.h"
 
 #include "safefile.h"
 
@@ -145,4 +147,65 @@ bool ember__scan_dec(const char **p, uint64_t *out) {
 const char *ember__skip_blanks(const char *p) {
   while (*p == ' ' || *p == '\t') p++;
   return p;
+}
+
+int ember__proc_read_at(int dirfd, const char *name, char *buf, size_t cap, size_t *len) {
+  ember__safe_opts_t o = {.follow = true, .owner = EMBER__SAFE_ANY_OWNER};
+  size_t n = 0;
+  int rc = ember__safe_read(dirfd, name, &o, buf, cap, &n);
+  if (rc == 0) *len = n;
+  return rc;
+}
+
+int ember__proc_read_str(const char *path, char *buf, size_t size) {
+  if (size == 0) return -EINVAL;
+  size_t len = 0;
+  int rc = ember__proc_read_at(AT_FDCWD, path, buf, size - 1, &len);
+  if (rc != 0) return rc;
+  buf[len] = '\0';
+  return 0;
+}
+
+long ember__read_sysctl(const char *path) {
+  char buf[64];
+  int64_t v;
+  if (ember__proc_read_str(path, buf, sizeof buf) != 0) return -1;
+  buf[strcspn(buf, "\n")] = '\0';
+  if (ember_parse_i64(buf, INT32_MIN, INT32_MAX, &v) != 0) return -1;
+  return (long)v;
+}
+
+int ember__proc_tids(const char *proc_root, pid_t pid, pid_t **out, size_t *count) {
+  char path[PATH_MAX];
+  int pn = snprintf(path, sizeof path, "%s/%d/task", proc_root ? proc_root : "/proc", (int)pid);
+  if (pn < 0 || (size_t)pn >= sizeof path) return -ENAMETOOLONG;
+  DIR *d = opendir(path);
+  if (d == NULL) return errno == ENOENT ? -ESRCH : -errno;
+  pid_t *tids = NULL;
+  size_t n = 0, cap = 0;
+  int rc = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && n < EMBER__PROC_MAX_TIDS) {
+    uint64_t v;
+    if (ember_parse_u64(e->d_name, 1, INT32_MAX, &v) != 0) continue;
+    if (n == cap) {
+      size_t nc = cap ? cap * 2 : 16;
+      pid_t *t = ember_realloc(tids, nc * sizeof *t);
+      if (t == NULL) {
+        rc = -ENOMEM;
+        break;
+      }
+      tids = t;
+      cap = nc;
+    }
+    tids[n++] = (pid_t)v;
+  }
+  closedir(d);
+  if (rc != 0) {
+    ember_free(tids);
+    return rc;
+  }
+  *out = tids;
+  *count = n;
+  return 0;
 }

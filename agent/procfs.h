@@ -1,5 +1,8 @@
-/* Small readers of /proc files the agent needs in more than one module.
- * The files are read through the safe-open helper (safefile.h), bounded;
+/* Small readers of /proc (and /sys) files the agent needs in more than one
+ * module: bounded reads of kernel files, sysctls, the task list of a
+ * process, the NSpid line, and the line reader and field scanners the
+ * parsers of /proc text share. The files are read through the safe-open
+ * helper (safefile.h), bounded;
  * their contents come from the kernel but describe processes a hostile
  * user controls, so every parser is total over any text.
  *
@@ -25,6 +28,28 @@ int ember__proc_nspid_parse(const char *status, uint64_t *last, unsigned *levels
  * Returns 0, -ENAMETOOLONG, -ENOENT (see above), or a code of
  * ember__safe_read; *out is untouched on failure. */
 int ember__proc_ns_pid(const char *proc_root, pid_t pid, uint64_t *out);
+
+/* Read at most `cap` bytes of dirfd/name (dirfd AT_FDCWD or a directory
+ * of /proc or /sys; name a file of the kernel's, so links are followed,
+ * as /proc/self or sysfs's device links) into buf, not NUL-terminated, and
+ * set *len. Only a regular file is read (never a FIFO or a device, which
+ * could block or act on open). Returns 0 or a code of ember__safe_read. */
+int ember__proc_read_at(int dirfd, const char *name, char *buf, size_t cap, size_t *len);
+/* The same for a path, read as a string: at most size - 1 bytes, then a
+ * NUL (size > 0). Returns 0 or a code of ember__safe_read. */
+int ember__proc_read_str(const char *path, char *buf, size_t size);
+
+/* A numeric sysctl such as /proc/sys/kernel/perf_event_max_sample_rate (a
+ * decimal in the int32 range), or -1 when unreadable or not a number. */
+long ember__read_sysctl(const char *path);
+
+/* The thread ids of `pid`, from <proc_root>/PID/task (proc_root NULL =
+ * "/proc"), at most EMBER__PROC_MAX_TIDS, in directory order. *out is
+ * allocated with ember_malloc (the caller frees it with ember_free; NULL
+ * when *count is 0). Returns 0, -ESRCH when the process is gone, -ENOMEM,
+ * -ENAMETOOLONG, or the -errno of opendir. */
+#define EMBER__PROC_MAX_TIDS (1u << 22) /* the kernel's largest pid_max */
+int ember__proc_tids(const char *proc_root, pid_t pid, pid_t **out, size_t *count);
 
 /* The longest line ember__read_lines passes on (longer ones are skipped):
  * the bound on one line of a /proc file (STYLE.md rule 12). */

@@ -143,6 +143,7 @@ int ember__procmaps_parse(const char *buf, size_t len, ember__procmaps_t **out) 
   ember__procmaps_t *m = ember_calloc(1, sizeof *m);
   if (m == NULL) return -ENOMEM;
   m->pid = 0;
+  m->uid = -1;
   m->proc_root = ember_strdup("/proc");
   line = ember_malloc(EMBER__LINE_MAX + 1);
   if (m->proc_root == NULL || line == NULL) {
@@ -201,6 +202,25 @@ bool ember__procmaps_covers(const ember__procmaps_t *m, uint64_t addr) {
 }
 
 size_t ember__procmaps_count(const ember__procmaps_t *m) { return m ? m->n : 0; }
+
+const ember__mapping_t *ember__procmaps_get(const ember__procmaps_t *m, size_t i) {
+  return m != NULL && i < m->n ? &m->v[i] : NULL;
+}
+
+const ember__mapping_t *
+ember__procmaps_find_if(const ember__procmaps_t *m,
+                        bool (*match)(const ember__mapping_t *mp, void *ctx), void *ctx) {
+  for (size_t i = 0; m != NULL && i < m->n; i++) {
+    if (match(&m->v[i], ctx)) return &m->v[i];
+  }
+  return NULL;
+}
+
+const char *ember__mapping_basename(const ember__mapping_t *mp) {
+  if (mp->kind != EMBER__MAP_FILE || mp->path == NULL) return "";
+  const char *slash = strrchr(mp->path, '/');
+  return slash ? slash + 1 : mp->path;
+}
 
 int64_t ember__procmaps_uid(const ember__procmaps_t *m) { return m ? m->uid : -1; }
 

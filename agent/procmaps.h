@@ -56,6 +56,18 @@ bool ember__procmaps_covers(const ember__procmaps_t *m, uint64_t addr);
 size_t ember__procmaps_count(const ember__procmaps_t *m);
 /* The mapping covering `addr`, or NULL (also for m NULL). Borrowed from m. */
 const ember__mapping_t *ember__procmaps_find(const ember__procmaps_t *m, uint64_t addr);
+/* The i-th executable mapping in address order, or NULL past the end (for
+ * readers that walk them all). Borrowed from m. */
+const ember__mapping_t *ember__procmaps_get(const ember__procmaps_t *m, size_t i);
+/* The first mapping, in address order, for which match(mp, ctx) is true;
+ * NULL when none (or m NULL). E.g. the libc a process maps: a file
+ * mapping whose path's last component starts with "libc.so". */
+const ember__mapping_t *
+ember__procmaps_find_if(const ember__procmaps_t *m,
+                        bool (*match)(const ember__mapping_t *mp, void *ctx), void *ctx);
+/* The last component of a file mapping's path ("" for none). */
+const char *ember__mapping_basename(const ember__mapping_t *mp);
+
 /* The uid that owned the process when the snapshot was read; -1 unknown. */
 int64_t ember__procmaps_uid(const ember__procmaps_t *m);
 

@@ -1,5 +1,4 @@
 /* On-demand sessions. See session.h and docs/internals/agent.md. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -7,8 +6,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,6 +15,7 @@
 #include "ember/parse.h"
 #include "ember/sign.h"
 #include "alloc.h"
+#include "procfs.h"
 #include "session.h"
 
 #define TICK_MS             50
@@ -34,7 +32,7 @@
 typedef struct thread_ev {
   uint32_t tid;
   int fd;
-  void *base;
+  ember__perf_ring_t ring;
   bool seen; /* in the latest task scan */
 } thread_ev_t;
 
@@ -52,7 +50,7 @@ typedef struct session {
   size_t nevs, capevs;
   uint64_t threads_skipped;
   ember__window_t *w;
-  ember__sampler_stats_t stats;
+  ember__perf_counts_t stats;
   /* Memory sessions: one allocation session per target (alloc.h). */
   bool memory;
   ember__alloc_session_t **allocs;
@@ -69,13 +67,17 @@ struct ember__sessions {
   int64_t next_assign;
   session_t **running;
   size_t nrunning;
-  size_t page_size;
   ember_sign_key_t keys[2]; /* command_key_file, command_key_file_previous */
   ember_sign_policy_t policy;
   ember_sign_replay_t *replay;
-  unsigned char scratch[EMBER__PERF_SCRATCH];
+  uint64_t scratch[EMBER__PERF_SCRATCH / 8];
   uint64_t ips[EMBER__PERF_MAX_CHAIN];
 };
+
+/* The layout open_ev asks for. */
+#define SAMPLE_TYPE                                                                                \
+  (PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_PERIOD |    \
+   PERF_SAMPLE_CALLCHAIN)
 
 static int64_t mono_ns(void) { return ember_time_mono_ns(); }
 
@@ -187,20 +189,18 @@ static void on_sample(void *ctx, const ember__raw_sample_t *rs) {
     se->owner->o.hooks.new_stack(se->owner->o.hooks.ctx, rs);
 }
 
-static size_t ring_bytes(const ember__sessions_t *s) { return s->page_size * (1 + RING_PAGES); }
-
 static void drain_ev(session_t *se, thread_ev_t *ev) {
   ember__sessions_t *s = se->owner;
-  ember__perf_reader_t rd = {on_sample, se, &se->stats, s->scratch, s->ips};
+  ember__perf_reader_t rd = {{SAMPLE_TYPE, 0}, on_sample, se, &se->stats, s->scratch, s->ips};
   uint64_t before = se->samples;
-  ember__perf_ring_drain(&rd, ev->base, s->page_size, s->page_size * RING_PAGES);
+  ember__perf_ring_drain(&rd, &ev->ring);
   ember_metric_add(s->o.m.samples, (double)(se->samples - before));
 }
 
 static void close_ev(session_t *se, thread_ev_t *ev) {
   if (ev->fd < 0) return;
   drain_ev(se, ev);
-  munmap(ev->base, ring_bytes(se->owner));
+  ember__perf_ring_unmap(&ev->ring);
   close(ev->fd);
   ev->fd = -1;
 }
@@ -218,28 +218,26 @@ static int open_ev(session_t *se, uint32_t tid) {
   }
   struct perf_event_attr a = {
       .type = PERF_TYPE_SOFTWARE,
-      .size = sizeof a,
       .config = PERF_COUNT_SW_CPU_CLOCK,
       /* A period of CPU time, not a frequency: cpu-clock counts ns of the
        * thread's CPU time, so a busy thread gives exactly hz samples a
        * second and a waiting one none; freq mode would re-estimate the
        * period from a count that stops whenever the thread is off CPU. */
       .sample_period = 1000000000ull / se->hz,
-      .sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU |
-                     PERF_SAMPLE_PERIOD | PERF_SAMPLE_CALLCHAIN,
+      .sample_type = SAMPLE_TYPE,
       .exclude_callchain_kernel = s->o.kernel ? 0 : 1,
       .use_clockid = 1,
       .clockid = CLOCK_MONOTONIC,
   };
-  int fd = (int)syscall(SYS_perf_event_open, &a, (pid_t)tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
-  if (fd < 0) return -errno;
-  void *base = mmap(NULL, ring_bytes(s), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    int e = errno;
+  int fd = ember__perf_open(&a, (pid_t)tid, -1, -1, 0);
+  if (fd < 0) return fd;
+  ember__perf_ring_t ring;
+  int rc = ember__perf_ring_map(&ring, fd, RING_PAGES);
+  if (rc != 0) {
     close(fd);
-    return -e;
+    return rc;
   }
-  se->evs[se->nevs++] = (thread_ev_t){.tid = tid, .fd = fd, .base = base, .seen = true};
+  se->evs[se->nevs++] = (thread_ev_t){.tid = tid, .fd = fd, .ring = ring, .seen = true};
   return 0;
 }
 
@@ -247,32 +245,29 @@ static int open_ev(session_t *se, uint32_t tid) {
  * thread is gone. Returns the first open error (0 when none), so the first
  * scan can tell "no permission" from "fine". */
 static int scan_tasks(session_t *se, uint32_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%u/task", pid);
-  DIR *d = opendir(path);
+  pid_t *tids = NULL;
+  size_t ntids = 0;
   int first_err = 0;
-  if (d != NULL) {
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-      uint64_t tid;
-      if (ember_parse_u64(de->d_name, 1, UINT32_MAX, &tid) != 0) continue;
-      bool known = false;
-      for (size_t i = 0; i < se->nevs && !known; i++) {
-        if (se->evs[i].tid == (uint32_t)tid && se->evs[i].fd >= 0) {
-          se->evs[i].seen = true;
-          known = true;
-        }
+  /* A process gone (or its task list unreadable) has no threads to add. */
+  if (pid > INT32_MAX || ember__proc_tids(NULL, (pid_t)pid, &tids, &ntids) != 0) return 0;
+  for (size_t t = 0; t < ntids; t++) {
+    uint32_t tid = (uint32_t)tids[t];
+    bool known = false;
+    for (size_t i = 0; i < se->nevs && !known; i++) {
+      if (se->evs[i].tid == tid && se->evs[i].fd >= 0) {
+        se->evs[i].seen = true;
+        known = true;
       }
-      if (known) continue;
-      if (se->nevs >= MAX_THREADS) {
-        se->threads_skipped++;
-        continue;
-      }
-      int rc = open_ev(se, (uint32_t)tid);
-      if (rc != 0 && rc != -ESRCH && first_err == 0) first_err = rc;
     }
-    closedir(d);
+    if (known) continue;
+    if (se->nevs >= MAX_THREADS) {
+      se->threads_skipped++;
+      continue;
+    }
+    int rc = open_ev(se, tid);
+    if (rc != 0 && rc != -ESRCH && first_err == 0) first_err = rc;
   }
+  ember_free(tids);
   return first_err;
 }
 
@@ -292,7 +287,7 @@ static void session_free(session_t *se) {
   if (se == NULL) return;
   for (size_t i = 0; i < se->nevs; i++) {
     if (se->evs[i].fd >= 0) {
-      munmap(se->evs[i].base, ring_bytes(se->owner));
+      ember__perf_ring_unmap(&se->evs[i].ring);
       close(se->evs[i].fd);
     }
   }
@@ -862,7 +857,6 @@ int ember__sessions_start(const ember__sessions_opts_t *opts, ember__sessions_t 
   int rc = -ENOMEM;
   if (s == NULL) return -ENOMEM;
   s->o = *opts;
-  s->page_size = (size_t)sysconf(_SC_PAGESIZE);
   s->host_id = ember_strdup(opts->host_id);
   s->agent_id = ember_strdup(opts->agent_id);
   if (s->host_id == NULL || s->agent_id == NULL) goto cleanup;
