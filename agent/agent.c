@@ -44,6 +44,7 @@ const char *const ember__agent_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                 "unwind_stack_bytes",
                                                 "unwind_table_memory",
                                                 "dwarf_debug_files",
+                                                "debug_dirs",
                                                 "max_stacks_per_window",
                                                 "netlink",
                                                 "session.max_concurrent",
@@ -165,10 +166,11 @@ typedef struct agent {
         *profile_errors, *queue_bytes, *spool_bytes, *spool_files, *spooled, *dropped, *sym_hits,
         *sym_loads, *unresolved, *targets, *cpu, *rss, *stacks_dropped, *idle, *unreadable,
         *unw_results[EMBER__UNWIND_NRESULTS], *unw_fp_steps, *unw_sig_steps, *unw_tables,
-        *unw_bytes, *unw_builds, *unw_build_s, *unw_no_cfi, *unw_evictions, *unw_cfi;
+        *unw_bytes, *unw_builds, *unw_build_s, *unw_no_cfi, *unw_evictions, *unw_cfi,
+        *debug_files, *minidebug, *debug_refused;
   } m;
   atomic_uint_fast64_t profiles_sent, profile_errors, windows_dropped, unresolved, sym_hits,
-      sym_loads;
+      sym_loads, debug_files, minidebug, debug_refused;
 } agent_t;
 
 /* --- pid table (loop thread) --- */
@@ -433,6 +435,9 @@ static void process_job(agent_t *a, job_t *j) {
   atomic_store(&a->sym_hits, st.module_hits);
   atomic_store(&a->sym_loads, st.module_loads);
   atomic_store(&a->unresolved, st.unresolved);
+  atomic_store(&a->debug_files, st.debug_files);
+  atomic_store(&a->minidebug, st.minidebug);
+  atomic_store(&a->debug_refused, st.debug_refused);
   ember_buf_free(&buf);
   ember_free(frames);
   /* The profiles are with the publisher (queued or spooled): only now is
@@ -806,6 +811,9 @@ static void on_metrics_timer(uv_timer_t *t) {
   ember_metric_set(a->m.sym_hits, (double)atomic_load(&a->sym_hits));
   ember_metric_set(a->m.sym_loads, (double)atomic_load(&a->sym_loads));
   ember_metric_set(a->m.unresolved, (double)atomic_load(&a->unresolved));
+  ember_metric_set(a->m.debug_files, (double)atomic_load(&a->debug_files));
+  ember_metric_set(a->m.minidebug, (double)atomic_load(&a->minidebug));
+  ember_metric_set(a->m.debug_refused, (double)atomic_load(&a->debug_refused));
   ember__discovery_stats_t ds;
   ember__discovery_stats(a->disc, &ds);
   ember_metric_set(a->m.targets, (double)ds.selected);
@@ -878,6 +886,13 @@ static void register_metrics(agent_t *a) {
                                          "ELF modules parsed into the symbol cache");
   a->m.unresolved = ember_metrics_counter(m, "ember_agent_unresolved_frames_total",
                                           "Frames left as module+offset");
+  a->m.debug_files = ember_metrics_counter(m, "ember_agent_debug_files_total",
+                                           "Separate debug files found (build-id, debuglink)");
+  a->m.minidebug = ember_metrics_counter(m, "ember_agent_minidebug_total",
+                                         "MiniDebugInfo (.gnu_debugdata) images read");
+  a->m.debug_refused = ember_metrics_counter(
+      m, "ember_agent_debug_refused_total",
+      "Debug file candidates refused: wrong build-id or CRC, unsafe, corrupt");
   a->m.targets = ember_metrics_gauge(m, "ember_agent_targets", "Processes selected as targets");
   a->m.unreadable = ember_metrics_counter(m, "ember_agent_proc_unreadable_total",
                                           "Processes whose /proc entries could not be read");
@@ -1045,8 +1060,17 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
   rc = ember__discovery_new(&dopt, &a->disc, err, sizeof err);
   if (rc != 0) goto cleanup;
   ember__discovery_scan(a->disc);
-  ember__symbolizer_opts_t sopt = {.dwarf = dwarf, .no_detached_dwarf = !dwarf_files};
+  ember__symbolizer_opts_t sopt = {.dwarf = dwarf,
+                                   .no_detached_dwarf = !dwarf_files,
+                                   .debug_dirs = ember_config_get(cfg, "debug_dirs")};
   rc = ember__symbolizer_new(&sopt, &a->sym);
+  if (rc == -EINVAL) {
+    snprintf(err, sizeof err,
+             "debug_dirs: every entry must be an absolute directory without '.' or '..' "
+             "(':'-separated, at most 16)");
+    rc = EMBER_ECONFIG;
+    goto cleanup;
+  }
   if (rc != 0) {
     snprintf(err, sizeof err, "cannot start the symbolizer: %s", ember_strerror(rc));
     goto cleanup;

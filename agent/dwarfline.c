@@ -9,7 +9,9 @@
 #include <stdint.h>
 
 #include "array.h"
+#include "demangle.h"
 #include "ember/ember.h"
+#include "strarena.h"
 
 /* A file the profiled process may rewrite is read with pread instead of a
  * mapping (a mapping of a file truncated meanwhile raises SIGBUS); DWARF,
@@ -22,11 +24,14 @@
 
 static atomic_uint_fast64_t dwarf_read_bytes;
 
+/* Room for one demangled name; a longer one keeps DWARF's short name. */
+#define DEMANGLED_MAX (16u * 1024u)
+
 /* A function or inlined call with code at [lo, hi): one per address range
  * of its DIE. */
 typedef struct dnode {
   uint64_t lo, hi;
-  const char *name;      /* borrowed from the Dwarf handle */
+  const char *name;      /* borrowed from the Dwarf handle or the names arena */
   const char *call_file; /* inlined: where the call is in the caller */
   uint32_t call_line;
   uint32_t parent; /* index + 1 of the node that holds this one; 0 = none */
@@ -61,13 +66,19 @@ struct ember__dwarfline {
   size_t ncus, cus_cap;
   cu_info_t *cu_list;
   size_t ncu_list, cu_list_cap;
+  bool demangle;
+  /* Demangled linkage names of C++/Rust functions, kept (like the Dwarf
+   * handle) while frames may point into them: freed with the handle. */
+  ember__strarena_t names;
 };
 
-int ember__dwarfline_open(int fd, Elf **elf, bool mapped, uint64_t size, ember__dwarfline_t **out) {
+int ember__dwarfline_open(int fd, Elf **elf, bool mapped, uint64_t size, bool demangle,
+                          ember__dwarfline_t **out) {
   *out = NULL;
   if (!mapped && size > MAX_READ_DWARF_SIZE) return 0;
   ember__dwarfline_t *d = ember_calloc(1, sizeof *d);
   if (d == NULL) return -ENOMEM;
+  d->demangle = demangle;
   if (!mapped) {
     /* A file read, not mapped: FDREAD reads it whole into memory, but
      * libelf (0.188) then loses the section data it had already read into
@@ -122,6 +133,7 @@ void ember__dwarfline_free(ember__dwarfline_t *d) {
   if (d->dw != NULL) dwarf_end(d->dw);
   if (d->dw_elf != NULL) elf_end(d->dw_elf);
   if (d->dw_bytes != 0) atomic_fetch_sub(&dwarf_read_bytes, d->dw_bytes);
+  ember__strarena_free(&d->names);
   ember_free(d);
 }
 
@@ -204,8 +216,32 @@ typedef struct ibuild {
   Dwarf_Die *cudie;
   Dwarf_Files *files;
   size_t nfiles;
-  int have_files; /* 0 not tried, 1 yes, -1 none */
+  int have_files;           /* 0 not tried, 1 yes, -1 none */
+  ember__strarena_t *names; /* NULL: names are not demangled */
+  char *dm;                 /* scratch for one demangled name, made on first use */
 } ibuild_t;
+
+/* A function's name for its frames: the demangled linkage name when it has
+ * one (C++ and Rust: "ns::Klass::step()", where DW_AT_name is "step"),
+ * else DW_AT_name. The linkage name is often on the declaration or the
+ * abstract instance, which dwarf_attr_integrate follows. Returns 0 with
+ * *out set (maybe NULL), or -ENOMEM. */
+static int node_name(ibuild_t *b, Dwarf_Die *die, const char **out) {
+  *out = dwarf_diename(die);
+  if (b->names == NULL) return 0;
+  Dwarf_Attribute at;
+  const char *ln = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_linkage_name, &at));
+  if (ln == NULL) ln = dwarf_formstring(dwarf_attr_integrate(die, DW_AT_MIPS_linkage_name, &at));
+  if (ln == NULL || !ember__demangle_candidate(ln)) return 0;
+  if (b->dm == NULL) b->dm = ember_malloc(DEMANGLED_MAX);
+  if (b->dm == NULL) return -ENOMEM;
+  size_t n = ember__demangle(ln, b->dm, DEMANGLED_MAX);
+  if (n == 0) return 0;
+  const char *copy = ember__strarena_dup(b->names, b->dm, n);
+  if (copy == NULL) return -ENOMEM;
+  *out = copy;
+  return 0;
+}
 
 static const char *call_file(ibuild_t *b, Dwarf_Die *die) {
   Dwarf_Attribute at;
@@ -229,7 +265,9 @@ static int index_children(ibuild_t *b, Dwarf_Die *parent, size_t pfirst, size_t 
     if (tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine || tag == DW_TAG_entry_point) {
       size_t first = b->n;
       bool inl = tag == DW_TAG_inlined_subroutine;
-      const char *name = dwarf_diename(&child);
+      const char *name = NULL;
+      rc = node_name(b, &child, &name);
+      if (rc != 0) return rc;
       const char *cfile = NULL;
       uint32_t cline = 0;
       if (inl) {
@@ -273,8 +311,8 @@ static int dnode_cmp(const void *a, const void *b) {
   return x->depth < y->depth ? -1 : x->depth > y->depth;
 }
 
-static int cu_index(cu_info_t *cu) {
-  ibuild_t b = {.cudie = &cu->die};
+static int cu_index(ember__dwarfline_t *d, cu_info_t *cu) {
+  ibuild_t b = {.cudie = &cu->die, .names = d->demangle ? &d->names : NULL};
   uint32_t *remap = NULL;
   int rc = index_children(&b, &cu->die, 0, 0, 0);
   if (rc != 0) goto cleanup;
@@ -297,6 +335,7 @@ static int cu_index(cu_info_t *cu) {
 cleanup:
   ember_free(remap);
   ember_free(b.v);
+  ember_free(b.dm);
   return rc;
 }
 
@@ -330,7 +369,7 @@ int ember__dwarfline_frames(ember__dwarfline_t *d, uint64_t a, const char *sym_n
   if (r == NULL) return 0;
   cu_info_t *cu = &d->cu_list[r->cu];
   if (!cu->indexed) {
-    rc = cu_index(cu);
+    rc = cu_index(d, cu);
     if (rc != 0) return rc;
   }
   const char *file = NULL;

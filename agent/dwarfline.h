@@ -26,10 +26,13 @@ typedef struct ember__dwarfline ember__dwarfline_t;
  * libelf maps it, its size) for later lookups. A mapped file's handle is
  * taken (*elf set to NULL: libelf lets go of the fd); a read one is read
  * whole into a fresh handle, if it is under the per-file bound and the
- * process-wide budget has room, and *elf stays the caller's. Returns 0 with
- * *out set, 0 with *out NULL when the DWARF is not kept (over a bound,
- * unreadable), or -ENOMEM. */
-int ember__dwarfline_open(int fd, Elf **elf, bool mapped, uint64_t size, ember__dwarfline_t **out);
+ * process-wide budget has room, and *elf stays the caller's. With
+ * `demangle`, functions and inlined calls that have a C++ or Rust linkage
+ * name are named by it, demangled (once per CU, as it is indexed). Returns
+ * 0 with *out set, 0 with *out NULL when the DWARF is not kept (over a
+ * bound, unreadable), or -ENOMEM. */
+int ember__dwarfline_open(int fd, Elf **elf, bool mapped, uint64_t size, bool demangle,
+                          ember__dwarfline_t **out);
 
 /* Drop the indexes (what only lookups need) but keep the DWARF handle,
  * which the strings of earlier frames point into. */
@@ -38,7 +41,8 @@ void ember__dwarfline_strip(ember__dwarfline_t *d);
 void ember__dwarfline_free(ember__dwarfline_t *d);
 
 /* Called per frame, innermost first; `function` and `file` are borrowed
- * from the handle (valid until ember__dwarfline_free), either may be NULL.
+ * from the handle (valid until ember__dwarfline_free, also after a strip),
+ * either may be NULL.
  * Return false to stop (the caller's frame buffer is full). */
 typedef bool (*ember__dwarfline_emit_fn)(void *ctx, const char *function, const char *file,
                                          uint32_t line);

@@ -10,11 +10,13 @@
 #include <unistd.h>
 
 #include "array.h"
+#include "debuginfo.h"
+#include "demangle.h"
 #include "ember/ember.h"
-#include "safefile.h"
 #include "strarena.h"
 
-#define DEBUG_DIR "/usr/lib/debug/.build-id"
+/* Room for one demangled name; a longer one keeps its mangled form. */
+#define DEMANGLED_MAX (16u * 1024u)
 /* A symbol table larger than this is not loaded (the module is kept as a
  * broken one): libc's is ~100 KB, the largest C++ binaries' tens of MB. */
 #define MAX_SYMTAB_SIZE (64ull << 20)
@@ -95,27 +97,6 @@ bool ember__elf_build_id(Elf *elf, char *hex, size_t size) {
   return k > 0;
 }
 
-/* The detached debug file Debian and Fedora install for a build-id
- * (libc6-dbg, *-dbgsym), if present and really the same build. */
-static int open_debug_file(const char *build_id, ember__elf_file_t *out) {
-  char path[PATH_MAX];
-  if (build_id == NULL || strlen(build_id) < 3) return -ENOENT;
-  int pn = snprintf(path, sizeof path, "%s/%.2s/%s.debug", DEBUG_DIR, build_id, build_id + 2);
-  if (pn < 0 || (size_t)pn >= sizeof path) return -ENAMETOOLONG;
-  struct stat st;
-  int fd = ember__safe_open_trusted(path, EMBER__ELF_MAX_SIZE, &st);
-  if (fd < 0) return fd;
-  /* The host's own debug directory, no process's: root's files there. */
-  int rc = ember__elf_open_fd(fd, &st, true, out);
-  if (rc != 0) return rc;
-  char hex[EMBER__BUILD_ID_HEX];
-  if (!ember__elf_build_id(out->elf, hex, sizeof hex) || strcmp(hex, build_id) != 0) {
-    ember__elf_close(out);
-    return -ENOENT;
-  }
-  return 0;
-}
-
 typedef struct raw_sym {
   uint64_t start, size, secend;
   const char *name; /* borrowed from the ELF while loading */
@@ -141,17 +122,20 @@ static unsigned sym_rank(const GElf_Sym *sym, const char *name) {
   return local << 8 | u << 1 | (bind == STB_WEAK ? 1u : 0u);
 }
 
-/* Build mod->syms from the STT_FUNC symbols of `elf`'s section of `type`. */
-static int load_symbols(ember__elfmod_t *mod, Elf *elf, Elf_Scn *symscn) {
-  int rc = 0;
-  raw_sym_t *raw = NULL;
-  size_t nraw = 0;
+/* The function symbols of one or more symbol tables, while a module is
+ * built; names are borrowed from the ELF handles, which outlive it. */
+typedef struct raw_syms {
+  raw_sym_t *v;
+  size_t n, cap;
+} raw_syms_t;
+
+/* Add the STT_FUNC symbols of `elf`'s symbol table `symscn` to r. */
+static int collect_symbols(raw_syms_t *r, Elf *elf, Elf_Scn *symscn) {
   GElf_Shdr sh;
-  Elf_Data *data = NULL;
   if (gelf_getshdr(symscn, &sh) == NULL) return 0;
   /* elf_getdata copies a read (not mapped) file's section into memory. */
   if (sh.sh_size > MAX_SYMTAB_SIZE) return -EFBIG;
-  data = elf_getdata(symscn, NULL);
+  Elf_Data *data = elf_getdata(symscn, NULL);
   if (data == NULL) return 0;
   /* The count from what libelf really holds, not from sh_entsize, which
    * the file may set to 1 (a raw array 40 times the section). */
@@ -159,8 +143,9 @@ static int load_symbols(ember__elfmod_t *mod, Elf *elf, Elf_Scn *symscn) {
   if (symsz == 0) return 0;
   size_t count = data->d_size / symsz;
   if (count == 0) return 0;
-  raw = ember_malloc(count * sizeof *raw);
-  if (raw == NULL) return -ENOMEM;
+  raw_sym_t *nv = ember__grow_array(r->v, &r->cap, r->n + count, sizeof *r->v);
+  if (nv == NULL) return -ENOMEM;
+  r->v = nv;
   size_t nsec = 0;
   if (elf_getshdrnum(elf, &nsec) != 0) nsec = 0;
   for (size_t i = 0; i < count; i++) {
@@ -175,8 +160,30 @@ static int load_symbols(ember__elfmod_t *mod, Elf *elf, Elf_Scn *symscn) {
     GElf_Shdr ssh;
     Elf_Scn *sec = sym.st_shndx < nsec ? elf_getscn(elf, sym.st_shndx) : NULL;
     if (sec != NULL && gelf_getshdr(sec, &ssh) != NULL) secend = ssh.sh_addr + ssh.sh_size;
-    raw[nraw++] = (raw_sym_t){sym.st_value, sym.st_size, secend, name, sym_rank(&sym, name)};
+    r->v[r->n++] = (raw_sym_t){sym.st_value, sym.st_size, secend, name, sym_rank(&sym, name)};
   }
+  return 0;
+}
+
+/* Copy a symbol's name into the module, demangled when it is a C++ or
+ * Rust name (once here, so lookups cost nothing more). `*dm` is a scratch
+ * buffer made on the first mangled name. NULL when out of memory. */
+static const char *keep_name(ember__elfmod_t *mod, const char *name, bool demangle, char **dm) {
+  if (demangle && ember__demangle_candidate(name)) {
+    if (*dm == NULL) *dm = ember_malloc(DEMANGLED_MAX);
+    if (*dm == NULL) return NULL;
+    size_t n = ember__demangle(name, *dm, DEMANGLED_MAX);
+    if (n > 0) return ember__strarena_dup(&mod->arena, *dm, n);
+  }
+  return ember__strarena_dup(&mod->arena, name, strlen(name));
+}
+
+/* Build mod->syms from the collected symbols: sorted, one per address. */
+static int finish_symbols(ember__elfmod_t *mod, raw_syms_t *r, bool demangle) {
+  int rc = 0;
+  char *dm = NULL;
+  raw_sym_t *raw = r->v;
+  size_t nraw = r->n;
   ember__sort_array(raw, nraw, sizeof *raw, raw_sym_cmp);
   /* Keep the best name per address; the size is the largest of its
    * aliases (a size-0 alias must not hide a sized one). */
@@ -189,12 +196,9 @@ static int load_symbols(ember__elfmod_t *mod, Elf *elf, Elf_Scn *symscn) {
     raw[k++] = raw[i];
   }
   nraw = k;
-  if (nraw == 0) goto cleanup;
+  if (nraw == 0) return 0;
   mod->syms = ember_malloc(nraw * sizeof *mod->syms);
-  if (mod->syms == NULL) {
-    rc = -ENOMEM;
-    goto cleanup;
-  }
+  if (mod->syms == NULL) return -ENOMEM;
   for (size_t i = 0; i < nraw; i++) {
     uint64_t end;
     if (raw[i].size > 0) {
@@ -206,7 +210,7 @@ static int load_symbols(ember__elfmod_t *mod, Elf *elf, Elf_Scn *symscn) {
       if (raw[i].secend > raw[i].start && end > raw[i].secend) end = raw[i].secend;
       if (end <= raw[i].start) end = raw[i].start + 1;
     }
-    const char *name = ember__strarena_dup(&mod->arena, raw[i].name, strlen(raw[i].name));
+    const char *name = keep_name(mod, raw[i].name, demangle, &dm);
     if (name == NULL) {
       rc = -ENOMEM;
       goto cleanup;
@@ -214,7 +218,7 @@ static int load_symbols(ember__elfmod_t *mod, Elf *elf, Elf_Scn *symscn) {
     mod->syms[mod->nsyms++] = (ember__elfsym_t){raw[i].start, end, name};
   }
 cleanup:
-  ember_free(raw);
+  ember_free(dm);
   return rc;
 }
 
@@ -251,10 +255,27 @@ void ember__elfmod_free(ember__elfmod_t *mod) {
   ember_free(mod);
 }
 
-int ember__elfmod_build(ember__elf_file_t *f, const char *build_id, bool dwarf, bool dwarf_detached,
+/* The directory part of an absolute path ("/usr/bin/x" -> "/usr/bin"),
+ * into buf; false when there is none. */
+static bool dir_of(const char *path, char *buf, size_t size) {
+  if (path == NULL || path[0] != '/') return false;
+  const char *slash = strrchr(path, '/');
+  size_t n = slash == path ? 1 : (size_t)(slash - path);
+  if (n >= size) return false;
+  memcpy(buf, path, n);
+  buf[n] = '\0';
+  return true;
+}
+
+int ember__elfmod_build(ember__elf_file_t *f, const char *build_id, const ember__elfmod_opts_t *o,
                         ember__elfmod_t **out) {
   int rc = 0;
-  ember__elf_file_t dbg = {-1, NULL, false, 0};
+  ember__debug_file_t dbg = EMBER__DEBUG_FILE_INIT;
+  ember__minidebug_t mini = {0};
+  raw_syms_t raw = {0};
+  ember__elfmod_opts_t opts = {0};
+  if (o != NULL) opts = *o;
+  bool dwarf = opts.dwarf;
   ember__elfmod_t *mod = ember_calloc(1, sizeof *mod);
   if (mod == NULL) return -ENOMEM;
   if (build_id != NULL) {
@@ -268,31 +289,53 @@ int ember__elfmod_build(ember__elf_file_t *f, const char *build_id, bool dwarf, 
   if (rc != 0) goto cleanup;
   Elf_Scn *symtab = find_section(f->elf, SHT_SYMTAB, NULL);
   bool main_debug = dwarf && has_debug_info(f->elf);
-  if (symtab == NULL || (dwarf && !main_debug)) {
-    if (open_debug_file(build_id, &dbg) != 0) dbg = EMBER__ELF_FILE_NONE;
+  if (opts.debuginfo != NULL && (symtab == NULL || (dwarf && !main_debug))) {
+    /* The separate debug file, by build-id, then by .gnu_debuglink. */
+    char dir[PATH_MAX];
+    ember__debug_target_t t = {.elf = f->elf,
+                               .build_id = build_id,
+                               .root_fd = opts.root_fd,
+                               .dir = dir_of(opts.path, dir, sizeof dir) ? dir : NULL,
+                               .root_safe = opts.root_safe};
+    rc = ember__debuginfo_find(opts.debuginfo, &t, &dbg);
+    if (rc == -ENOMEM) goto cleanup;
+    rc = 0;
   }
+  Elf_Scn *dsym = NULL;
   if (symtab != NULL) {
-    rc = load_symbols(mod, f->elf, symtab);
-  } else if (dbg.elf != NULL && (symtab = find_section(dbg.elf, SHT_SYMTAB, NULL)) != NULL) {
-    rc = load_symbols(mod, dbg.elf, symtab);
-  } else if ((symtab = find_section(f->elf, SHT_DYNSYM, NULL)) != NULL) {
-    rc = load_symbols(mod, f->elf, symtab);
+    rc = collect_symbols(&raw, f->elf, symtab);
+  } else if (dbg.elf != NULL && (dsym = find_section(dbg.elf, SHT_SYMTAB, NULL)) != NULL) {
+    rc = collect_symbols(&raw, dbg.elf, dsym);
+  } else {
+    /* A stripped file: its dynamic symbols, and the local functions its
+     * MiniDebugInfo adds (Fedora). */
+    Elf_Scn *dyn = find_section(f->elf, SHT_DYNSYM, NULL);
+    if (dyn != NULL) rc = collect_symbols(&raw, f->elf, dyn);
+    if (rc == 0 && opts.debuginfo != NULL) {
+      rc = ember__debuginfo_minidebug(opts.debuginfo, f->elf, &mini);
+      if (rc == 0) {
+        Elf_Scn *msym = find_section(mini.elf, SHT_SYMTAB, NULL);
+        rc = msym != NULL ? collect_symbols(&raw, mini.elf, msym) : 0;
+      } else if (rc != -ENOMEM) {
+        rc = 0; /* none, or refused and counted: .dynsym alone */
+      }
+    }
+  }
+  if (rc == 0) rc = finish_symbols(mod, &raw, !opts.no_demangle);
+  if (rc != 0) goto cleanup;
+  if (main_debug) {
+    rc = ember__dwarfline_open(f->fd, &f->elf, f->mapped, f->size, !opts.no_demangle, &mod->dwarf);
+  } else if (dwarf && opts.dwarf_detached && dbg.elf != NULL && has_debug_info(dbg.elf)) {
+    rc = ember__dwarfline_open(dbg.fd, &dbg.elf, dbg.mapped, dbg.size, !opts.no_demangle,
+                               &mod->dwarf);
   }
   if (rc != 0) goto cleanup;
-  ember__elf_file_t *keep = NULL;
-  if (main_debug) {
-    keep = f;
-  } else if (dwarf && dwarf_detached && dbg.elf != NULL && has_debug_info(dbg.elf)) {
-    keep = &dbg;
-  }
-  if (keep != NULL) {
-    rc = ember__dwarfline_open(keep->fd, &keep->elf, keep->mapped, keep->size, &mod->dwarf);
-    if (rc != 0) goto cleanup;
-  }
   *out = mod;
   mod = NULL;
 cleanup:
-  ember__elf_close(&dbg);
+  ember_free(raw.v);
+  ember__minidebug_free(&mini);
+  ember__debug_file_close(&dbg);
   ember__elfmod_free(mod);
   return rc;
 }

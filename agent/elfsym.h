@@ -2,9 +2,11 @@
  * root can write it, otherwise read with pread), its build-id, and the
  * per-build-id "module" the symbolizer caches: the PT_LOAD headers that
  * translate a file offset to the file's own virtual address, the sorted
- * STT_FUNC symbol table (.symtab, else the detached debug file's under
- * /usr/lib/debug/.build-id, else .dynsym), and the DWARF kept for lines
- * and inline frames (dwarfline.h).
+ * STT_FUNC symbol table (.symtab, else the separate debug file's that
+ * debuginfo.h finds by build-id or .gnu_debuglink, else .dynsym with the
+ * functions MiniDebugInfo adds), names demangled once as the table is
+ * built (demangle.h), and the DWARF kept for lines and inline frames
+ * (dwarfline.h).
  *
  * ELF files are hostile input (any user can map a crafted one): every
  * size is bounded, a file that is not ELF or over a bound fails cleanly.
@@ -21,6 +23,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include "debuginfo.h"
 #include "dwarfline.h"
 
 /* ELF and debug files larger than this are not read. */
@@ -61,12 +64,29 @@ typedef struct ember__elfsym {
 
 typedef struct ember__elfmod ember__elfmod_t;
 
+/* How a module is built. Zeros: no DWARF, no separate debug info, names
+ * demangled. */
+typedef struct ember__elfmod_opts {
+  bool dwarf;          /* keep the file's DWARF for lines and inline frames */
+  bool dwarf_detached; /* ... or that of its separate debug file */
+  bool no_demangle;    /* keep C++ and Rust names mangled */
+  /* Separate debug files and MiniDebugInfo (borrowed; NULL: neither). */
+  ember__debuginfo_t *debuginfo;
+  /* Where the file is, for its .gnu_debuglink: its path as the process
+   * sees it (NULL: unknown, e.g. deleted), the process's root (an O_PATH
+   * fd, AT_FDCWD, or -1: none), and whether the process is not root (see
+   * ember__debug_target_t). */
+  const char *path;
+  int root_fd;
+  bool root_safe;
+} ember__elfmod_opts_t;
+
 /* Parse the open file `f` (stays the caller's; a mapped file's handle may
  * be taken for DWARF, leaving f->elf NULL) into a new module. `build_id`
- * (may be NULL) is copied. With `dwarf`, keep its DWARF, or with
- * `dwarf_detached` that of its /usr/lib/debug file. Returns 0, -ENOMEM,
- * -EFBIG (symbol table over its bound). */
-int ember__elfmod_build(ember__elf_file_t *f, const char *build_id, bool dwarf, bool dwarf_detached,
+ * (may be NULL) is copied; `o` may be NULL (all zeros, root_fd -1 then
+ * being irrelevant). Returns 0, -ENOMEM, -EFBIG (symbol table over its
+ * bound). */
+int ember__elfmod_build(ember__elf_file_t *f, const char *build_id, const ember__elfmod_opts_t *o,
                         ember__elfmod_t **out);
 /* Drop what only lookups need (symbols, segments, DWARF indexes); keep
  * what frames point into (names, build-id, the DWARF handle). A stripped

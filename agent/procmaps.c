@@ -237,6 +237,17 @@ static int open_mapped(int dirfd, const char *path, bool follow, uint64_t ino, u
   return fd;
 }
 
+int ember__procmaps_open_root(const ember__procmaps_t *m) {
+  if (m == NULL) return -EINVAL;
+  if (m->pid <= 0) return AT_FDCWD;
+  char path[PATH_MAX];
+  int pn = snprintf(path, sizeof path, "%s/%d/root", m->proc_root, (int)m->pid);
+  if (pn < 0 || (size_t)pn >= sizeof path) return -ENAMETOOLONG;
+  /* The kernel's link to the process's root: followed, as it must be. */
+  int fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  return fd >= 0 ? fd : -errno;
+}
+
 /* See procmaps.h for the order of attempts. */
 int ember__procmaps_open(const ember__procmaps_t *pm, const ember__mapping_t *mp, uint64_t max_size,
                          struct stat *st) {

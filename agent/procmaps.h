@@ -80,6 +80,13 @@ int64_t ember__procmaps_uid(const ember__procmaps_t *m);
  * negative errno (-ESTALE: no file that is the mapped one). */
 int ember__procmaps_open(const ember__procmaps_t *m, const ember__mapping_t *mp, uint64_t max_size,
                          struct stat *st);
+/* An O_PATH directory fd of the process's root (<proc_root>/PID/root), for
+ * finding files beside a mapped one as the process sees them (debuglinks).
+ * The caller closes it. Returns the fd; AT_FDCWD for a snapshot without a
+ * pid (ember__procmaps_parse: its paths are the agent's own, as
+ * ember__procmaps_open takes them); -ENOENT when the process is gone, or
+ * another -errno. */
+int ember__procmaps_open_root(const ember__procmaps_t *m);
 /* An error that says nothing of the file (out of fds or memory): retry
  * later rather than remember the file as unreadable. */
 static inline bool ember__procmaps_transient(int err) {

@@ -8,6 +8,7 @@
 
 #include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <libelf.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "array.h"
+#include "debuginfo.h"
 #include "dwarfline.h"
 #include "elfsym.h"
 #include "ember/ember.h"
@@ -78,6 +80,8 @@ struct ember__symbolizer {
   size_t max_modules;
   bool dwarf;
   bool dwarf_detached;
+  bool no_demangle;
+  ember__debuginfo_t *debuginfo; /* separate debug files, MiniDebugInfo */
 
   module_t *lru_head, *lru_tail;
   size_t nmodules;
@@ -121,7 +125,14 @@ int ember__symbolizer_new(const ember__symbolizer_opts_t *opts, ember__symbolize
   s->max_modules = o.max_modules ? o.max_modules : DEFAULT_MAX_MODULES;
   s->dwarf = o.dwarf;
   s->dwarf_detached = !o.no_detached_dwarf;
+  s->no_demangle = o.no_demangle;
   s->perf_limits = o.perf_map;
+  ember__debuginfo_opts_t dopt = {.debug_dirs = o.debug_dirs};
+  int rc = ember__debuginfo_new(&dopt, &s->debuginfo);
+  if (rc != 0) {
+    ember__symbolizer_free(s);
+    return rc;
+  }
   /* libelf's version handshake; idempotent and needed before elf_begin. */
   elf_version(EV_CURRENT);
   *out = s;
@@ -151,6 +162,7 @@ void ember__symbolizer_free(ember__symbolizer_t *s) {
   }
   grave_flush(s);
   ember__elfmod_free(s->vdso);
+  ember__debuginfo_free(s->debuginfo);
   ember_free(s->aliases);
   ember__ksyms_free(s->ksyms);
   for (size_t b = 0; b < PID_BUCKETS; b++) {
@@ -187,6 +199,18 @@ void ember__symbolizer_forget(ember__symbolizer_t *s, pid_t pid) {
 void ember__symbolizer_stats(const ember__symbolizer_t *s, ember__symbolizer_stats_t *out) {
   if (s == NULL || out == NULL) return;
   *out = s->stats;
+  ember__debuginfo_stats_t d;
+  ember__debuginfo_stats(s->debuginfo, &d);
+  out->debug_files = d.by_build_id + d.by_link;
+  out->minidebug = d.minidebug;
+  out->debug_refused = d.build_id_mismatch + d.crc_mismatch + d.bad_link + d.unsafe + d.not_elf +
+                       d.minidebug_bad + d.minidebug_too_big;
+}
+
+void ember__symbolizer_debuginfo_stats(const ember__symbolizer_t *s,
+                                       ember__debuginfo_stats_t *out) {
+  if (s == NULL || out == NULL) return;
+  ember__debuginfo_stats(s->debuginfo, out);
 }
 
 static const char *intern_name(ember__symbolizer_t *s, const char *name) {
@@ -332,7 +356,22 @@ static int module_for(ember__symbolizer_t *s, const ember__procmaps_t *pm,
       }
       goto cleanup;
     }
-    rc = ember__elfmod_build(&f, have_id ? hex : NULL, s->dwarf, s->dwarf_detached, &elf);
+    /* The process's root, for a .gnu_debuglink beside the file: none
+     * (-1) when it is gone, debug directories are still searched. */
+    int root = ember__procmaps_open_root(pm);
+    if (ember__procmaps_transient(root)) {
+      rc = 0;
+      goto cleanup;
+    }
+    ember__elfmod_opts_t eo = {.dwarf = s->dwarf,
+                               .dwarf_detached = s->dwarf_detached,
+                               .no_demangle = s->no_demangle,
+                               .debuginfo = s->debuginfo,
+                               .path = mp->deleted ? NULL : mp->path,
+                               .root_fd = root >= 0 || root == AT_FDCWD ? root : -1,
+                               .root_safe = ember__procmaps_uid(pm) > 0};
+    rc = ember__elfmod_build(&f, have_id ? hex : NULL, &eo, &elf);
+    if (root >= 0) close(root);
     if (rc == 0) s->stats.module_loads++;
   }
   /* Unreadable, not ELF, over a bound or out of memory while parsing it:
@@ -394,7 +433,10 @@ static int vdso_module(ember__symbolizer_t *s, ember__elfmod_t **out) {
   char hex[EMBER__BUILD_ID_HEX];
   bool have_id = ember__elf_build_id(elf, hex, sizeof hex);
   ember__elfmod_t *mod = NULL;
-  int rc = ember__elfmod_build(&f, have_id ? hex : NULL, false, false, &mod);
+  /* Its debug file, if any, by build-id (linux-image-*-dbg ships one). */
+  ember__elfmod_opts_t eo = {
+      .no_demangle = s->no_demangle, .debuginfo = s->debuginfo, .root_fd = -1};
+  int rc = ember__elfmod_build(&f, have_id ? hex : NULL, &eo, &mod);
   elf_end(elf);
   if (rc != 0) return rc;
   s->vdso = mod;
