@@ -40,6 +40,7 @@ typedef struct module {
   struct module *grave_next;
   ember__elfmod_t *elf;
   ember__strarena_t arena; /* alias paths */
+  bool shared;             /* from a file only root can write: shared by build-id */
 } module_t;
 
 /* A file as one process maps it: (dev, inode, path) -> module. Several
@@ -315,7 +316,7 @@ static int alias_add(ember__symbolizer_t *s, const ember__mapping_t *mp, module_
 static module_t *module_by_build_id(ember__symbolizer_t *s, const char *build_id) {
   for (module_t *m = s->lru_head; m != NULL; m = m->lru_next) {
     const char *id = m->elf ? ember__elfmod_build_id(m->elf) : NULL;
-    if (id != NULL && strcmp(id, build_id) == 0) return m;
+    if (m->shared && id != NULL && strcmp(id, build_id) == 0) return m;
   }
   return NULL;
 }
@@ -331,7 +332,7 @@ static int module_for(ember__symbolizer_t *s, const ember__procmaps_t *pm,
   ember__elfmod_t *elf = NULL;
   module_t *mod = NULL;
   char hex[EMBER__BUILD_ID_HEX];
-  bool have_id = false;
+  bool have_id = false, trusted = false;
   *out = NULL;
   alias_t *a = alias_find(s, mp);
   if (a != NULL) {
@@ -346,7 +347,11 @@ static int module_for(ember__symbolizer_t *s, const ember__procmaps_t *pm,
   if (fd >= 0 && ember__elf_open_fd(fd, &st, ember__procmaps_uid(pm) > 0, &f) == 0) {
     if (f.mapped) s->stats.files_mapped++;
     have_id = ember__elf_build_id(f.elf, hex, sizeof hex);
-    module_t *same = have_id ? module_by_build_id(s, hex) : NULL;
+    /* Only files only root can write are shared by build-id: anyone can
+     * give a file of their own a system library's build-id, and its
+     * symbols must not become the library's (or the other way round). */
+    trusted = st.st_uid == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+    module_t *same = have_id && trusted ? module_by_build_id(s, hex) : NULL;
     if (same != NULL) {
       /* The same build under another path or in another container. */
       rc = alias_add(s, mp, same, out);
@@ -384,6 +389,7 @@ static int module_for(ember__symbolizer_t *s, const ember__procmaps_t *pm,
     goto cleanup;
   }
   mod->elf = elf;
+  mod->shared = trusted;
   elf = NULL;
   if (s->nmodules >= s->max_modules) evict_one(s);
   lru_push(s, mod);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@ typedef struct table_ref {
   ember__cfi_table_t *table; /* NULL: no usable CFI */
   size_t bytes;
   unsigned refs;
+  bool shared; /* from a file only root can write: others of its build-id may use it */
   char build_id[EMBER__BUILD_ID_HEX]; /* "" when none */
 } table_ref_t;
 
@@ -166,7 +168,8 @@ static entry_t *entry_find(const ember__unwtab_t *t, uint64_t dev, uint64_t ino)
 static table_ref_t *ref_by_build_id(const ember__unwtab_t *t, const char *id) {
   if (id[0] == '\0') return NULL;
   for (size_t i = 0; i < t->nents; i++) {
-    if (strcmp(t->ents[i]->ref->build_id, id) == 0) return t->ents[i]->ref;
+    if (t->ents[i]->ref->shared && strcmp(t->ents[i]->ref->build_id, id) == 0)
+      return t->ents[i]->ref;
   }
   return NULL;
 }
@@ -219,9 +222,13 @@ static void read_segments(Elf *elf, entry_t *e) {
   }
 }
 
-/* The table of `elf` (a new ref, or an existing one of the same build). */
-static table_ref_t *ref_for(ember__unwtab_t *t, Elf *elf, bool have_id, const char *id) {
-  table_ref_t *same = have_id ? ref_by_build_id(t, id) : NULL;
+/* The table of `elf` (a new ref, or an existing one of the same build).
+ * Sharing by build-id is for files only root can write: anyone can give a
+ * file of their own the build-id of a system library, and its table must
+ * not become the library's (or the other way round). */
+static table_ref_t *ref_for(ember__unwtab_t *t, Elf *elf, bool have_id, const char *id,
+                            bool trusted) {
+  table_ref_t *same = have_id && trusted ? ref_by_build_id(t, id) : NULL;
   if (same != NULL) {
     same->refs++;
     return same;
@@ -229,6 +236,7 @@ static table_ref_t *ref_for(ember__unwtab_t *t, Elf *elf, bool have_id, const ch
   table_ref_t *r = ember_calloc(1, sizeof *r);
   if (r == NULL) return NULL;
   r->refs = 1;
+  r->shared = trusted;
   if (have_id) snprintf(r->build_id, sizeof r->build_id, "%s", id);
   uint64_t t0 = mono_ns();
   ember__cfi_stats_t cs;
@@ -281,7 +289,8 @@ static entry_t *entry_for(ember__unwtab_t *t, const ember__procmaps_t *maps,
   if (fd >= 0 && ember__elf_open_fd(fd, &st, ember__procmaps_uid(maps) > 0, &f) == 0) {
     have_id = ember__elf_build_id(f.elf, id, sizeof id);
     read_segments(f.elf, e);
-    e->ref = ref_for(t, f.elf, have_id, id);
+    bool trusted = st.st_uid == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+    e->ref = ref_for(t, f.elf, have_id, id, trusted);
   } else {
     /* Unreadable or not ELF: remembered without a table. */
     table_ref_t *r = ember_calloc(1, sizeof *r);
@@ -320,7 +329,7 @@ static entry_t *vdso_entry(ember__unwtab_t *t) {
   entry_t *e = ember_calloc(1, sizeof *e);
   if (e != NULL) {
     read_segments(elf, e);
-    e->ref = ref_for(t, elf, false, "");
+    e->ref = ref_for(t, elf, false, "", false);
     if (e->ref == NULL) {
       ember_free(e);
       e = NULL;

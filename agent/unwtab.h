@@ -5,8 +5,9 @@
  * A table is built the first time a pc of a sampled process falls in a
  * file mapping, from that file opened the way the symbolizer opens it
  * (agent/procmaps.h: the kernel's map_files link, safe-open rules), and
- * kept by (device, inode) and by build-id, so every process that maps a
- * binary, in any container, shares one table. The vdso's table is built
+ * kept by (device, inode) and, for files only root can write, by build-id,
+ * so every process that maps a system binary, in any container, shares one
+ * table (a user's file claiming that build-id gets a table of its own). The vdso's table is built
  * from the agent's own vdso image (the same on every process of this
  * kernel). Anonymous executable memory (JIT code) has no table: the
  * unwinder takes frame-pointer steps there (agent/unwind.h).

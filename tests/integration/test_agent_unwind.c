@@ -50,7 +50,16 @@ static pid_t start_agent(const char *brokers) {
                         "scan_interval=1s",
                         "selector=worker=ember-it-*",
                         "metrics_listen=127.0.0.1:0",
+                        NULL,
                         NULL};
+  /* EMBER_TEST_UNWIND_STACK_BYTES: measure another stack copy size (the
+   * default was chosen that way, docs/internals/unwind.md). */
+  static char a_stack[64];
+  const char *sb = getenv("EMBER_TEST_UNWIND_STACK_BYTES");
+  if (sb != NULL && sb[0] != '\0') {
+    snprintf(a_stack, sizeof a_stack, "unwind_stack_bytes=%s", sb);
+    argv[10] = a_stack;
+  }
   pid_t pid = tu_spawn(argv, NULL, log_path);
   sleep(2); /* sampler and discovery up */
   return pid;
@@ -357,7 +366,24 @@ static void test_unwind_programs_without_frame_pointers(void **state) {
   }
   fclose(f);
 
+  /* nofp with its .eh_frame overwritten by noise, owned by a user (nobody):
+   * the agent must count it, keep partial stacks and carry on, and the
+   * copy's build-id (nofp's own) must not give nofp its broken table. */
+  char bad[600], cmd[8192], out[256];
+  snprintf(bad, sizeof bad, "%s/nofp-badcfi-%s", EMBER_TEST_TMP, host_id);
+  snprintf(cmd, sizeof cmd,
+           "set -e; objcopy --dump-section .eh_frame='%s.eh' '%s'; "
+           "head -c \"$(stat -c %%s '%s.eh')\" /dev/urandom > '%s.noise'; "
+           "objcopy --update-section .eh_frame='%s.noise' '%s' '%s'; rm -f '%s.eh' '%s.noise'; "
+           "chown 65534 '%s'",
+           bad, EMBER_TEST_PROGRAMS "/nofp", bad, bad, bad, EMBER_TEST_PROGRAMS "/nofp", bad, bad,
+           bad, bad);
+  assert_int_equal(tu_sh(cmd, out, sizeof out), 0);
+
   pid_t agent = start_agent(brokers);
+  const char *bad_argv[] = {bad, "2", NULL};
+  const char *bad_env[] = {"EMBER_WORKER=ember-it-badcfi", NULL};
+  pid_t badp = tu_spawn(bad_argv, bad_env, NULL);
   const char *nofp_argv[] = {EMBER_TEST_PROGRAMS "/nofp", "4", NULL};
   const char *nofp_env[] = {"EMBER_WORKER=ember-it-nofp", NULL};
   pid_t nofp = tu_spawn(nofp_argv, nofp_env, NULL);
@@ -394,6 +420,7 @@ static void test_unwind_programs_without_frame_pointers(void **state) {
     nodep = tu_spawn(node_argv, node_env, NULL);
   }
   assert_true(tu_wait(nofp, 120000) == 0);
+  assert_true(tu_wait(badp, 120000) == 0);
   assert_true(tu_wait(pyp, 120000) == 0);
   assert_true(tu_wait(xzp, 120000) == 0);
   if (nodep > 0) assert_true(tu_wait(nodep, 120000) == 0);
@@ -401,14 +428,41 @@ static void test_unwind_programs_without_frame_pointers(void **state) {
   char text[1 << 16];
   assert_int_equal(tu_http_get(tu_logged_port(log_path, 5000), "/metrics", text, sizeof text), 200);
   double dwarf_stacks = tu_metric(tu_logged_port(log_path, 5000), "ember_agent_unwind_cfi_total");
-  print_message("stacks unwound from CFI: %.0f\n", dwarf_stacks);
-  stop_agent(agent);
+  print_message("stacks unwound from CFI: %.0f (complete %.0f, truncated %.0f, no table %.0f, "
+                "bad cfa %.0f)\n",
+                dwarf_stacks,
+                tu_metric(tu_logged_port(log_path, 5000),
+                          "ember_agent_unwind_stacks_total{result=\"complete\"}"),
+                tu_metric(tu_logged_port(log_path, 5000),
+                          "ember_agent_unwind_stacks_total{result=\"truncated\"}"),
+                tu_metric(tu_logged_port(log_path, 5000),
+                          "ember_agent_unwind_stacks_total{result=\"no_table\"}"),
+                tu_metric(tu_logged_port(log_path, 5000),
+                          "ember_agent_unwind_stacks_total{result=\"bad_cfa\"}"));
+  double no_cfi =
+      tu_metric(tu_logged_port(log_path, 5000), "ember_agent_unwind_files_without_cfi_total");
+  stop_agent(agent); /* and it exits cleanly */
 
   ember_profile_t **ps = NULL;
   size_t n = tu_consume_profiles(brokers, host_id, 5000, 60000, &ps);
   if (n == 0) fail_msg("no profile from host %s arrived (agent log: %s)", host_id, log_path);
   ember_profile_t *p = merged(ps, n, "ember-it-nofp");
   check_nofp(p);
+  ember_profile_free(p);
+  /* The corrupt one: sampled and named at the leaf, stacks partial. */
+  p = merged(ps, n, "ember-it-badcfi");
+  int64_t bad_total = ember_profile_total(p, 0);
+  int64_t bad_leaf = tu_self(p, 0, "chain_leaf") + tu_self(p, 0, "by_weight");
+  int64_t bad_share_x1000 = 0;
+  {
+    int64_t t = 0;
+    bad_share_x1000 = (int64_t)(1000 * entry_share(p, &t));
+  }
+  print_message("corrupt .eh_frame: %lld samples, %lld at the known leaves, %.1f%% reach main\n",
+                (long long)bad_total, (long long)bad_leaf, (double)bad_share_x1000 / 10);
+  assert_true(bad_total > 500);
+  assert_true(bad_leaf > bad_total / 2);
+  assert_true(no_cfi >= 1);
   ember_profile_free(p);
   p = merged(ps, n, "ember-it-py");
   compare_with_perf(p, perf, py_data, "python3");
@@ -434,6 +488,7 @@ static void test_unwind_programs_without_frame_pointers(void **state) {
   unlink(xzin);
   unlink(py_data);
   unlink(xz_data);
+  unlink(bad);
 }
 
 int main(void) {

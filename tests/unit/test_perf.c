@@ -305,6 +305,43 @@ static size_t build_sample(rec_t *r, uint32_t pid, uint64_t stack) {
   return rec_end(r);
 }
 
+/* Stack copies for CFI unwinding: what the attr asks for, the registers
+ * read back by mask, and rings sized for the copies. */
+static void test_perf_user_stacks(void **state) {
+  (void)state;
+  struct perf_event_attr a = {.sample_type = PERF_SAMPLE_CALLCHAIN};
+  ember__perf_want_stack(&a, 0);
+  assert_int_equal(a.sample_type, PERF_SAMPLE_CALLCHAIN);
+  ember__perf_want_stack(&a, 100000);
+  assert_true(a.sample_type & PERF_SAMPLE_REGS_USER);
+  assert_true(a.sample_type & PERF_SAMPLE_STACK_USER);
+  assert_int_equal(a.sample_stack_user, EMBER__PERF_STACK_MAX);
+  assert_int_equal(a.exclude_callchain_user, 1);
+  ember__perf_want_stack(&a, 16387);
+  assert_int_equal(a.sample_stack_user, 16384);
+
+  uint64_t regs[3] = {0xb0, 0x5000, 0x401000}; /* bp, sp, ip: mask order */
+  ember__raw_sample_t s = {.regs_abi = PERF_SAMPLE_REGS_ABI_64,
+                           .regs = regs,
+                           .nregs = 3,
+                           .regs_mask = a.sample_regs_user};
+  uint64_t ip, sp, bp;
+  assert_true(ember__perf_user_regs(&s, &ip, &sp, &bp));
+  assert_int_equal(ip, 0x401000);
+  assert_int_equal(sp, 0x5000);
+  assert_int_equal(bp, 0xb0);
+  /* A kernel thread has no user registers; another mask is not ours. */
+  s.regs_abi = PERF_SAMPLE_REGS_ABI_NONE;
+  assert_false(ember__perf_user_regs(&s, &ip, &sp, &bp));
+  s.regs_abi = PERF_SAMPLE_REGS_ABI_64;
+  s.regs_mask = 1;
+  assert_false(ember__perf_user_regs(&s, &ip, &sp, &bp));
+
+  assert_int_equal(ember__perf_ring_pages_for(19, 16384, 4096, 8), 128);
+  assert_int_equal(ember__perf_ring_pages_for(1000, 16384, 4096, 8), 1024);
+  assert_int_equal(ember__perf_ring_pages_for(1, 512, 4096, 16), 16);
+}
+
 static void test_perf_ring_drain_wraps(void **state) {
   (void)state;
   fake_ring_t f;
@@ -393,6 +430,7 @@ int main(void) {
       cmocka_unit_test(test_perf_parse_truncated),
       cmocka_unit_test(test_perf_parse_inconsistent_lengths),
       cmocka_unit_test(test_perf_ring_drain_wraps),
+      cmocka_unit_test(test_perf_user_stacks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
