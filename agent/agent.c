@@ -166,8 +166,8 @@ typedef struct agent {
         *profile_errors, *queue_bytes, *spool_bytes, *spool_files, *spooled, *dropped, *sym_hits,
         *sym_loads, *unresolved, *targets, *cpu, *rss, *stacks_dropped, *idle, *unreadable,
         *unw_results[EMBER__UNWIND_NRESULTS], *unw_fp_steps, *unw_sig_steps, *unw_tables,
-        *unw_bytes, *unw_builds, *unw_build_s, *unw_no_cfi, *unw_evictions, *unw_cfi,
-        *debug_files, *minidebug, *debug_refused;
+        *unw_bytes, *unw_builds, *unw_build_s, *unw_no_cfi, *unw_evictions, *unw_cfi, *debug_files,
+        *minidebug, *debug_refused;
   } m;
   atomic_uint_fast64_t profiles_sent, profile_errors, windows_dropped, unresolved, sym_hits,
       sym_loads, debug_files, minidebug, debug_refused;

@@ -18,7 +18,8 @@
 #include "procfs.h"
 #include "session.h"
 
-#define TICK_MS             50
+#define TICK_MS             50   /* while a session runs: drain its rings */
+#define IDLE_TICK_MS        1000 /* else: assignment retries and delivery reports */
 #define RESCAN_NS           250000000LL
 #define RUNNING_EVERY_NS    500000000LL
 #define ASSIGN_RETRY_NS     5000000000LL
@@ -64,6 +65,11 @@ struct ember__sessions {
   ember__sessions_opts_t o;
   char *host_id, *agent_id;
   uv_timer_t tick;
+  /* librdkafka writes to wake_fd[1] when a command arrives (queue io
+   * events), so an idle agent needs no 50 ms polling for commands. */
+  uv_poll_t wake;
+  int wake_fd[2];
+  bool wake_on; /* else: commands are polled at every TICK_MS */
   rd_kafka_t *consumer, *producer;
   bool assigned;
   int64_t next_assign;
@@ -82,6 +88,8 @@ struct ember__sessions {
    PERF_SAMPLE_CALLCHAIN)
 
 static int64_t mono_ns(void) { return ember_time_mono_ns(); }
+
+static void set_tick(ember__sessions_t *s);
 
 static char *dup_or_null(const char *s) { return s ? ember_strdup(s) : NULL; }
 
@@ -645,6 +653,7 @@ static void start_session(ember__sessions_t *s, const ember_command_t *c) {
   }
   s->running = nr;
   s->running[s->nrunning++] = se;
+  set_tick(s);
   if (memory)
     snprintf(msg, sizeof msg, "profiling the allocations of %zu process%s for %lld ms%s",
              se->nallocs, se->nallocs == 1 ? "" : "es", (long long)(dur / 1000000), notes);
@@ -767,6 +776,41 @@ cleanup:
   return rc;
 }
 
+static void read_commands(ember__sessions_t *s) {
+  if (!s->assigned) return;
+  for (int i = 0; i < MAX_COMMANDS_A_TICK; i++) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(s->consumer, 0);
+    if (m == NULL) break;
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+      handle_command(s, m);
+    else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+      EMBER_WARN_LIMITED("session", "reading %s: %s", EMBER_TOPIC_COMMANDS,
+                         rd_kafka_message_errstr(m));
+    rd_kafka_message_destroy(m);
+  }
+}
+
+/* The tick runs every TICK_MS while a session runs (its rings), every
+ * IDLE_TICK_MS otherwise: that idle wakeup, 20 times a second, was most of
+ * an idle agent's CPU at 19 Hz. */
+static void set_tick(ember__sessions_t *s) {
+  uint64_t want = s->nrunning > 0 || !s->wake_on ? TICK_MS : IDLE_TICK_MS;
+  if (uv_timer_get_repeat(&s->tick) == want) return;
+  uv_timer_set_repeat(&s->tick, want);
+  uv_timer_again(&s->tick);
+}
+
+static void on_wake(uv_poll_t *h, int status, int events) {
+  ember__sessions_t *s = h->data;
+  (void)events;
+  char buf[64];
+  while (read(s->wake_fd[0], buf, sizeof buf) > 0) {
+  }
+  if (status < 0) return;
+  read_commands(s);
+  set_tick(s);
+}
+
 static void on_tick(uv_timer_t *t) {
   ember__sessions_t *s = t->data;
   int64_t now = mono_ns();
@@ -774,18 +818,7 @@ static void on_tick(uv_timer_t *t) {
     s->assigned = assign_latest(s) == 0;
     s->next_assign = mono_ns() + ASSIGN_RETRY_NS;
   }
-  if (s->assigned) {
-    for (int i = 0; i < MAX_COMMANDS_A_TICK; i++) {
-      rd_kafka_message_t *m = rd_kafka_consumer_poll(s->consumer, 0);
-      if (m == NULL) break;
-      if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
-        handle_command(s, m);
-      else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-        EMBER_WARN_LIMITED("session", "reading %s: %s", EMBER_TOPIC_COMMANDS,
-                           rd_kafka_message_errstr(m));
-      rd_kafka_message_destroy(m);
-    }
-  }
+  read_commands(s);
   rd_kafka_poll(s->producer, 0);
   now = mono_ns();
   /* Walk backwards: session_end removes by swapping in the last one. */
@@ -811,6 +844,7 @@ static void on_tick(uv_timer_t *t) {
       se->next_running = now + RUNNING_EVERY_NS;
     }
   }
+  set_tick(s);
 }
 
 void ember__sessions_stop_all(ember__sessions_t *s) {
@@ -871,6 +905,7 @@ int ember__sessions_start(const ember__sessions_opts_t *opts, ember__sessions_t 
   rd_kafka_conf_t *conf = NULL;
   int rc = -ENOMEM;
   if (s == NULL) return -ENOMEM;
+  s->wake_fd[0] = s->wake_fd[1] = -1;
   s->o = *opts;
   s->host_id = ember_strdup(opts->host_id);
   s->agent_id = ember_strdup(opts->agent_id);
@@ -904,6 +939,14 @@ int ember__sessions_start(const ember__sessions_opts_t *opts, ember__sessions_t 
   }
   conf = NULL; /* the consumer's now */
   rd_kafka_poll_set_consumer(s->consumer);
+  rd_kafka_queue_t *cq = rd_kafka_queue_get_consumer(s->consumer);
+  if (cq != NULL && pipe2(s->wake_fd, O_NONBLOCK | O_CLOEXEC) == 0 &&
+      uv_poll_init(opts->loop, &s->wake, s->wake_fd[0]) == 0) {
+    s->wake.data = s;
+    rd_kafka_queue_io_event_enable(cq, s->wake_fd[1], "1", 1);
+    s->wake_on = uv_poll_start(&s->wake, UV_READABLE, on_wake) == 0;
+  }
+  if (cq != NULL) rd_kafka_queue_destroy(cq);
   s->assigned = assign_latest(s) == 0;
   if (!s->assigned)
     EMBER_WARN("session", "cannot read %s's partitions yet; retrying every %d s",
@@ -911,7 +954,7 @@ int ember__sessions_start(const ember__sessions_opts_t *opts, ember__sessions_t 
   s->next_assign = mono_ns() + ASSIGN_RETRY_NS;
   uv_timer_init(opts->loop, &s->tick);
   s->tick.data = s;
-  uv_timer_start(&s->tick, on_tick, TICK_MS, TICK_MS);
+  uv_timer_start(&s->tick, on_tick, TICK_MS, s->wake_on ? IDLE_TICK_MS : TICK_MS);
   *out = s;
   return 0;
 
@@ -926,6 +969,11 @@ void ember__sessions_free(ember__sessions_t *s) {
   for (size_t i = 0; i < s->nrunning; i++) session_free(s->running[i]);
   ember_free(s->running);
   if (s->consumer) {
+    rd_kafka_queue_t *cq = rd_kafka_queue_get_consumer(s->consumer);
+    if (cq != NULL) {
+      rd_kafka_queue_io_event_enable(cq, -1, NULL, 0);
+      rd_kafka_queue_destroy(cq);
+    }
     rd_kafka_consumer_close(s->consumer);
     rd_kafka_destroy(s->consumer);
   }
@@ -933,6 +981,8 @@ void ember__sessions_free(ember__sessions_t *s) {
     rd_kafka_flush(s->producer, 5000);
     rd_kafka_destroy(s->producer);
   }
+  for (int i = 0; i < 2; i++)
+    if (s->wake_fd[i] >= 0) close(s->wake_fd[i]);
   ember_sign_replay_free(s->replay);
   explicit_bzero(s->keys, sizeof s->keys);
   ember_free(s->host_id);
