@@ -18,7 +18,7 @@ typedef struct out_buf {
 /* libiberty hands the result over in pieces. */
 static void collect(const char *s, size_t n, void *opaque) {
   out_buf_t *b = opaque;
-  if (b->overflow) return;
+  if (b->overflow || n == 0) return; /* n 0 may come with s NULL */
   if (n >= b->cap - b->len) {
     b->overflow = true;
     return;
