@@ -22,6 +22,7 @@
 #include "alloc.h"
 #include "session.h"
 #include "symbolize.h"
+#include "unwtab.h"
 #include "window.h"
 
 const char *const ember__agent_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
@@ -39,7 +40,11 @@ const char *const ember__agent_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                 "scan_interval",
                                                 "log_level",
                                                 "dwarf",
+                                                "unwind",
+                                                "unwind_stack_bytes",
+                                                "unwind_table_memory",
                                                 "dwarf_debug_files",
+                                                "debug_dirs",
                                                 "max_stacks_per_window",
                                                 "netlink",
                                                 "session.max_concurrent",
@@ -108,6 +113,9 @@ typedef struct agent {
   char agent_id[320];
   uint32_t hz;
   uint32_t ring_pages;
+  ember__unwind_mode_t unwind;
+  uint32_t stack_bytes; /* user stack copied a sample; 0 with unwind = fp */
+  uint64_t unwind_table_bytes;
   int64_t window_ns;
   int64_t targets_refresh_ns;
   uint64_t max_stacks;
@@ -132,6 +140,8 @@ typedef struct agent {
   ember__sessions_t *sessions;
   ember__session_metrics_t sm;
   ember__safe_metrics_t sf; /* hostile files (agent/safefile.h) */
+  ember__unwtab_t *unw;     /* loop thread: unwind tables (unwind != fp) */
+  uint64_t stack_ips[EMBER__PERF_MAX_CHAIN + EMBER__UNWIND_MAX_DEPTH];
 
   ember__window_t *open;
   ember__window_clock_t wclock; /* when to cut `open`, and its label */
@@ -154,10 +164,13 @@ typedef struct agent {
   struct {
     ember_metric_t *samples, *lost, *throttles, *windows, *windows_dropped, *profiles,
         *profile_errors, *queue_bytes, *spool_bytes, *spool_files, *spooled, *dropped, *sym_hits,
-        *sym_loads, *unresolved, *targets, *cpu, *rss, *stacks_dropped, *idle, *unreadable;
+        *sym_loads, *unresolved, *targets, *cpu, *rss, *stacks_dropped, *idle, *unreadable,
+        *unw_results[EMBER__UNWIND_NRESULTS], *unw_fp_steps, *unw_sig_steps, *unw_tables,
+        *unw_bytes, *unw_builds, *unw_build_s, *unw_no_cfi, *unw_evictions, *unw_cfi, *debug_files,
+        *minidebug, *debug_refused;
   } m;
   atomic_uint_fast64_t profiles_sent, profile_errors, windows_dropped, unresolved, sym_hits,
-      sym_loads;
+      sym_loads, debug_files, minidebug, debug_refused;
 } agent_t;
 
 /* --- pid table (loop thread) --- */
@@ -278,18 +291,54 @@ static void ensure_maps(pidinfo_t *p, const ember__raw_sample_t *s) {
   if (!covered) refresh_maps(p);
 }
 
+/* The whole stack of a sample taken with a user stack copy: the kernel's
+ * chain (kernel frames only: the user part is not asked of the kernel),
+ * then the user frames unwound from the registers and the copy with the
+ * process's maps, which are refreshed first if they miss the sampled pc
+ * (a library loaded since). Into a->stack_ips; returns the length. */
+static uint32_t whole_stack(agent_t *a, pidinfo_t *p, const ember__raw_sample_t *s,
+                            const uint64_t **ips) {
+  *ips = s->ips;
+  ember__unwind_regs_t regs;
+  if (a->unw == NULL || !ember__perf_user_regs(s, &regs.ip, &regs.sp, &regs.bp)) return s->nips;
+  if (p->maps == NULL || !ember__procmaps_covers(p->maps->maps, regs.ip)) refresh_maps(p);
+  uint32_t nk = s->nips < EMBER__PERF_MAX_CHAIN ? s->nips : EMBER__PERF_MAX_CHAIN;
+  memcpy(a->stack_ips, s->ips, nk * sizeof *s->ips);
+  size_t nu =
+      ember__unwtab_unwind(a->unw, p->maps ? p->maps->maps : NULL, &regs, s->stack,
+                           (size_t)s->stack_size, a->stack_ips + nk, EMBER__UNWIND_MAX_DEPTH);
+  *ips = a->stack_ips;
+  return nk + (uint32_t)nu;
+}
+
 static void on_sample(void *ctx, const ember__raw_sample_t *s) {
   agent_t *a = ctx;
   if (s->pid == 0) {
     ember_metric_add(a->m.idle, 1);
     return;
   }
-  if (s->pid == (uint32_t)a->self || s->nips == 0) return;
+  if (s->pid == (uint32_t)a->self) return;
   pidinfo_t *p = pidinfo_get(a, s->pid);
   if (p == NULL || !p->selected) return;
+  ember__raw_sample_t whole = *s;
+  whole.nips = whole_stack(a, p, s, &whole.ips);
+  if (whole.nips == 0) return;
   bool is_new = false;
-  if (ember__window_add(a->open, s->pid, s->ips, s->nips, s->period_ns, &is_new) != 0) return;
-  if (is_new) ensure_maps(p, s);
+  if (ember__window_add(a->open, whole.pid, whole.ips, whole.nips, whole.period_ns, &is_new) != 0)
+    return;
+  if (is_new) ensure_maps(p, &whole);
+}
+
+/* A session's sample: the same unwinding (sessions read their rings on the
+ * loop thread too). */
+static uint32_t on_session_sample(void *ctx, const ember__raw_sample_t *s, const uint64_t **ips) {
+  agent_t *a = ctx;
+  pidinfo_t *p = pidinfo_get(a, s->pid);
+  if (p == NULL) {
+    *ips = s->ips;
+    return s->nips;
+  }
+  return whole_stack(a, p, s, ips);
 }
 
 /* A session's new stack: the same capture of mappings as for windows. */
@@ -386,6 +435,9 @@ static void process_job(agent_t *a, job_t *j) {
   atomic_store(&a->sym_hits, st.module_hits);
   atomic_store(&a->sym_loads, st.module_loads);
   atomic_store(&a->unresolved, st.unresolved);
+  atomic_store(&a->debug_files, st.debug_files);
+  atomic_store(&a->minidebug, st.minidebug);
+  atomic_store(&a->debug_refused, st.debug_refused);
   ember_buf_free(&buf);
   ember_free(frames);
   /* The profiles are with the publisher (queued or spooled): only now is
@@ -759,6 +811,9 @@ static void on_metrics_timer(uv_timer_t *t) {
   ember_metric_set(a->m.sym_hits, (double)atomic_load(&a->sym_hits));
   ember_metric_set(a->m.sym_loads, (double)atomic_load(&a->sym_loads));
   ember_metric_set(a->m.unresolved, (double)atomic_load(&a->unresolved));
+  ember_metric_set(a->m.debug_files, (double)atomic_load(&a->debug_files));
+  ember_metric_set(a->m.minidebug, (double)atomic_load(&a->minidebug));
+  ember_metric_set(a->m.debug_refused, (double)atomic_load(&a->debug_refused));
   ember__discovery_stats_t ds;
   ember__discovery_stats(a->disc, &ds);
   ember_metric_set(a->m.targets, (double)ds.selected);
@@ -766,6 +821,24 @@ static void on_metrics_timer(uv_timer_t *t) {
   ember_metric_set(a->m.cpu, ember_self_cpu_seconds());
   ember_metric_set(a->m.rss, ember_self_rss_bytes());
   ember__safe_update_metrics(&a->sf, ember__alloc_preload_faults());
+  if (a->unw != NULL) {
+    ember__unwtab_stats_t us;
+    ember__unwtab_stats(a->unw, &us);
+    uint64_t all = 0;
+    for (int r = 0; r < EMBER__UNWIND_NRESULTS; r++) {
+      ember_metric_set(a->m.unw_results[r], (double)us.results[r]);
+      all += us.results[r];
+    }
+    ember_metric_set(a->m.unw_cfi, (double)all);
+    ember_metric_set(a->m.unw_fp_steps, (double)us.fp_steps);
+    ember_metric_set(a->m.unw_sig_steps, (double)us.sig_steps);
+    ember_metric_set(a->m.unw_tables, (double)us.tables);
+    ember_metric_set(a->m.unw_bytes, (double)us.bytes);
+    ember_metric_set(a->m.unw_builds, (double)us.builds);
+    ember_metric_set(a->m.unw_build_s, (double)us.build_ns / 1e9);
+    ember_metric_set(a->m.unw_no_cfi, (double)us.no_cfi);
+    ember_metric_set(a->m.unw_evictions, (double)us.evictions);
+  }
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -813,6 +886,13 @@ static void register_metrics(agent_t *a) {
                                          "ELF modules parsed into the symbol cache");
   a->m.unresolved = ember_metrics_counter(m, "ember_agent_unresolved_frames_total",
                                           "Frames left as module+offset");
+  a->m.debug_files = ember_metrics_counter(m, "ember_agent_debug_files_total",
+                                           "Separate debug files found (build-id, debuglink)");
+  a->m.minidebug = ember_metrics_counter(m, "ember_agent_minidebug_total",
+                                         "MiniDebugInfo (.gnu_debugdata) images read");
+  a->m.debug_refused = ember_metrics_counter(
+      m, "ember_agent_debug_refused_total",
+      "Debug file candidates refused: wrong build-id or CRC, unsafe, corrupt");
   a->m.targets = ember_metrics_gauge(m, "ember_agent_targets", "Processes selected as targets");
   a->m.unreadable = ember_metrics_counter(m, "ember_agent_proc_unreadable_total",
                                           "Processes whose /proc entries could not be read");
@@ -820,6 +900,32 @@ static void register_metrics(agent_t *a) {
                                               "Samples dropped past max_stacks_per_window");
   a->m.cpu = ember_metrics_gauge(m, "ember_agent_cpu_seconds", "The agent's own CPU seconds");
   a->m.rss = ember_metrics_gauge(m, "ember_agent_rss_bytes", "The agent's resident memory");
+  /* One family, registered in a row (metrics.h). */
+  for (int r = 0; r < EMBER__UNWIND_NRESULTS; r++) {
+    char name[128];
+    snprintf(name, sizeof name, "ember_agent_unwind_stacks_total{result=\"%s\"}",
+             ember__unwind_result_name((ember__unwind_result_t)r));
+    a->m.unw_results[r] = ember_metrics_counter(
+        m, name, "User stacks unwound from CFI, by how the walk ended (complete, truncated...)");
+  }
+  a->m.unw_cfi = ember_metrics_counter(m, "ember_agent_unwind_cfi_total",
+                                       "User stacks unwound from CFI (all results)");
+  a->m.unw_fp_steps =
+      ember_metrics_counter(m, "ember_agent_unwind_fp_steps_total",
+                            "Frames found by the frame-pointer fallback (JIT code)");
+  a->m.unw_sig_steps = ember_metrics_counter(m, "ember_agent_unwind_signal_frames_total",
+                                             "Signal frames unwound through");
+  a->m.unw_tables = ember_metrics_gauge(m, "ember_agent_unwind_tables", "Unwind tables held");
+  a->m.unw_bytes =
+      ember_metrics_gauge(m, "ember_agent_unwind_table_bytes", "Memory of the unwind tables held");
+  a->m.unw_builds = ember_metrics_counter(m, "ember_agent_unwind_tables_built_total",
+                                          "Unwind tables built from .eh_frame/.debug_frame");
+  a->m.unw_build_s = ember_metrics_counter(m, "ember_agent_unwind_table_build_seconds_total",
+                                           "Time spent building unwind tables");
+  a->m.unw_no_cfi = ember_metrics_counter(m, "ember_agent_unwind_files_without_cfi_total",
+                                          "Mapped files with no usable CFI, or unreadable");
+  a->m.unw_evictions = ember_metrics_counter(m, "ember_agent_unwind_table_evictions_total",
+                                             "Unwind tables dropped for unwind_table_memory");
   ember__sessions_register_metrics(m, &a->sm);
   ember__safe_register_metrics(m, &a->sf);
 }
@@ -832,7 +938,7 @@ static int read_config(agent_t *a, const ember_config_t *cfg, char *err, size_t 
    * without persisting the sequence. */
   snprintf(a->agent_id, sizeof a->agent_id, "%s:%lld", a->host_id,
            (long long)(ember_time_now_ns() / 1000000));
-  uint64_t hz = 19, pages = 8, max_stacks = 200000;
+  uint64_t hz = 19, pages = 0, max_stacks = 200000;
   int64_t win = 10000000000LL, refresh = 30000000000LL;
   int rc = ember_config_get_u64(cfg, "continuous_hz", 19, 1, 100000, &hz, err, errsz);
   if (rc == 0)
@@ -841,7 +947,22 @@ static int read_config(agent_t *a, const ember_config_t *cfg, char *err, size_t 
   if (rc == 0)
     rc = ember_config_get_duration_ns(cfg, "targets_refresh", 30000000000LL, 1000000000LL,
                                       86400000000000LL, &refresh, err, errsz);
-  if (rc == 0) rc = ember_config_get_u64(cfg, "ring_pages", 8, 1, 4096, &pages, err, errsz);
+  /* 0: sized by the sampler (8 pages, more with stack copies). */
+  if (rc == 0) rc = ember_config_get_u64(cfg, "ring_pages", 0, 0, 4096, &pages, err, errsz);
+  const char *uw = ember_config_get_str(cfg, "unwind", "auto");
+  if (rc == 0 && ember__unwind_mode_parse(uw, &a->unwind) != 0) {
+    snprintf(err, errsz, "unwind: '%s' is not auto, fp or dwarf", uw);
+    rc = EMBER_ECONFIG;
+  }
+  uint64_t stack_bytes = EMBER__DEFAULT_STACK_BYTES, table_mem = 64u << 20;
+  if (rc == 0)
+    rc = ember_config_get_u64(cfg, "unwind_stack_bytes", EMBER__DEFAULT_STACK_BYTES, 512,
+                              EMBER__PERF_STACK_MAX, &stack_bytes, err, errsz);
+  if (rc == 0)
+    rc = ember_config_get_u64(cfg, "unwind_table_memory", 64u << 20, 1u << 20, 1ull << 34,
+                              &table_mem, err, errsz);
+  a->stack_bytes = a->unwind == EMBER__UNWIND_FP ? 0 : (uint32_t)stack_bytes & ~7u;
+  a->unwind_table_bytes = table_mem;
   if (rc == 0)
     rc = ember_config_get_u64(cfg, "max_stacks_per_window", 200000, 1, 50000000, &max_stacks, err,
                               errsz);
@@ -939,8 +1060,17 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
   rc = ember__discovery_new(&dopt, &a->disc, err, sizeof err);
   if (rc != 0) goto cleanup;
   ember__discovery_scan(a->disc);
-  ember__symbolizer_opts_t sopt = {.dwarf = dwarf, .no_detached_dwarf = !dwarf_files};
+  ember__symbolizer_opts_t sopt = {.dwarf = dwarf,
+                                   .no_detached_dwarf = !dwarf_files,
+                                   .debug_dirs = ember_config_get(cfg, "debug_dirs")};
   rc = ember__symbolizer_new(&sopt, &a->sym);
+  if (rc == -EINVAL) {
+    snprintf(err, sizeof err,
+             "debug_dirs: every entry must be an absolute directory without '.' or '..' "
+             "(':'-separated, at most 16)");
+    rc = EMBER_ECONFIG;
+    goto cleanup;
+  }
   if (rc != 0) {
     snprintf(err, sizeof err, "cannot start the symbolizer: %s", ember_strerror(rc));
     goto cleanup;
@@ -957,27 +1087,39 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
   if (rc != 0) goto cleanup;
   closer_ok = true;
 
-  ember__sampler_opts_t so = {
-      .hz = a->hz, .ring_pages = a->ring_pages, .kernel = kernel, .hotplug_ms = 5000};
+  if (a->stack_bytes > 0) {
+    ember__unwtab_opts_t uo = {.max_bytes = (size_t)a->unwind_table_bytes,
+                               .no_fp = a->unwind == EMBER__UNWIND_DWARF};
+    rc = ember__unwtab_new(&uo, &a->unw);
+    if (rc != 0) goto cleanup;
+  }
+  ember__sampler_opts_t so = {.hz = a->hz,
+                              .ring_pages = a->ring_pages,
+                              .kernel = kernel,
+                              .hotplug_ms = 5000,
+                              .stack_bytes = a->stack_bytes};
   rc = ember__sampler_start(&a->loop, &so, on_sample, a, &a->sampler, err, sizeof err);
   if (rc != 0) goto cleanup;
 
   if (a->session_max_concurrent > 0) {
-    ember__sessions_opts_t sess = {
-        .loop = &a->loop,
-        .kafka = a->kafka,
-        .disc = a->disc,
-        .host_id = a->host_id,
-        .agent_id = a->agent_id,
-        .max_concurrent = a->session_max_concurrent,
-        .max_duration_ns = a->session_max_duration_ns,
-        .max_hz = a->session_max_hz,
-        .kernel = kernel,
-        .max_stacks = (size_t)a->max_stacks,
-        .alloc_sample_bytes = a->session_alloc_sample_bytes,
-        .m = a->sm,
-        .cfg = cfg,
-        .hooks = {.ctx = a, .new_stack = on_session_stack, .finish = on_session_finish}};
+    ember__sessions_opts_t sess = {.loop = &a->loop,
+                                   .kafka = a->kafka,
+                                   .disc = a->disc,
+                                   .host_id = a->host_id,
+                                   .agent_id = a->agent_id,
+                                   .max_concurrent = a->session_max_concurrent,
+                                   .max_duration_ns = a->session_max_duration_ns,
+                                   .max_hz = a->session_max_hz,
+                                   .kernel = kernel,
+                                   .stack_bytes = a->stack_bytes,
+                                   .max_stacks = (size_t)a->max_stacks,
+                                   .alloc_sample_bytes = a->session_alloc_sample_bytes,
+                                   .m = a->sm,
+                                   .cfg = cfg,
+                                   .hooks = {.ctx = a,
+                                             .new_stack = on_session_stack,
+                                             .stack = a->unw ? on_session_sample : NULL,
+                                             .finish = on_session_finish}};
     rc = ember__sessions_start(&sess, &a->sessions, err, sizeof err);
     if (rc != 0) goto cleanup;
   } else {
@@ -1056,6 +1198,7 @@ cleanup:
                ps.published, ps.spooled, ps.dropped);
   }
   ember__symbolizer_free(a->sym);
+  ember__unwtab_free(a->unw);
   ember__discovery_free(a->disc);
   if (a->own_kafka) ember_kafka_free(a->kafka);
   ember_http_metrics_stop(a->http);

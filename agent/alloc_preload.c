@@ -25,6 +25,7 @@
 #include "ember/log.h"
 #include "ember/parse.h"
 #include "procfs.h"
+#include "procmaps.h"
 #include "safefile.h"
 
 /* Polls a reserved-but-unpublished slot may block the ring before it is
@@ -74,30 +75,19 @@ static pid_t ns_pid(pid_t pid) {
   return ember__proc_ns_pid("/proc", pid, &v) == 0 && v > 0 ? (pid_t)v : pid;
 }
 
-/* Does /proc/PID/maps name the library? Read in blocks, at most 64 MiB. */
+static bool is_library(const ember__mapping_t *mp, void *ctx) {
+  (void)ctx;
+  return mp->kind == EMBER__MAP_FILE && mp->path != NULL &&
+         strstr(mp->path, "/libember_alloc") != NULL;
+}
+
+/* Does the process map the library? Its code is an executable mapping,
+ * which is what a maps snapshot holds. */
 static bool maps_library(pid_t pid) {
-  static const char needle[] = "/libember_alloc";
-  enum { BLOCK = 16384, KEEP = sizeof needle - 2 };
-  char path[64], buf[KEEP + BLOCK + 1];
-  size_t have = 0, total = 0;
-  bool found = false;
-  snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
-  int fd = ember__safe_openat(AT_FDCWD, path, NULL, NULL);
-  if (fd < 0) return false;
-  while (!found && total < (64u << 20)) {
-    ssize_t r = read(fd, buf + have, BLOCK);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    total += (size_t)r;
-    have += (size_t)r;
-    buf[have] = '\0';
-    found = memmem(buf, have, needle, sizeof needle - 1) != NULL;
-    /* Keep the tail: the name may straddle two reads. */
-    size_t keep = have < KEEP ? have : KEEP;
-    memmove(buf, buf + have - keep, keep);
-    have = keep;
-  }
-  close(fd);
+  ember__procmaps_t *m = NULL;
+  if (ember__procmaps_read(NULL, pid, &m) != 0) return false;
+  bool found = ember__procmaps_find_if(m, is_library, NULL) != NULL;
+  ember__procmaps_free(m);
   return found;
 }
 

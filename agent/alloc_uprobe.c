@@ -14,7 +14,6 @@
  * (PERF_EVENT_IOC_SET_OUTPUT); the sample's identifier says the function.
  * See docs/internals/alloc.md. */
 #include <asm/perf_regs.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
@@ -25,22 +24,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "alloc.h"
 #include "safefile.h"
 #include "ember/parse.h"
 #include "htab.h"
+#include "perf.h"
+#include "procfs.h"
+#include "procmaps.h"
 #include "sampler.h"
 
-#define MAX_CPUS      1024
-#define MAX_EVENTS    4096  /* threads x CPUs x functions probed */
-#define RING_PAGES    256   /* data pages per CPU ring: 1 MiB */
-#define MAX_STACKS    65536 /* distinct stacks per session */
-#define MAX_CHAIN     128   /* perf_event_max_stack is 127 by default */
-#define SCRATCH_BYTES 65536
+#define MAX_CPUS   1024
+#define MAX_EVENTS 4096  /* threads x CPUs x functions probed */
+#define RING_PAGES 256   /* data pages per CPU ring: 1 MiB */
+#define MAX_STACKS 65536 /* distinct stacks per session */
+#define MAX_CHAIN  128   /* perf_event_max_stack is 127 by default */
 
 /* The first FN_REQUIRED must exist; the aligned ones are probed when the
  * libc has them. Where the size is: malloc rdi; calloc rdi * rsi; realloc,
@@ -152,7 +151,7 @@ drop:
 
 typedef struct ring {
   int fd;
-  void *base;
+  ember__perf_ring_t ring;
 } ring_t;
 
 typedef struct event_id {
@@ -166,52 +165,47 @@ struct uprobe_state {
   int *fds;
   size_t nfds;
   event_id_t *ids;
-  size_t page_size, data_size;
-  unsigned char scratch[SCRATCH_BYTES];
+  ember__perf_counts_t counts;
+  uint64_t scratch[EMBER__PERF_SCRATCH / 8];
+  uint64_t chain[EMBER__PERF_MAX_CHAIN]; /* the parsed callchain */
   uint64_t ips[MAX_CHAIN + 1];
 };
 
-static int read_small(const char *path, char *buf, size_t size) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  ssize_t n;
-  do {
-    n = read(fd, buf, size - 1);
-  } while (n < 0 && errno == EINTR);
-  int e = errno;
-  close(fd);
-  if (n < 0) return -e;
-  buf[n] = '\0';
-  return 0;
+/* The layout of every probe's samples (uprobe_open). */
+#define SAMPLE_TYPE                                                                                \
+  (PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP | PERF_SAMPLE_CALLCHAIN | PERF_SAMPLE_REGS_USER |       \
+   PERF_SAMPLE_STACK_USER)
+/* The size argument registers, by number: DX (3), SI (4), DI (5), so the
+ * sample's regs are rdx, rsi, rdi in that order. */
+#define SAMPLE_REGS                                                                                \
+  ((1ULL << PERF_REG_X86_DX) | (1ULL << PERF_REG_X86_SI) | (1ULL << PERF_REG_X86_DI))
+
+/* glibc's libc, mapped executable from a file still there: "libc.so.6", or
+ * "libc-2.31.so" on older releases. */
+static bool is_libc(const ember__mapping_t *mp, void *ctx) {
+  (void)ctx;
+  const char *base = ember__mapping_basename(mp);
+  if (mp->deleted || mp->path == NULL || mp->path[0] != '/') return false;
+  return strncmp(base, "libc.so", 7) == 0 || strncmp(base, "libc-", 5) == 0;
 }
 
 /* The libc `pid` maps: its path as the process sees it (`shown`, for
  * messages) and the range of its executable mapping (for map_files). */
 static int find_libc(pid_t pid, char *shown, size_t size, uint64_t range[2], char *err, size_t n) {
-  char path[64], line[4096];
-  snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
-  FILE *f = fopen(path, "re");
-  if (f == NULL) {
-    int e = errno;
-    snprintf(err, n, "process %d: %s", (int)pid, strerror(e));
-    return e == ENOENT ? -ESRCH : -e;
+  ember__procmaps_t *m = NULL;
+  int rc = ember__procmaps_read(NULL, pid, &m);
+  if (rc != 0) {
+    snprintf(err, n, "process %d: %s", (int)pid, strerror(-rc));
+    return rc == -ENOENT ? -ESRCH : rc;
   }
-  int rc = -ENOENT;
-  while (rc != 0 && fgets(line, sizeof line, f) != NULL) {
-    line[strcspn(line, "\n")] = '\0';
-    char *file = strchr(line, '/');
-    char *perms = strchr(line, ' ');
-    if (file == NULL || perms == NULL || perms[3] != 'x') continue;
-    const char *base = strrchr(file, '/') + 1;
-    if (strncmp(base, "libc.so", 7) != 0 && strncmp(base, "libc-", 5) != 0) continue;
-    if (strstr(file, " (deleted)") != NULL) continue;
-    unsigned long long lo, hi;
-    if (sscanf(line, "%llx-%llx", &lo, &hi) != 2) continue;
-    range[0] = lo;
-    range[1] = hi;
-    if ((size_t)snprintf(shown, size, "%s", file) < size) rc = 0;
+  const ember__mapping_t *mp = ember__procmaps_find_if(m, is_libc, NULL);
+  rc = -ENOENT;
+  if (mp != NULL && (size_t)snprintf(shown, size, "%s", mp->path) < size) {
+    range[0] = mp->start;
+    range[1] = mp->end;
+    rc = 0;
   }
-  fclose(f);
+  ember__procmaps_free(m);
   if (rc != 0)
     snprintf(err, n,
              "process %d maps no libc.so (statically linked or another C library?): the uprobe "
@@ -303,52 +297,17 @@ cleanup:
   return rc;
 }
 
-static int list_tids(pid_t pid, pid_t **out, size_t *count) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-  DIR *d = opendir(path);
-  if (d == NULL) return errno == ENOENT ? -ESRCH : -errno;
-  pid_t *tids = NULL;
-  size_t n = 0, cap = 0;
-  struct dirent *e;
-  int rc = 0;
-  while ((e = readdir(d)) != NULL) {
-    uint64_t v;
-    if (ember_parse_u64(e->d_name, 1, INT32_MAX, &v) != 0) continue;
-    if (n == cap) {
-      size_t nc = cap ? cap * 2 : 16;
-      pid_t *t = realloc(tids, nc * sizeof *t);
-      if (t == NULL) {
-        rc = -ENOMEM;
-        break;
-      }
-      tids = t;
-      cap = nc;
-    }
-    tids[n++] = (pid_t)v;
-  }
-  closedir(d);
-  if (rc != 0) {
-    free(tids);
-    return rc;
-  }
-  *out = tids;
-  *count = n;
-  return 0;
-}
-
 static void uprobe_close(struct uprobe_state *u) {
   if (u == NULL) return;
   for (size_t i = 0; i < u->nfds; i++) close(u->fds[i]);
-  for (uint32_t c = 0; c < u->nrings; c++)
-    if (u->rings[c].base != NULL) munmap(u->rings[c].base, u->page_size + u->data_size);
+  for (uint32_t c = 0; c < u->nrings; c++) ember__perf_ring_unmap(&u->rings[c].ring);
   free(u->fds);
   free(u->ids);
   free(u);
 }
 
 static int uprobe_open(pid_t pid, struct uprobe_state **out, char *err, size_t n) {
-  char libc[PATH_MAX], buf[4096];
+  char libc[PATH_MAX], buf[4096] = "";
   uint64_t off[FN_COUNT];
   uint8_t online[MAX_CPUS / 8];
   pid_t *tids = NULL;
@@ -377,21 +336,21 @@ static int uprobe_open(pid_t pid, struct uprobe_state **out, char *err, size_t n
   snprintf(libc, sizeof libc, "/proc/self/fd/%d", libfd);
   size_t nfn = 0;
   for (int f = 0; f < FN_COUNT; f++) nfn += off[f] != 0;
-  rc = read_small("/sys/bus/event_source/devices/uprobe/type", buf, sizeof buf);
+  rc = ember__proc_read_str("/sys/bus/event_source/devices/uprobe/type", buf, sizeof buf);
   buf[strcspn(buf, "\n")] = '\0';
   if (rc != 0 || ember_parse_u64(buf, 0, UINT32_MAX, &type) != 0) {
     snprintf(err, n, "this kernel has no uprobe PMU (/sys/bus/event_source/devices/uprobe/type)");
     rc = rc != 0 ? rc : -ENOTSUP;
     goto cleanup;
   }
-  rc = read_small("/sys/devices/system/cpu/online", buf, sizeof buf);
+  rc = ember__proc_read_str("/sys/devices/system/cpu/online", buf, sizeof buf);
   int ncpus = rc == 0 ? ember__cpulist_parse(buf, online, MAX_CPUS) : rc;
   if (ncpus <= 0) {
     snprintf(err, n, "cannot read the online CPUs");
     rc = ncpus < 0 ? ncpus : -EINVAL;
     goto cleanup;
   }
-  rc = list_tids(pid, &tids, &ntids);
+  rc = ember__proc_tids(NULL, pid, &tids, &ntids);
   if (rc != 0) {
     snprintf(err, n, "process %d: %s", (int)pid, strerror(-rc));
     goto cleanup;
@@ -412,8 +371,6 @@ static int uprobe_open(pid_t pid, struct uprobe_state **out, char *err, size_t n
     rc = -ENOMEM;
     goto cleanup;
   }
-  u->page_size = (size_t)sysconf(_SC_PAGESIZE);
-  u->data_size = RING_PAGES * u->page_size;
   for (uint32_t c = 0; c < MAX_CPUS; c++) {
     if (!(online[c / 8] & (1u << (c % 8)))) continue;
     ring_t *r = &u->rings[u->nrings++];
@@ -422,23 +379,20 @@ static int uprobe_open(pid_t pid, struct uprobe_state **out, char *err, size_t n
       for (int f = 0; f < FN_COUNT; f++) {
         if (off[f] == 0) continue;
         struct perf_event_attr a = {
-            .size = sizeof a,
             .type = (uint32_t)type,
             .config = 0, /* entry probe (bit 0 would make it a return probe) */
             .config1 = (uint64_t)(uintptr_t)libc,
             .config2 = off[f],
             .sample_period = 1,
-            .sample_type = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP | PERF_SAMPLE_CALLCHAIN |
-                           PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER,
-            .sample_regs_user =
-                (1ULL << PERF_REG_X86_DX) | (1ULL << PERF_REG_X86_SI) | (1ULL << PERF_REG_X86_DI),
+            .sample_type = SAMPLE_TYPE,
+            .sample_regs_user = SAMPLE_REGS,
             .sample_stack_user = 16,
             .exclude_callchain_kernel = 1,
             .inherit = 1,
         };
-        int fd = (int)syscall(SYS_perf_event_open, &a, tids[t], (int)c, -1, PERF_FLAG_FD_CLOEXEC);
+        int fd = ember__perf_open(&a, tids[t], (int)c, -1, 0);
         if (fd < 0) {
-          rc = -errno;
+          rc = fd;
           if (rc == -ESRCH) break; /* the thread ended meanwhile */
           snprintf(err, n, "perf_event_open(uprobe %s in %s, tid %d, cpu %u): %s%s", fn_names[f],
                    libc, (int)tids[t], c, strerror(-rc),
@@ -455,16 +409,13 @@ static int uprobe_open(pid_t pid, struct uprobe_state **out, char *err, size_t n
         }
         u->ids[u->nfds++] = (event_id_t){id, f};
         if (r->fd < 0) {
-          void *m =
-              mmap(NULL, u->page_size + u->data_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-          if (m == MAP_FAILED) {
-            rc = -errno;
-            snprintf(err, n, "mmap of a %zu KiB perf ring (cpu %u): %s", u->data_size / 1024, c,
-                     strerror(-rc));
+          rc = ember__perf_ring_map(&r->ring, fd, RING_PAGES);
+          if (rc != 0) {
+            snprintf(err, n, "mmap of a %zu KiB perf ring (cpu %u): %s",
+                     (size_t)RING_PAGES * (size_t)sysconf(_SC_PAGESIZE) / 1024, c, strerror(-rc));
             goto cleanup;
           }
           r->fd = fd;
-          r->base = m;
         } else if (ioctl(fd, PERF_EVENT_IOC_SET_OUTPUT, r->fd) != 0) {
           rc = -errno;
           snprintf(err, n, "PERF_EVENT_IOC_SET_OUTPUT (cpu %u): %s", c, strerror(-rc));
@@ -478,51 +429,27 @@ static int uprobe_open(pid_t pid, struct uprobe_state **out, char *err, size_t n
   u = NULL;
 cleanup:
   uprobe_close(u);
-  free(tids);
+  ember_free(tids);
   close(libfd); /* the probes hold the file themselves once made */
   return rc;
 }
 
-static void uprobe_sample(ember__alloc_session_t *s, const unsigned char *rec, size_t size) {
+/* One probe hit, parsed by perf.c (every length checked there). */
+static void uprobe_sample(void *ctx, const ember__raw_sample_t *rs) {
+  ember__alloc_session_t *s = ctx;
   struct uprobe_state *u = s->up;
-  const unsigned char *p = rec + sizeof(struct perf_event_header);
-  const unsigned char *end = rec + size;
-  uint64_t id, ip, nr, abi, regs[3] = {0, 0, 0}, ssize, ret = 0;
-  /* IDENTIFIER, IP, CALLCHAIN, REGS_USER, STACK_USER, in perf_event.h's
-   * order; every length is checked against the record. */
-  if (end - p < 24) goto bad;
-  memcpy(&id, p, 8);
-  memcpy(&ip, p + 8, 8);
-  memcpy(&nr, p + 16, 8);
-  p += 24;
-  if (nr > (uint64_t)(end - p) / 8) goto bad;
-  const unsigned char *chain = p;
-  p += nr * 8;
-  if (end - p < 8) goto bad;
-  memcpy(&abi, p, 8);
-  p += 8;
-  if (abi != PERF_SAMPLE_REGS_ABI_NONE) {
-    if (end - p < 24) goto bad;
-    memcpy(regs, p, 24); /* by register number: DX (3), SI (4), DI (5) */
-    p += 24;
-  }
-  if (end - p < 8) goto bad;
-  memcpy(&ssize, p, 8);
-  p += 8;
-  if (ssize > (uint64_t)(end - p)) goto bad;
-  if (ssize >= 8 && (uint64_t)(end - p) >= ssize + 8) {
-    uint64_t dyn;
-    memcpy(&dyn, p + ssize, 8);
-    if (dyn >= 8) memcpy(&ret, p, 8);
-  }
+  uint64_t ret = 0;
+  /* The top of the stack at the probe, the function's first instruction:
+   * the return address into the caller. */
+  if (rs->stack_size >= 8) memcpy(&ret, rs->stack, 8);
   int fn = -1;
   for (size_t i = 0; i < u->nfds; i++)
-    if (u->ids[i].id == id) {
+    if (u->ids[i].id == rs->id) {
       fn = u->ids[i].fn;
       break;
     }
-  if (fn < 0 || abi == PERF_SAMPLE_REGS_ABI_NONE) goto bad;
-  uint64_t rdx = regs[0], rsi = regs[1], rdi = regs[2], bytes;
+  if (fn < 0 || rs->regs_abi == PERF_SAMPLE_REGS_ABI_NONE || rs->nregs < 3) goto bad;
+  uint64_t rdx = rs->regs[0], rsi = rs->regs[1], rdi = rs->regs[2], bytes;
   switch (fn) {
   case FN_MALLOC: bytes = rdi; break;
   case FN_CALLOC:
@@ -538,15 +465,12 @@ static void uprobe_sample(ember__alloc_session_t *s, const unsigned char *rec, s
   }
   if (bytes == 0) return; /* malloc(0) and realloc(p, 0) allocate nothing */
   size_t n = 0;
-  for (uint64_t i = 0; i < nr && n < MAX_CHAIN; i++) {
-    uint64_t v;
-    memcpy(&v, chain + i * 8, 8);
-    if (v >= (uint64_t)PERF_CONTEXT_MAX) continue;
-    u->ips[n++] = v;
+  for (uint32_t i = 0; i < rs->nips && n < MAX_CHAIN; i++) {
+    u->ips[n++] = rs->ips[i];
     if (n == 1 && ret != 0) u->ips[n++] = ret;
   }
   if (n == 0) {
-    u->ips[n++] = ip;
+    u->ips[n++] = rs->ip;
     if (ret != 0) u->ips[n++] = ret;
   }
   if (bytes > (uint64_t)INT64_MAX) bytes = (uint64_t)INT64_MAX;
@@ -558,39 +482,14 @@ bad:
 
 static void uprobe_drain(ember__alloc_session_t *s) {
   struct uprobe_state *u = s->up;
+  ember__perf_reader_t rd = {
+      {SAMPLE_TYPE, SAMPLE_REGS}, uprobe_sample, s, &u->counts, u->scratch, u->chain};
   for (uint32_t c = 0; c < u->nrings; c++) {
-    ring_t *r = &u->rings[c];
-    if (r->base == NULL) continue;
-    struct perf_event_mmap_page *meta = r->base;
-    unsigned char *data = (unsigned char *)r->base + u->page_size;
-    uint64_t head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
-    uint64_t tail = meta->data_tail;
-    while (tail < head) {
-      size_t off = (size_t)(tail % u->data_size);
-      const struct perf_event_header *h = (const void *)(data + off);
-      size_t size = h->size;
-      if (size < sizeof *h || size > head - tail || size > sizeof u->scratch) {
-        s->stats.lost++;
-        tail = head;
-        break;
-      }
-      const unsigned char *rec = data + off;
-      if (off + size > u->data_size) {
-        size_t first = u->data_size - off;
-        memcpy(u->scratch, data + off, first);
-        memcpy(u->scratch + first, data, size - first);
-        rec = u->scratch;
-      }
-      if (h->type == PERF_RECORD_SAMPLE) {
-        uprobe_sample(s, rec, size);
-      } else if (h->type == PERF_RECORD_LOST && size >= sizeof *h + 16) {
-        uint64_t lost;
-        memcpy(&lost, rec + sizeof *h + 8, 8);
-        s->stats.lost += lost;
-      }
-      tail += size;
-    }
-    __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
+    /* Records the kernel dropped and records that did not parse are both
+     * samples this session lost. */
+    u->counts = (ember__perf_counts_t){0};
+    ember__perf_ring_drain(&rd, &u->rings[c].ring);
+    s->stats.lost += u->counts.lost + u->counts.bad_records;
   }
 }
 

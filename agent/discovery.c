@@ -278,17 +278,6 @@ typedef struct proc_stat {
   char comm[16];
 } proc_stat_t;
 
-/* Read at most cap bytes of dirfd/name, a file of procfs (links there, as
- * self/, are the kernel's), through the agent's one safe-open helper: a
- * regular file only, never blocking. Returns 0 or -errno. */
-static int read_at(int dirfd, const char *name, char *buf, size_t cap, size_t *len_out) {
-  ember__safe_opts_t o = {.follow = true, .owner = EMBER__SAFE_ANY_OWNER};
-  size_t len = 0;
-  int rc = ember__safe_read(dirfd, name, &o, buf, cap, &len);
-  if (rc == 0) *len_out = len;
-  return rc;
-}
-
 /* Parse /proc/PID/stat. comm (field 2) may hold spaces and parentheses, so
  * it runs from the first '(' to the LAST ')', and the numbered fields are
  * counted from there. */
@@ -331,7 +320,7 @@ static int parse_stat(char *buf, size_t len, proc_stat_t *out) {
 static int read_stat(int dirfd, const char *name, proc_stat_t *out) {
   char buf[STAT_MAX + 1];
   size_t len = 0;
-  int rc = read_at(dirfd, name, buf, STAT_MAX, &len);
+  int rc = ember__proc_read_at(dirfd, name, buf, STAT_MAX, &len);
   if (rc != 0) return rc;
   return parse_stat(buf, len, out);
 }
@@ -555,7 +544,7 @@ static int entry_read(ember__discovery_t *d, pid_t pid, int piddir, const proc_s
   if (n == 0) goto done;
 
   size_t envlen = 0;
-  rc = read_at(piddir, "environ", d->envbuf, ENVIRON_MAX, &envlen);
+  rc = ember__proc_read_at(piddir, "environ", d->envbuf, ENVIRON_MAX, &envlen);
   if (rc != 0) goto cleanup;
   env_view_t env;
   env_scan(d->envbuf, envlen, envlen == ENVIRON_MAX, &env);
@@ -689,7 +678,7 @@ static bool pidns_mismatch(int rootfd) {
   if (stat("/proc/self/ns/pid", &sb) != 0 || sb.st_ino == PROC_PID_INIT_INO) return false;
   char buf[8192];
   size_t len = 0;
-  if (read_at(rootfd, "self/status", buf, sizeof buf - 1, &len) != 0) return false;
+  if (ember__proc_read_at(rootfd, "self/status", buf, sizeof buf - 1, &len) != 0) return false;
   buf[len] = '\0';
   if (strstr(buf, "\nNSpid:") == NULL) return false; /* a kernel without pid namespaces */
   uint64_t last = 0;

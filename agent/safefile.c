@@ -242,3 +242,8 @@ void ember__safe_update_metrics(const ember__safe_metrics_t *sm, uint64_t shm_fa
   ember_metric_set(sm->too_big, (double)st.too_big);
   ember_metric_set(sm->shm_faults, (double)shm_faults);
 }
+
+int ember__safe_open_trusted(const char *path, uint64_t max_size, struct stat *st) {
+  ember__safe_opts_t o = {.follow = true, .owner = EMBER__SAFE_ANY_OWNER, .max_size = max_size};
+  return ember__safe_openat(AT_FDCWD, path, &o, st);
+}

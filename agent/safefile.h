@@ -55,6 +55,11 @@ typedef struct ember__safe_opts {
  * counted in ember__safe_stats. */
 int ember__safe_openat(int dirfd, const char *path, const ember__safe_opts_t *o, struct stat *st);
 
+/* A file of the kernel or of the host's root (kallsyms, /usr/lib/debug):
+ * links followed, any owner, but never a FIFO or a device, and no larger
+ * than max_size (0 = no bound). Returns as ember__safe_openat. */
+int ember__safe_open_trusted(const char *path, uint64_t max_size, struct stat *st);
+
 /* Open as above and read at most `cap` bytes from the start into buf (not
  * NUL-terminated; /proc files have no size, so this is their bound). Sets
  * *len. Returns 0 or a code of ember__safe_openat or of read. */

@@ -5,13 +5,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "ember/log.h"
 #include "ember/parse.h"
+#include "procfs.h"
 #include "sampler.h"
 
 #define MAX_CPUS 1024
@@ -20,8 +19,7 @@ typedef struct cpu_ring {
   ember__sampler_t *owner;
   uint32_t cpu;
   int fd;
-  void *base; /* metadata page + data pages */
-  size_t data_size;
+  ember__perf_ring_t ring;
   uv_poll_t poll;
   bool polling;
 } cpu_ring_t;
@@ -35,9 +33,11 @@ struct ember__sampler {
   cpu_ring_t *rings[MAX_CPUS];
   uv_timer_t drain_timer, hotplug_timer;
   int timers_closed;
-  ember__sampler_stats_t stats;
+  ember__sampler_stats_t stats; /* wakeups and cpus; the rest in counts */
+  ember__perf_format_t fmt;     /* what open_ring asks for */
+  ember__perf_counts_t counts;
   /* A record that wraps the ring's end is copied here to be read whole. */
-  unsigned char scratch[EMBER__PERF_SCRATCH];
+  uint64_t scratch[EMBER__PERF_SCRATCH / 8];
   uint64_t ips[EMBER__PERF_MAX_CHAIN];
 };
 
@@ -78,122 +78,25 @@ int ember__cpulist_parse(const char *s, uint8_t *bitmap, size_t max) {
   return count;
 }
 
-static int read_small(const char *path, char *buf, size_t size) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -errno;
-  ssize_t n;
-  do {
-    n = read(fd, buf, size - 1);
-  } while (n < 0 && errno == EINTR);
-  int e = errno;
-  close(fd);
-  if (n < 0) return -e;
-  buf[n] = '\0';
-  return 0;
-}
-
 static int online_cpus(const ember__sampler_t *s, uint8_t *bitmap) {
   char buf[4096];
   const char *path = s->opts.sysfs_online ? s->opts.sysfs_online : "/sys/devices/system/cpu/online";
-  int rc = read_small(path, buf, sizeof buf);
+  int rc = ember__proc_read_str(path, buf, sizeof buf);
   if (rc != 0) return rc;
   return ember__cpulist_parse(buf, bitmap, MAX_CPUS);
 }
 
-long ember__read_sysctl(const char *path) {
-  char buf[64];
-  int64_t v;
-  if (read_small(path, buf, sizeof buf) != 0) return -1;
-  buf[strcspn(buf, "\n")] = '\0';
-  if (ember_parse_i64(buf, INT32_MIN, INT32_MAX, &v) != 0) return -1;
-  return (long)v;
-}
-
 /* --- ring reading --- */
 
-/* Parse one PERF_RECORD_SAMPLE and hand it to r->fn. */
-static void handle_sample(const ember__perf_reader_t *r, const unsigned char *rec, size_t size) {
-  /* Layout for IP | TID | TIME | CPU | PERIOD | CALLCHAIN, in the order
-   * perf_event.h defines: u64 ip; u32 pid, tid; u64 time; u32 cpu, res;
-   * u64 period; u64 nr; u64 ips[nr]. */
-  const size_t fixed = sizeof(struct perf_event_header) + 8 + 8 + 8 + 8 + 8 + 8;
-  if (size < fixed) {
-    r->stats->bad_records++;
-    return;
-  }
-  const unsigned char *p = rec + sizeof(struct perf_event_header);
-  uint32_t pid, tid, cpu;
-  uint64_t time, period, nr;
-  p += 8; /* ip: the callchain starts with it */
-  memcpy(&pid, p, 4);
-  memcpy(&tid, p + 4, 4);
-  memcpy(&time, p + 8, 8);
-  memcpy(&cpu, p + 16, 4);
-  memcpy(&period, p + 24, 8);
-  memcpy(&nr, p + 32, 8);
-  p += 40;
-  if (nr > (size - fixed) / 8) {
-    r->stats->bad_records++;
-    return;
-  }
-  uint32_t n = 0;
-  for (uint64_t i = 0; i < nr && n < EMBER__PERF_MAX_CHAIN; i++) {
-    uint64_t ip;
-    memcpy(&ip, p + i * 8, 8);
-    if (ip >= (uint64_t)PERF_CONTEXT_MAX) continue; /* a context marker */
-    r->ips[n++] = ip;
-  }
-  r->stats->samples++;
-  ember__raw_sample_t rs = {pid, tid, cpu, time, period, r->ips, n};
-  r->fn(r->ctx, &rs);
-}
-
-void ember__perf_ring_drain(const ember__perf_reader_t *r, void *base, size_t page_size,
-                            size_t data_size) {
-  struct perf_event_mmap_page *meta = base;
-  unsigned char *data = (unsigned char *)base + page_size;
-  uint64_t head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
-  uint64_t tail = meta->data_tail;
-  while (tail < head) {
-    size_t off = (size_t)(tail % data_size);
-    /* Records are 8-byte aligned and the ring a multiple of 8, so a header
-     * never straddles the end; a body may. */
-    const struct perf_event_header *h = (const void *)(data + off);
-    size_t size = h->size;
-    if (size < sizeof *h || size > head - tail || size > EMBER__PERF_SCRATCH) {
-      /* A corrupt size would make us walk garbage: drop the rest. */
-      r->stats->bad_records++;
-      tail = head;
-      break;
-    }
-    const unsigned char *rec = data + off;
-    if (off + size > data_size) {
-      size_t first = data_size - off;
-      memcpy(r->scratch, data + off, first);
-      memcpy(r->scratch + first, data, size - first);
-      rec = r->scratch;
-    }
-    switch (h->type) {
-    case PERF_RECORD_SAMPLE: handle_sample(r, rec, size); break;
-    case PERF_RECORD_LOST: {
-      uint64_t lost = 0;
-      if (size >= sizeof *h + 16) memcpy(&lost, rec + sizeof *h + 8, 8);
-      r->stats->lost += lost;
-      break;
-    }
-    case PERF_RECORD_THROTTLE: r->stats->throttles++; break;
-    case PERF_RECORD_UNTHROTTLE: r->stats->unthrottles++; break;
-    default: break;
-    }
-    tail += size;
-  }
-  __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
-}
+/* The layout open_ring asks for. */
+#define SAMPLE_TYPE                                                                                \
+  (PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_PERIOD |    \
+   PERF_SAMPLE_CALLCHAIN)
 
 static void drain_ring(cpu_ring_t *r) {
   ember__sampler_t *s = r->owner;
-  ember__perf_reader_t rd = {s->fn, s->ctx, &s->stats, s->scratch, s->ips};
-  ember__perf_ring_drain(&rd, r->base, s->page_size, r->data_size);
+  ember__perf_reader_t rd = {s->fmt, s->fn, s->ctx, &s->counts, s->scratch, s->ips};
+  ember__perf_ring_drain(&rd, &r->ring);
 }
 
 static void on_poll(uv_poll_t *h, int status, int events) {
@@ -226,7 +129,7 @@ static void close_ring(ember__sampler_t *s, uint32_t cpu) {
   s->stats.cpus--;
   ioctl(r->fd, PERF_EVENT_IOC_DISABLE, 0);
   drain_ring(r);
-  munmap(r->base, s->page_size + r->data_size);
+  ember__perf_ring_unmap(&r->ring);
   close(r->fd);
   if (r->polling) {
     uv_poll_stop(&r->poll);
@@ -240,12 +143,10 @@ static int open_ring(ember__sampler_t *s, uint32_t cpu, char *errbuf, size_t err
   size_t data_size = s->opts.ring_pages * s->page_size;
   struct perf_event_attr a = {
       .type = PERF_TYPE_SOFTWARE,
-      .size = sizeof a,
       .config = PERF_COUNT_SW_CPU_CLOCK,
       .sample_freq = s->opts.hz,
       .freq = 1,
-      .sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU |
-                     PERF_SAMPLE_PERIOD | PERF_SAMPLE_CALLCHAIN,
+      .sample_type = SAMPLE_TYPE,
       .disabled = 1,
       .exclude_callchain_kernel = s->opts.kernel ? 0 : 1,
       .watermark = 1,
@@ -253,9 +154,11 @@ static int open_ring(ember__sampler_t *s, uint32_t cpu, char *errbuf, size_t err
       .use_clockid = 1,
       .clockid = CLOCK_MONOTONIC,
   };
-  int fd = (int)syscall(SYS_perf_event_open, &a, -1, (int)cpu, -1, PERF_FLAG_FD_CLOEXEC);
+  ember__perf_want_stack(&a, s->opts.stack_bytes);
+  s->fmt = (ember__perf_format_t){a.sample_type, a.sample_regs_user};
+  int fd = ember__perf_open(&a, -1, (int)cpu, -1, 0);
   if (fd < 0) {
-    int e = errno;
+    int e = -fd;
     if (e == ENODEV || e == ENOENT) return 0; /* went offline meanwhile */
     if (e == EACCES || e == EPERM) {
       snprintf(errbuf, errbuf_size,
@@ -273,20 +176,21 @@ static int open_ring(ember__sampler_t *s, uint32_t cpu, char *errbuf, size_t err
     }
     return -e;
   }
-  void *base = mmap(NULL, s->page_size + data_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    int e = errno;
+  ember__perf_ring_t ring;
+  int mrc = ember__perf_ring_map(&ring, fd, s->opts.ring_pages);
+  if (mrc != 0) {
     close(fd);
-    snprintf(errbuf, errbuf_size, "mmap of the perf ring for cpu %u failed: %s", cpu, strerror(e));
-    return -e;
+    snprintf(errbuf, errbuf_size, "mmap of the perf ring for cpu %u failed: %s", cpu,
+             strerror(-mrc));
+    return mrc;
   }
   cpu_ring_t *r = ember_calloc(1, sizeof *r);
   if (r == NULL) {
-    munmap(base, s->page_size + data_size);
+    ember__perf_ring_unmap(&ring);
     close(fd);
     return -ENOMEM;
   }
-  *r = (cpu_ring_t){.owner = s, .cpu = cpu, .fd = fd, .base = base, .data_size = data_size};
+  *r = (cpu_ring_t){.owner = s, .cpu = cpu, .fd = fd, .ring = ring};
   if (uv_poll_init(s->loop, &r->poll, fd) == 0) {
     r->poll.data = r;
     r->polling = uv_poll_start(&r->poll, UV_READABLE, on_poll) == 0;
@@ -322,7 +226,15 @@ int ember__sampler_start(uv_loop_t *loop, const ember__sampler_opts_t *opts, emb
   if (loop == NULL || opts == NULL || fn == NULL || out == NULL) return -EINVAL;
   ember__sampler_opts_t o = *opts;
   if (o.hz == 0) o.hz = 19;
-  if (o.ring_pages == 0) o.ring_pages = 8;
+  if (o.stack_bytes > EMBER__PERF_STACK_MAX) {
+    snprintf(errbuf, errbuf_size, "a user stack copy is at most %u bytes, got %u",
+             EMBER__PERF_STACK_MAX, o.stack_bytes);
+    return -EINVAL;
+  }
+  if (o.ring_pages == 0)
+    o.ring_pages = o.stack_bytes ? ember__perf_ring_pages_for(o.hz, o.stack_bytes,
+                                                              (size_t)sysconf(_SC_PAGESIZE), 8)
+                                 : 8;
   if (o.drain_ms == 0) o.drain_ms = 250;
   if ((o.ring_pages & (o.ring_pages - 1)) != 0 || o.ring_pages > 4096) {
     snprintf(errbuf, errbuf_size, "ring_pages must be a power of two up to 4096, got %u",
@@ -372,8 +284,9 @@ int ember__sampler_start(uv_loop_t *loop, const ember__sampler_opts_t *opts, emb
   s->hotplug_timer.data = s;
   if (o.hotplug_ms > 0)
     uv_timer_start(&s->hotplug_timer, on_hotplug_timer, o.hotplug_ms, o.hotplug_ms);
-  EMBER_INFO("sampler", "sampling %u CPUs at %u Hz (cpu-clock, %s callchains, %u-page rings)",
-             s->stats.cpus, o.hz, o.kernel ? "user+kernel" : "user", o.ring_pages);
+  EMBER_INFO("sampler", "sampling %u CPUs at %u Hz (cpu-clock, %s, %s callchains, %u-page rings)",
+             s->stats.cpus, o.hz, o.stack_bytes ? "user stacks copied" : "frame pointers",
+             o.kernel ? "user+kernel" : "user", o.ring_pages);
   *out = s;
   return 0;
 }
@@ -395,4 +308,9 @@ void ember__sampler_stop(ember__sampler_t *s) {
 
 void ember__sampler_stats(const ember__sampler_t *s, ember__sampler_stats_t *out) {
   *out = s->stats;
+  out->samples = s->counts.samples;
+  out->lost = s->counts.lost;
+  out->throttles = s->counts.throttles;
+  out->unthrottles = s->counts.unthrottles;
+  out->bad_records = s->counts.bad_records;
 }

@@ -9,8 +9,9 @@
  * counted. CPUs that come online later get an event at the next hotplug
  * check; events of CPUs gone offline are closed.
  *
- * Every sample goes to the callback, on the loop thread, with its
- * callchain leaf first and perf's context markers removed. The callback
+ * Every sample goes to the callback (perf.h's raw sample), on the loop
+ * thread, with its callchain leaf first and perf's context markers
+ * removed. The callback
  * must not block: it runs while the ring is being read.
  *
  * Thread-safety: all calls on the loop's thread. */
@@ -22,15 +23,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-typedef struct ember__raw_sample {
-  uint32_t pid, tid, cpu;
-  uint64_t time_ns;    /* perf clock (CLOCK_MONOTONIC by default) */
-  uint64_t period_ns;  /* CPU time this sample stands for */
-  const uint64_t *ips; /* leaf first; kernel addresses first if any */
-  uint32_t nips;
-} ember__raw_sample_t;
-
-typedef void (*ember__sample_fn)(void *ctx, const ember__raw_sample_t *s);
+#include "perf.h"
 
 typedef struct ember__sampler_opts {
   uint32_t hz;              /* per CPU; default 19 */
@@ -39,6 +32,10 @@ typedef struct ember__sampler_opts {
   uint32_t drain_ms;        /* drain period; default 250 */
   uint32_t hotplug_ms;      /* CPU online check period; default 5000; 0 = never */
   const char *sysfs_online; /* NULL = /sys/devices/system/cpu/online */
+  /* Bytes of user stack copied with each sample (with the user registers,
+   * perf.h), for unwinding from CFI; 0 = frame-pointer callchains from the
+   * kernel. With a copy and ring_pages 0, rings are sized for hz. */
+  uint32_t stack_bytes;
 } ember__sampler_opts_t;
 
 typedef struct ember__sampler_stats {
@@ -60,30 +57,6 @@ void ember__sampler_drain(ember__sampler_t *s);
  * once more (uv_run) before freeing the loop. */
 void ember__sampler_stop(ember__sampler_t *s);
 void ember__sampler_stats(const ember__sampler_t *s, ember__sampler_stats_t *out);
-
-/* Reading one perf ring whose events sample IP | TID | TIME | CPU | PERIOD
- * | CALLCHAIN (the layout the sampler opens); shared with on-demand
- * sessions (session.c), which open per-thread events of the same layout. */
-#define EMBER__PERF_MAX_CHAIN 512   /* perf_event_max_stack is 127 by default */
-#define EMBER__PERF_SCRATCH   65536 /* largest record read whole */
-
-typedef struct ember__perf_reader {
-  ember__sample_fn fn;
-  void *ctx;
-  ember__sampler_stats_t *stats; /* samples, lost, throttles, bad_records */
-  unsigned char *scratch;        /* EMBER__PERF_SCRATCH bytes */
-  uint64_t *ips;                 /* EMBER__PERF_MAX_CHAIN entries */
-} ember__perf_reader_t;
-
-/* Walk the records between data_tail and data_head of the ring at `base`
- * (metadata page of page_size bytes, then data_size bytes of data), call
- * r->fn for each sample, and release them to the kernel. */
-void ember__perf_ring_drain(const ember__perf_reader_t *r, void *base, size_t page_size,
-                            size_t data_size);
-
-/* A numeric sysctl such as /proc/sys/kernel/perf_event_max_sample_rate, or
- * -1 when unreadable. */
-long ember__read_sysctl(const char *path);
 
 /* Parse a CPU list like "0-3,8,10-11" into a bitmap of `max` CPUs; returns
  * the count set or -EINVAL. Exposed for tests. */

@@ -1,5 +1,4 @@
 /* On-demand sessions. See session.h and docs/internals/agent.md. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -7,8 +6,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,14 +15,17 @@
 #include "ember/parse.h"
 #include "ember/sign.h"
 #include "alloc.h"
+#include "procfs.h"
 #include "session.h"
 
-#define TICK_MS             50
+#define TICK_MS             50   /* while a session runs: drain its rings */
+#define IDLE_TICK_MS        1000 /* else: assignment retries and delivery reports */
 #define RESCAN_NS           250000000LL
 #define RUNNING_EVERY_NS    500000000LL
 #define ASSIGN_RETRY_NS     5000000000LL
 #define KAFKA_QUERY_MS      2000
 #define RING_PAGES          16   /* 64 KiB: 50 ms at 1000 Hz is ~10 KiB */
+#define STACK_RING_PAGES    256  /* at most, with stack copies: 1 MiB a thread */
 #define MAX_THREADS         1024 /* per session: fds and 68 KiB of ring each */
 #define MAX_COMMANDS_A_TICK 256
 #define DEFAULT_HZ          100
@@ -34,7 +34,7 @@
 typedef struct thread_ev {
   uint32_t tid;
   int fd;
-  void *base;
+  ember__perf_ring_t ring;
   bool seen; /* in the latest task scan */
 } thread_ev_t;
 
@@ -42,8 +42,9 @@ typedef struct session {
   ember__sessions_t *owner;
   char *id;
   uint32_t hz;
-  int64_t start_ns;      /* Unix */
-  int64_t deadline_mono; /* monotonic */
+  ember__perf_format_t fmt; /* what open_ev asks for */
+  int64_t start_ns;         /* Unix */
+  int64_t deadline_mono;    /* monotonic */
   int64_t next_running, next_rescan;
   uint64_t samples, samples_reported;
   ember__session_target_t *targets;
@@ -52,7 +53,7 @@ typedef struct session {
   size_t nevs, capevs;
   uint64_t threads_skipped;
   ember__window_t *w;
-  ember__sampler_stats_t stats;
+  ember__perf_counts_t stats;
   /* Memory sessions: one allocation session per target (alloc.h). */
   bool memory;
   ember__alloc_session_t **allocs;
@@ -64,20 +65,31 @@ struct ember__sessions {
   ember__sessions_opts_t o;
   char *host_id, *agent_id;
   uv_timer_t tick;
+  /* librdkafka writes to wake_fd[1] when a command arrives (queue io
+   * events), so an idle agent needs no 50 ms polling for commands. */
+  uv_poll_t wake;
+  int wake_fd[2];
+  bool wake_on; /* else: commands are polled at every TICK_MS */
   rd_kafka_t *consumer, *producer;
   bool assigned;
   int64_t next_assign;
   session_t **running;
   size_t nrunning;
-  size_t page_size;
   ember_sign_key_t keys[2]; /* command_key_file, command_key_file_previous */
   ember_sign_policy_t policy;
   ember_sign_replay_t *replay;
-  unsigned char scratch[EMBER__PERF_SCRATCH];
+  uint64_t scratch[EMBER__PERF_SCRATCH / 8];
   uint64_t ips[EMBER__PERF_MAX_CHAIN];
 };
 
+/* The layout open_ev asks for. */
+#define SAMPLE_TYPE                                                                                \
+  (PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_PERIOD |    \
+   PERF_SAMPLE_CALLCHAIN)
+
 static int64_t mono_ns(void) { return ember_time_mono_ns(); }
+
+static void set_tick(ember__sessions_t *s);
 
 static char *dup_or_null(const char *s) { return s ? ember_strdup(s) : NULL; }
 
@@ -179,28 +191,30 @@ void ember__sessions_published(ember__sessions_t *s, const char *session_id, uin
 
 static void on_sample(void *ctx, const ember__raw_sample_t *rs) {
   session_t *se = ctx;
-  if (rs->nips == 0) return;
+  const ember__session_hooks_t *h = &se->owner->o.hooks;
+  ember__raw_sample_t whole = *rs;
+  /* With stack copies, the agent unwinds the user part (hooks.stack). */
+  if (h->stack) whole.nips = h->stack(h->ctx, rs, &whole.ips);
+  if (whole.nips == 0) return;
   bool is_new = false;
-  if (ember__window_add(se->w, rs->pid, rs->ips, rs->nips, rs->period_ns, &is_new) != 0) return;
+  if (ember__window_add(se->w, whole.pid, whole.ips, whole.nips, whole.period_ns, &is_new) != 0)
+    return;
   se->samples++;
-  if (is_new && se->owner->o.hooks.new_stack)
-    se->owner->o.hooks.new_stack(se->owner->o.hooks.ctx, rs);
+  if (is_new && h->new_stack) h->new_stack(h->ctx, &whole);
 }
-
-static size_t ring_bytes(const ember__sessions_t *s) { return s->page_size * (1 + RING_PAGES); }
 
 static void drain_ev(session_t *se, thread_ev_t *ev) {
   ember__sessions_t *s = se->owner;
-  ember__perf_reader_t rd = {on_sample, se, &se->stats, s->scratch, s->ips};
+  ember__perf_reader_t rd = {se->fmt, on_sample, se, &se->stats, s->scratch, s->ips};
   uint64_t before = se->samples;
-  ember__perf_ring_drain(&rd, ev->base, s->page_size, s->page_size * RING_PAGES);
+  ember__perf_ring_drain(&rd, &ev->ring);
   ember_metric_add(s->o.m.samples, (double)(se->samples - before));
 }
 
 static void close_ev(session_t *se, thread_ev_t *ev) {
   if (ev->fd < 0) return;
   drain_ev(se, ev);
-  munmap(ev->base, ring_bytes(se->owner));
+  ember__perf_ring_unmap(&ev->ring);
   close(ev->fd);
   ev->fd = -1;
 }
@@ -218,28 +232,35 @@ static int open_ev(session_t *se, uint32_t tid) {
   }
   struct perf_event_attr a = {
       .type = PERF_TYPE_SOFTWARE,
-      .size = sizeof a,
       .config = PERF_COUNT_SW_CPU_CLOCK,
       /* A period of CPU time, not a frequency: cpu-clock counts ns of the
        * thread's CPU time, so a busy thread gives exactly hz samples a
        * second and a waiting one none; freq mode would re-estimate the
        * period from a count that stops whenever the thread is off CPU. */
       .sample_period = 1000000000ull / se->hz,
-      .sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU |
-                     PERF_SAMPLE_PERIOD | PERF_SAMPLE_CALLCHAIN,
+      .sample_type = SAMPLE_TYPE,
       .exclude_callchain_kernel = s->o.kernel ? 0 : 1,
       .use_clockid = 1,
       .clockid = CLOCK_MONOTONIC,
   };
-  int fd = (int)syscall(SYS_perf_event_open, &a, (pid_t)tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
-  if (fd < 0) return -errno;
-  void *base = mmap(NULL, ring_bytes(s), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    int e = errno;
-    close(fd);
-    return -e;
+  ember__perf_want_stack(&a, s->o.stack_bytes);
+  se->fmt = (ember__perf_format_t){a.sample_type, a.sample_regs_user};
+  /* Stack copies: room for 200 ms of samples (four ticks), bounded. */
+  uint32_t pages = RING_PAGES;
+  if (s->o.stack_bytes) {
+    pages = ember__perf_ring_pages_for(se->hz / 5 + 1, s->o.stack_bytes,
+                                       (size_t)sysconf(_SC_PAGESIZE), RING_PAGES);
+    if (pages > STACK_RING_PAGES) pages = STACK_RING_PAGES;
   }
-  se->evs[se->nevs++] = (thread_ev_t){.tid = tid, .fd = fd, .base = base, .seen = true};
+  int fd = ember__perf_open(&a, (pid_t)tid, -1, -1, 0);
+  if (fd < 0) return fd;
+  ember__perf_ring_t ring;
+  int rc = ember__perf_ring_map(&ring, fd, pages);
+  if (rc != 0) {
+    close(fd);
+    return rc;
+  }
+  se->evs[se->nevs++] = (thread_ev_t){.tid = tid, .fd = fd, .ring = ring, .seen = true};
   return 0;
 }
 
@@ -247,32 +268,29 @@ static int open_ev(session_t *se, uint32_t tid) {
  * thread is gone. Returns the first open error (0 when none), so the first
  * scan can tell "no permission" from "fine". */
 static int scan_tasks(session_t *se, uint32_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%u/task", pid);
-  DIR *d = opendir(path);
+  pid_t *tids = NULL;
+  size_t ntids = 0;
   int first_err = 0;
-  if (d != NULL) {
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-      uint64_t tid;
-      if (ember_parse_u64(de->d_name, 1, UINT32_MAX, &tid) != 0) continue;
-      bool known = false;
-      for (size_t i = 0; i < se->nevs && !known; i++) {
-        if (se->evs[i].tid == (uint32_t)tid && se->evs[i].fd >= 0) {
-          se->evs[i].seen = true;
-          known = true;
-        }
+  /* A process gone (or its task list unreadable) has no threads to add. */
+  if (pid > INT32_MAX || ember__proc_tids(NULL, (pid_t)pid, &tids, &ntids) != 0) return 0;
+  for (size_t t = 0; t < ntids; t++) {
+    uint32_t tid = (uint32_t)tids[t];
+    bool known = false;
+    for (size_t i = 0; i < se->nevs && !known; i++) {
+      if (se->evs[i].tid == tid && se->evs[i].fd >= 0) {
+        se->evs[i].seen = true;
+        known = true;
       }
-      if (known) continue;
-      if (se->nevs >= MAX_THREADS) {
-        se->threads_skipped++;
-        continue;
-      }
-      int rc = open_ev(se, (uint32_t)tid);
-      if (rc != 0 && rc != -ESRCH && first_err == 0) first_err = rc;
     }
-    closedir(d);
+    if (known) continue;
+    if (se->nevs >= MAX_THREADS) {
+      se->threads_skipped++;
+      continue;
+    }
+    int rc = open_ev(se, tid);
+    if (rc != 0 && rc != -ESRCH && first_err == 0) first_err = rc;
   }
+  ember_free(tids);
   return first_err;
 }
 
@@ -292,7 +310,7 @@ static void session_free(session_t *se) {
   if (se == NULL) return;
   for (size_t i = 0; i < se->nevs; i++) {
     if (se->evs[i].fd >= 0) {
-      munmap(se->evs[i].base, ring_bytes(se->owner));
+      ember__perf_ring_unmap(&se->evs[i].ring);
       close(se->evs[i].fd);
     }
   }
@@ -635,6 +653,7 @@ static void start_session(ember__sessions_t *s, const ember_command_t *c) {
   }
   s->running = nr;
   s->running[s->nrunning++] = se;
+  set_tick(s);
   if (memory)
     snprintf(msg, sizeof msg, "profiling the allocations of %zu process%s for %lld ms%s",
              se->nallocs, se->nallocs == 1 ? "" : "es", (long long)(dur / 1000000), notes);
@@ -757,6 +776,41 @@ cleanup:
   return rc;
 }
 
+static void read_commands(ember__sessions_t *s) {
+  if (!s->assigned) return;
+  for (int i = 0; i < MAX_COMMANDS_A_TICK; i++) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(s->consumer, 0);
+    if (m == NULL) break;
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+      handle_command(s, m);
+    else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+      EMBER_WARN_LIMITED("session", "reading %s: %s", EMBER_TOPIC_COMMANDS,
+                         rd_kafka_message_errstr(m));
+    rd_kafka_message_destroy(m);
+  }
+}
+
+/* The tick runs every TICK_MS while a session runs (its rings), every
+ * IDLE_TICK_MS otherwise: that idle wakeup, 20 times a second, was most of
+ * an idle agent's CPU at 19 Hz. */
+static void set_tick(ember__sessions_t *s) {
+  uint64_t want = s->nrunning > 0 || !s->wake_on ? TICK_MS : IDLE_TICK_MS;
+  if (uv_timer_get_repeat(&s->tick) == want) return;
+  uv_timer_set_repeat(&s->tick, want);
+  uv_timer_again(&s->tick);
+}
+
+static void on_wake(uv_poll_t *h, int status, int events) {
+  ember__sessions_t *s = h->data;
+  (void)events;
+  char buf[64];
+  while (read(s->wake_fd[0], buf, sizeof buf) > 0) {
+  }
+  if (status < 0) return;
+  read_commands(s);
+  set_tick(s);
+}
+
 static void on_tick(uv_timer_t *t) {
   ember__sessions_t *s = t->data;
   int64_t now = mono_ns();
@@ -764,18 +818,7 @@ static void on_tick(uv_timer_t *t) {
     s->assigned = assign_latest(s) == 0;
     s->next_assign = mono_ns() + ASSIGN_RETRY_NS;
   }
-  if (s->assigned) {
-    for (int i = 0; i < MAX_COMMANDS_A_TICK; i++) {
-      rd_kafka_message_t *m = rd_kafka_consumer_poll(s->consumer, 0);
-      if (m == NULL) break;
-      if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
-        handle_command(s, m);
-      else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-        EMBER_WARN_LIMITED("session", "reading %s: %s", EMBER_TOPIC_COMMANDS,
-                           rd_kafka_message_errstr(m));
-      rd_kafka_message_destroy(m);
-    }
-  }
+  read_commands(s);
   rd_kafka_poll(s->producer, 0);
   now = mono_ns();
   /* Walk backwards: session_end removes by swapping in the last one. */
@@ -801,6 +844,7 @@ static void on_tick(uv_timer_t *t) {
       se->next_running = now + RUNNING_EVERY_NS;
     }
   }
+  set_tick(s);
 }
 
 void ember__sessions_stop_all(ember__sessions_t *s) {
@@ -861,8 +905,8 @@ int ember__sessions_start(const ember__sessions_opts_t *opts, ember__sessions_t 
   rd_kafka_conf_t *conf = NULL;
   int rc = -ENOMEM;
   if (s == NULL) return -ENOMEM;
+  s->wake_fd[0] = s->wake_fd[1] = -1;
   s->o = *opts;
-  s->page_size = (size_t)sysconf(_SC_PAGESIZE);
   s->host_id = ember_strdup(opts->host_id);
   s->agent_id = ember_strdup(opts->agent_id);
   if (s->host_id == NULL || s->agent_id == NULL) goto cleanup;
@@ -895,6 +939,14 @@ int ember__sessions_start(const ember__sessions_opts_t *opts, ember__sessions_t 
   }
   conf = NULL; /* the consumer's now */
   rd_kafka_poll_set_consumer(s->consumer);
+  rd_kafka_queue_t *cq = rd_kafka_queue_get_consumer(s->consumer);
+  if (cq != NULL && pipe2(s->wake_fd, O_NONBLOCK | O_CLOEXEC) == 0 &&
+      uv_poll_init(opts->loop, &s->wake, s->wake_fd[0]) == 0) {
+    s->wake.data = s;
+    rd_kafka_queue_io_event_enable(cq, s->wake_fd[1], "1", 1);
+    s->wake_on = uv_poll_start(&s->wake, UV_READABLE, on_wake) == 0;
+  }
+  if (cq != NULL) rd_kafka_queue_destroy(cq);
   s->assigned = assign_latest(s) == 0;
   if (!s->assigned)
     EMBER_WARN("session", "cannot read %s's partitions yet; retrying every %d s",
@@ -902,7 +954,7 @@ int ember__sessions_start(const ember__sessions_opts_t *opts, ember__sessions_t 
   s->next_assign = mono_ns() + ASSIGN_RETRY_NS;
   uv_timer_init(opts->loop, &s->tick);
   s->tick.data = s;
-  uv_timer_start(&s->tick, on_tick, TICK_MS, TICK_MS);
+  uv_timer_start(&s->tick, on_tick, TICK_MS, s->wake_on ? IDLE_TICK_MS : TICK_MS);
   *out = s;
   return 0;
 
@@ -917,6 +969,11 @@ void ember__sessions_free(ember__sessions_t *s) {
   for (size_t i = 0; i < s->nrunning; i++) session_free(s->running[i]);
   ember_free(s->running);
   if (s->consumer) {
+    rd_kafka_queue_t *cq = rd_kafka_queue_get_consumer(s->consumer);
+    if (cq != NULL) {
+      rd_kafka_queue_io_event_enable(cq, -1, NULL, 0);
+      rd_kafka_queue_destroy(cq);
+    }
     rd_kafka_consumer_close(s->consumer);
     rd_kafka_destroy(s->consumer);
   }
@@ -924,6 +981,8 @@ void ember__sessions_free(ember__sessions_t *s) {
     rd_kafka_flush(s->producer, 5000);
     rd_kafka_destroy(s->producer);
   }
+  for (int i = 0; i < 2; i++)
+    if (s->wake_fd[i] >= 0) close(s->wake_fd[i]);
   ember_sign_replay_free(s->replay);
   explicit_bzero(s->keys, sizeof s->keys);
   ember_free(s->host_id);

@@ -95,6 +95,11 @@ typedef struct ember__session_hooks {
   /* Loop thread: a (pid, stack) new to a session; the agent keeps mappings
    * that cover it, as it does for windows. */
   void (*new_stack)(void *ctx, const ember__raw_sample_t *s);
+  /* Loop thread, optional: the whole stack of a sample taken with a stack
+   * copy (stack_bytes): the kernel's chain and the user part the agent
+   * unwinds, leaf first, into a buffer of the hook's (valid until the next
+   * call); returns its length (0: drop the sample). */
+  uint32_t (*stack)(void *ctx, const ember__raw_sample_t *s, const uint64_t **ips);
   /* Loop thread: queue the result for symbolizing and publishing; 0 or an
    * error code (the session is then FAILED). */
   int (*finish)(void *ctx, ember__session_result_t *r);
@@ -110,6 +115,7 @@ typedef struct ember__sessions_opts {
   int64_t max_duration_ns;     /* longer ones are cut to this */
   uint32_t max_hz;             /* faster ones are slowed to this */
   bool kernel;                 /* kernel callchains too */
+  uint32_t stack_bytes;        /* user stack copied a sample (perf.h); 0 = frame pointers */
   size_t max_stacks;           /* distinct stacks per session */
   uint64_t alloc_sample_bytes; /* preload method: mean bytes between samples */
   ember__session_metrics_t m;  /* from ember__sessions_register_metrics */

@@ -6,7 +6,9 @@
  *  - kernel addresses (>= EMBER__KERNEL_MIN): /proc/kallsyms, read once and
  *    kept sorted; module "[kernel]" (or "[module_name]" for modules).
  *  - addresses in a file-backed executable mapping of the process: that
- *    ELF file's .symtab/.dynsym (STT_FUNC, sorted table built once per
+ *    ELF file's .symtab, else its separate debug file's (by build-id or
+ *    .gnu_debuglink, under debug_dirs), else .dynsym and MiniDebugInfo
+ *    (STT_FUNC, C++ and Rust names demangled, sorted table built once per
  *    build-id and shared by every process that maps the file) and DWARF
  *    line info / inline frames through elfutils; address translated to the
  *    file's own virtual address via the mapping's file offset and the ELF
@@ -16,6 +18,11 @@
  *    address misses (the file is append-only).
  *  - anything else, or a lookup that fails: a frame with module and
  *    module-relative address and no function, never an error.
+ *
+ * The sources are modules of their own: procmaps.h (maps of a process),
+ * elfsym.h (ELF symbol tables), dwarfline.h (DWARF lines), ksyms.h
+ * (kallsyms), perfmap.h (perf maps); this one keeps the module cache (LRU
+ * by build-id, aliases by device and inode), the vdso and the resolver.
  *
  * A process's mappings are captured in an ember__procmaps_t while it lives
  * (the agent takes the snapshot when it first sees the pid, and again when
@@ -32,27 +39,13 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "debuginfo.h"
 #include "ember/profile.h"
 #include "perfmap.h"
+#include "procmaps.h"
 
 /* x86-64: the kernel half of the address space. */
 #define EMBER__KERNEL_MIN 0xffff800000000000ULL
-
-typedef struct ember__procmaps ember__procmaps_t;
-
-/* Snapshot the executable mappings of `pid` from <proc_root>/PID/maps
- * (proc_root NULL = "/proc"). Returns 0, -ENOENT/-ESRCH when the process is
- * gone, -EACCES, -ENOMEM. */
-int ember__procmaps_read(const char *proc_root, pid_t pid, ember__procmaps_t **out);
-/* The same from the text of a maps file in memory (for tests and the
- * fuzzer; the snapshot has no pid, so its files are never opened by pid).
- * Returns 0, -EINVAL or -ENOMEM. */
-int ember__procmaps_parse(const char *buf, size_t len, ember__procmaps_t **out);
-void ember__procmaps_free(ember__procmaps_t *m);
-/* Does some executable mapping cover `addr`? */
-bool ember__procmaps_covers(const ember__procmaps_t *m, uint64_t addr);
-/* Number of executable mappings (for tests and metrics). */
-size_t ember__procmaps_count(const ember__procmaps_t *m);
 
 typedef struct ember__symbolizer_opts {
   const char *proc_root;    /* NULL = "/proc" */
@@ -64,6 +57,13 @@ typedef struct ember__symbolizer_opts {
    * libc6-dbg): they still give symbol tables, but their DWARF costs tens
    * of MiB of memory per library once decompressed. */
   bool no_detached_dwarf;
+  /* Where separate debug files are looked for by build-id and debuglink,
+   * ':'-separated (debuginfo.h); NULL = "/usr/lib/debug", "" = nowhere
+   * but beside each file. */
+  const char *debug_dirs;
+  /* Keep C++ and Rust names mangled (they are demangled once per module,
+   * as its symbol table is built). */
+  bool no_demangle;
   /* Bounds of each pid's perf map (zeros: perfmap.h's defaults). */
   ember__perfmap_limits_t perf_map;
 } ember__symbolizer_opts_t;
@@ -76,8 +76,13 @@ typedef struct ember__symbolizer_stats {
   uint64_t perf_map_loads; /* perf map refreshes that found the file */
   uint64_t unresolved;     /* frames left as module+offset or unknown */
   uint64_t files_mapped;   /* ELF files mapped rather than read with pread */
+  uint64_t debug_files;    /* separate debug files found (build-id, debuglink) */
+  uint64_t minidebug;      /* MiniDebugInfo images read */
+  uint64_t debug_refused;  /* debug candidates refused (ember__debuginfo_stats_t) */
 } ember__symbolizer_stats_t;
 
+/* Returns 0, -ENOMEM, or -EINVAL for a debug_dirs entry that is not an
+ * absolute path without "." or ".." components. */
 int ember__symbolizer_new(const ember__symbolizer_opts_t *opts, ember__symbolizer_t **out);
 void ember__symbolizer_free(ember__symbolizer_t *s);
 
@@ -101,5 +106,7 @@ int ember__symbolize(ember__symbolizer_t *s, pid_t pid, const ember__procmaps_t 
  * refreshed (on a miss) at most once between two calls. */
 void ember__symbolizer_forget(ember__symbolizer_t *s, pid_t pid);
 void ember__symbolizer_stats(const ember__symbolizer_t *s, ember__symbolizer_stats_t *out);
+/* The separate-debug-info counts, each refusal by its reason. */
+void ember__symbolizer_debuginfo_stats(const ember__symbolizer_t *s, ember__debuginfo_stats_t *out);
 
 #endif

@@ -2,7 +2,12 @@
 # Agent overhead, side by side with `perf record -a -g` at the same rate on
 # the same workload in the same run.
 #
-#   bench/bench_agent.sh [BUILD_DIR]     (default: build)
+#   bench/bench_agent.sh [BUILD_DIR] [fp|dwarf]     (default: build fp)
+#
+# fp: the workload has frame pointers; the agent runs with unwind=fp and
+# perf with -g. dwarf: the workload is built without frame pointers
+# (bench/workload-nofp); the agent unwinds from CFI (unwind=auto) and perf
+# copies stacks (--call-graph dwarf), whose real cost is in perf report.
 #
 # For each rate (19 Hz, 1000 Hz): 50 light processes (bench/duty, 2% CPU
 # each) stand in for a host's services, and a 2-thread CPU-bound workload
@@ -14,6 +19,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
+mode=${2:-fp}
+case $mode in
+fp) workload=workload unwind=fp perf_cg=(-g) report_cg=none ;;
+# perf report only unwinds the copied stacks when it shows callchains.
+dwarf) workload=workload-nofp unwind=auto perf_cg=(--call-graph dwarf) report_cg=folded ;;
+*) echo "usage: bench/bench_agent.sh [BUILD_DIR] [fp|dwarf]" >&2; exit 2 ;;
+esac
 secs=${EMBER_BENCH_SECONDS:-20}
 tmp=$(mktemp -d /tmp/ember-bench.XXXXXX)
 pids=()
@@ -38,7 +50,7 @@ row() {
       c / 1000 / (n ? n : 1), 100 * (c / 1e9) / s, r / 1024, 100 * (1 - o / b) }'
 }
 
-cmake --build "$build" --target ember_agent bench_workload bench_duty >/dev/null
+cmake --build "$build" --target ember_agent bench_workload bench_workload_nofp bench_duty >/dev/null
 brokers=$(tests/kafka/broker.sh start "$tmp/broker")
 for _ in $(seq 50); do "$build/bench/duty" 2 & pids+=($!); done
 sleep 1
@@ -47,11 +59,11 @@ printf '%-22s %6s %9s %12s %12s %10s %9s\n' profiler Hz samples "us/sample" "%co
 
 for rate in 19 1000; do
   # The baseline is taken next to each pair: this VM's speed drifts.
-  base=$("$build/bench/workload" 2 "$secs" | awk '{print $2}')
+  base=$("$build/bench/$workload" 2 "$secs" | awk '{print $2}')
   printf '%-22s %6s %9s %12s %12s %10s %9s\n' "(workload alone)" - - - - - "$base"
   # ember-agent
   port=$((17300 + rate % 100))
-  "$build/agent/ember-agent" brokers="$brokers" continuous_hz="$rate" host_id=bench \
+  "$build/agent/ember-agent" brokers="$brokers" continuous_hz="$rate" unwind="$unwind" host_id=bench \
     spool_dir="$tmp/spool" metrics_listen="127.0.0.1:$port" log_level=warn &
   agent=$!
   pids+=("$agent")
@@ -60,7 +72,7 @@ for rate in 19 1000; do
   sleep 13
   c0=$(cpu_ns "$agent")
   s0=$(metric ember_agent_samples_total "$port")
-  ops=$("$build/bench/workload" 2 "$secs" | awk '{print $2}')
+  ops=$("$build/bench/$workload" 2 "$secs" | awk '{print $2}')
   c1=$(cpu_ns "$agent")
   s1=$(metric ember_agent_samples_total "$port")
   rss=$(rss_kib "$agent")
@@ -69,23 +81,23 @@ for rate in 19 1000; do
   row "ember-agent" "$rate" $((s1 - s0)) $((c1 - c0)) "$rss" "$ops"
 
   # perf record at the same rate, same workload
-  perf record -q -a -g -F "$rate" -o "$tmp/perf.data" -- sleep $((secs + 4)) 2>/dev/null &
+  perf record -q -a "${perf_cg[@]}" -F "$rate" -o "$tmp/perf.data" -- sleep $((secs + 4)) 2>/dev/null &
   perfpid=$!
   pids+=("$perfpid")
   sleep 2
   pc0=$(cpu_ns "$perfpid")
-  ops=$("$build/bench/workload" 2 "$secs" | awk '{print $2}')
+  ops=$("$build/bench/$workload" 2 "$secs" | awk '{print $2}')
   pc1=$(cpu_ns "$perfpid")
   prss=$(rss_kib "$perfpid")
   wait "$perfpid" || true
   total=$(perf report -i "$tmp/perf.data" --stats 2>/dev/null | awk '/SAMPLE events:/ {print $3; exit}')
   # perf ran secs+4 s; scale its sample count to the measured interval.
   n=$(awk -v t="$total" -v s="$secs" 'BEGIN {printf "%d", t * s / (s + 4)}')
-  row "perf record -a -g" "$rate" "$n" $((pc1 - pc0)) "$prss" "$ops"
+  row "perf record -a ${perf_cg[*]}" "$rate" "$n" $((pc1 - pc0)) "$prss" "$ops"
   # perf record only copies rings to a file; the stacks become a profile
   # in perf report. Its cost for the same samples, for a like-for-like sum.
   # `times` in the subshell prints its children's user and system time.
-  rcpu=$( (perf report -i "$tmp/perf.data" --no-children --stdio -g none >/dev/null 2>&1; times) |
+  rcpu=$( (perf report -i "$tmp/perf.data" --no-children --stdio -g "$report_cg" >/dev/null 2>&1; times) |
     awk 'NR == 2 { split($1, u, /[ms]/); split($2, y, /[ms]/);
                    printf "%d", ((u[1] * 60 + u[2]) + (y[1] * 60 + y[2])) * 1e9 }')
   row "  + perf report" "$rate" "$total" "$rcpu" 0 "$ops"

@@ -5,13 +5,19 @@ set -euo pipefail
 
 packages=(
   # build
-  build-essential cmake ninja-build pkg-config git
+  build-essential g++ cmake ninja-build pkg-config git
   # libraries Ember links
   librdkafka-dev libzstd-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev zlib1g-dev
   libuv1-dev libelf-dev libdw-dev libmicrohttpd-dev liblmdb-dev libcurl4-openssl-dev
-  libssl-dev
+  libssl-dev liblzma-dev libiberty-dev
   # tests: cmocka, the fuzzer toolchain, the formatter, Kafka tooling, ss
   libcmocka-dev clang libclang-rt-14-dev clang-format kcat iproute2 procps
+  # unwinding tests and benchmarks: perf is the peer, Debian's own python3
+  # and xz (built without frame pointers) the subjects
+  linux-perf python3
+  # tests: the C++ fixture program (g++ above), and the tools that make the
+  # stripped, debuglink and MiniDebugInfo fixtures (objcopy, strip, nm, xz)
+  binutils xz-utils
   # the dashboard's browser test drives Debian's chromium (/usr/bin/chromium)
   # with playwright-core (scripts/browser-deps.sh)
   chromium

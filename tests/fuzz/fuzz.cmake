@@ -1,7 +1,7 @@
 # libFuzzer targets, built only with -DEMBER_FUZZ=ON under clang. CI runs
 # each for a fixed time (scripts/test.sh); the seed corpora are committed:
-# corpus/ for fuzz_codec, corpus_perfmap/ and corpus_procmaps/ for the
-# parsers of files a profiled process controls.
+# corpus/ for fuzz_codec, corpus_perfmap/, corpus_procmaps/, corpus_cfi/ and
+# corpus_debuginfo/ for the parsers of files a profiled process controls.
 if(EMBER_FUZZ)
   add_executable(fuzz_codec ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_codec.c)
   target_link_libraries(fuzz_codec PRIVATE ember)
@@ -13,9 +13,17 @@ if(EMBER_FUZZ)
   add_executable(fuzz_perfmap ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_perfmap.c
                  ${agent}/perfmap.c ${agent}/procfs.c ${agent}/safefile.c ${agent}/strarena.c)
   add_executable(fuzz_procmaps ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_procmaps.c
-                 ${agent}/symbolize.c ${agent}/perfmap.c ${agent}/procfs.c ${agent}/safefile.c ${agent}/strarena.c)
-  target_link_libraries(fuzz_procmaps PRIVATE PkgConfig::LIBDW PkgConfig::LIBELF)
-  foreach(name fuzz_perfmap fuzz_procmaps)
+                 ${agent}/procmaps.c ${agent}/procfs.c ${agent}/safefile.c ${agent}/strarena.c)
+  add_executable(fuzz_cfi ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_cfi.c ${agent}/cfi.c ${agent}/unwind.c)
+  target_link_libraries(fuzz_cfi PRIVATE PkgConfig::LIBELF)
+  # The debug-info readers and the demangler: what a hostile binary's
+  # .gnu_debuglink and .gnu_debugdata sections and symbol names give them.
+  add_executable(fuzz_debuginfo ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_debuginfo.c
+                 ${agent}/debuginfo.c ${agent}/demangle.c ${agent}/safefile.c)
+  target_include_directories(fuzz_debuginfo PRIVATE ${LIBIBERTY_INCLUDE_DIR})
+  target_link_libraries(fuzz_debuginfo PRIVATE PkgConfig::LIBDW PkgConfig::LIBELF PkgConfig::LZMA
+                        PkgConfig::ZLIB ${LIBIBERTY_LIBRARY})
+  foreach(name fuzz_perfmap fuzz_procmaps fuzz_cfi fuzz_debuginfo)
     target_include_directories(${name} PRIVATE ${agent})
     target_link_libraries(${name} PRIVATE ember)
     target_link_options(${name} PRIVATE -fsanitize=fuzzer)

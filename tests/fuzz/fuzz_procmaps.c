@@ -1,4 +1,4 @@
-/* libFuzzer target for the /proc/PID/maps parser (agent/symbolize.c,
+/* libFuzzer target for the /proc/PID/maps parser (agent/procmaps.c,
  * ember__procmaps_parse). The text of a maps file is the kernel's, but the
  * paths in it are whatever names a process gave its files (spaces, "
  * (deleted)", brackets, very long names). Whatever the bytes: no crash,

@@ -37,3 +37,11 @@ add_dependencies(test_agent_files ember_agent prog_jitburn)
 set_tests_properties(test_agent_files PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 300)
 set_property(TEST test_agent_files APPEND PROPERTY
   ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
+
+# Unwinding without frame pointers: a -O2 -fomit-frame-pointer program,
+# Debian's python3 and xz beside `perf record --call-graph dwarf`, Node.js.
+ember_test(integration test_agent_unwind integration)
+add_dependencies(test_agent_unwind ember_agent prog_nofp)
+set_tests_properties(test_agent_unwind PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 300)
+set_property(TEST test_agent_unwind APPEND PROPERTY
+  ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)

@@ -1235,6 +1235,265 @@ static void test_symbolize_root_target_not_mapped(void **state) {
   assert_int_equal(stats.files_mapped, 0);
 }
 
+/* ------------------------------------------------------------------ */
+/* Separate debug info, MiniDebugInfo and demangling, on the stripped    */
+/* copies of symfix and klass that tests/programs/debugfix.sh makes.     */
+
+#define DEBUGFIX EMBER_DEBUG_FIXTURES
+#define KLASS    EMBER_TEST_PROGRAMS "/klass"
+
+static ember__symbolizer_t *new_sym_debug(bool dwarf, const char *debug_dirs, bool no_demangle) {
+  ember__symbolizer_opts_t o = {.dwarf = dwarf,
+                                .perf_map_dir = EMBER_TEST_TMP,
+                                .debug_dirs = debug_dirs,
+                                .no_demangle = no_demangle};
+  ember__symbolizer_t *s = NULL;
+  assert_int_equal(ember__symbolizer_new(&o, &s), 0);
+  return s;
+}
+
+/* Start klass (or a copy) and read its "pid", "method", "ret_method" and
+ * "ret_inline" (ret_inline may be NULL). */
+static void klass_start(const char *exe, fixture_t *f, uint64_t *method, uint64_t *ret,
+                        uint64_t *ret_inline) {
+  int p[2];
+  assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    dup2(p[1], STDOUT_FILENO);
+    execl(exe, "klass", (char *)NULL);
+    _exit(127);
+  }
+  close(p[1]);
+  f->pid = pid;
+  FILE *in = fdopen(p[0], "r");
+  assert_non_null(in);
+  char line[256];
+  bool ready = false;
+  int seen = 0;
+  uint64_t vpid = 0, inl = 0;
+  while (fgets(line, sizeof line, in) != NULL) {
+    line[strcspn(line, "\n")] = '\0';
+    if (strcmp(line, "ready") == 0) {
+      ready = true;
+      break;
+    }
+    char *sp = strchr(line, ' ');
+    if (sp == NULL) continue;
+    *sp = '\0';
+    uint64_t *dst = strcmp(line, "pid") == 0          ? &vpid
+                    : strcmp(line, "method") == 0     ? method
+                    : strcmp(line, "ret_method") == 0 ? ret
+                    : strcmp(line, "ret_inline") == 0 ? &inl
+                                                      : NULL;
+    if (dst == NULL) continue;
+    assert_int_equal(ember_parse_u64(sp + 1, 0, UINT64_MAX, dst), 0);
+    seen++;
+  }
+  fclose(in);
+  assert_true(ready);
+  assert_int_equal(seen, 4);
+  assert_int_equal(vpid, (uint64_t)pid);
+  if (ret_inline != NULL) *ret_inline = inl;
+}
+
+/* The hot frames of a running C++ program read as its source does. */
+static void test_symbolize_cpp_demangled(void **state) {
+  state_t *st = *state;
+  uint64_t method = 0, ret = 0, inline_ret = 0;
+  klass_start(KLASS, &st->fx[0], &method, &ret, &inline_ret);
+  assert_int_equal(ember__procmaps_read(NULL, st->fx[0].pid, &st->maps[0]), 0);
+  uint64_t ips[] = {method + 4, ret};
+  ember_frame_t fr[8];
+  for (int dwarf = 0; dwarf < 2; dwarf++) {
+    ember__symbolizer_t *s = new_sym_debug(dwarf != 0, "", false);
+    size_t n = symbolize(s, st->fx[0].pid, st->maps[0], ips, 2, fr, 8);
+    assert_int_equal(n, 2);
+    assert_string_equal(fr[0].function, "ns::Klass::method(int)");
+    assert_string_equal(fr[1].function, "main");
+    assert_true(ends_with(fr[0].module, "/klass"));
+    if (dwarf) assert_true(ends_with(fr[0].file, "/klass.cpp"));
+    ember__symbolizer_free(s);
+  }
+  /* An inline frame is named by its demangled linkage name, not DWARF's
+   * short "step". */
+  uint64_t inl[] = {method + 4, inline_ret};
+  ember__symbolizer_t *s = new_sym_debug(true, "", false);
+  size_t n = symbolize(s, st->fx[0].pid, st->maps[0], inl, 2, fr, 8);
+  assert_int_equal(n, 3);
+  assert_string_equal(fr[1].function, "ns::Klass::step()");
+  assert_true(ends_with(fr[1].file, "/klass.cpp"));
+  assert_string_equal(fr[2].function, "ns::Klass::method(int)");
+  ember__symbolizer_free(s);
+  /* Asked not to, the symbolizer keeps the mangled name, and DWARF's. */
+  s = new_sym_debug(true, "", true);
+  n = symbolize(s, st->fx[0].pid, st->maps[0], ips, 1, fr, 8);
+  assert_int_equal(n, 1);
+  assert_string_equal(fr[0].function, "_ZN2ns5Klass6methodEi");
+  n = symbolize(s, st->fx[0].pid, st->maps[0], inl, 2, fr, 8);
+  assert_int_equal(n, 3);
+  assert_string_equal(fr[1].function, "step");
+  ember__symbolizer_free(s);
+}
+
+static void expect_symfix_names(ember__symbolizer_t *s, const fixture_t *fx,
+                                const ember__procmaps_t *m, bool lines) {
+  uint64_t ips[] = {fx->v[K_ALPHA] + 1, fx->v[K_RET_ALPHA], fx->v[K_RET_BETA], fx->v[K_RET_GAMMA]};
+  static const char *const want[] = {"alpha_leaf", "beta_middle", "gamma_root", "main"};
+  ember_frame_t fr[8];
+  size_t n = symbolize(s, fx->pid, m, ips, 4, fr, 8);
+  assert_int_equal(n, 4);
+  for (size_t i = 0; i < n; i++) {
+    assert_string_equal(fr[i].function, want[i]);
+    assert_true(ends_with(fr[i].module, "/symfix"));
+    assert_non_null(fr[i].build_id);
+    assert_int_equal(fr[i].address, 0);
+    if (lines) {
+      assert_true(ends_with(fr[i].file, "/symfix.c"));
+    } else {
+      assert_null(fr[i].file);
+    }
+  }
+  if (lines) {
+    assert_int_equal(fr[1].line, fx->v[K_LINE_BETA_CALL]);
+    assert_int_equal(fr[3].line, fx->v[K_LINE_MAIN_CALL]);
+  }
+}
+
+/* A stripped binary whose debug file sits in the debug root under its
+ * build-id: names, and file and line from the debug file's DWARF. */
+static void test_symbolize_stripped_build_id(void **state) {
+  state_t *st = *state;
+  fixture_start(DEBUGFIX "/stripped/symfix", &st->fx[0]);
+  assert_int_equal(ember__procmaps_read(NULL, st->fx[0].pid, &st->maps[0]), 0);
+  const fixture_t *fx = &st->fx[0];
+  st->sym = new_sym_debug(true, "/nonexistent-debug:" DEBUGFIX "/root", false);
+  expect_symfix_names(st->sym, fx, st->maps[0], true);
+  ember__symbolizer_stats_t stats;
+  ember__symbolizer_stats(st->sym, &stats);
+  assert_int_equal(stats.debug_files, 1);
+  assert_int_equal(stats.debug_refused, 0);
+  assert_int_equal(stats.unresolved, 0);
+  /* Symbols only, when the debug file's DWARF is not wanted. */
+  ember__symbolizer_opts_t o = {.dwarf = true,
+                                .no_detached_dwarf = true,
+                                .perf_map_dir = EMBER_TEST_TMP,
+                                .debug_dirs = DEBUGFIX "/root"};
+  ember__symbolizer_t *s = NULL;
+  assert_int_equal(ember__symbolizer_new(&o, &s), 0);
+  expect_symfix_names(s, fx, st->maps[0], false);
+  ember__symbolizer_free(s);
+}
+
+/* Without its debug file, a frame in a stripped binary keeps its module
+ * and file offset. */
+static void test_symbolize_stripped_unnamed(void **state) {
+  state_t *st = *state;
+  fixture_start(DEBUGFIX "/stripped/symfix", &st->fx[0]);
+  assert_int_equal(ember__procmaps_read(NULL, st->fx[0].pid, &st->maps[0]), 0);
+  const fixture_t *fx = &st->fx[0];
+  st->sym = new_sym_debug(true, "", false);
+  uint64_t ips[] = {fx->v[K_ALPHA] + 1};
+  ember_frame_t fr[4];
+  size_t n = symbolize(st->sym, fx->pid, st->maps[0], ips, 1, fr, 4);
+  assert_int_equal(n, 1);
+  assert_null(fr[0].function);
+  assert_true(ends_with(fr[0].module, "/stripped/symfix"));
+  assert_non_null(fr[0].build_id);
+  /* module+offset: the file offset of the address. */
+  const ember__mapping_t *mp = ember__procmaps_find(st->maps[0], fx->v[K_ALPHA]);
+  assert_non_null(mp);
+  assert_int_equal(fr[0].address, fx->v[K_ALPHA] + 1 - mp->start + mp->offset);
+  ember__symbolizer_stats_t stats;
+  ember__symbolizer_stats(st->sym, &stats);
+  assert_int_equal(stats.unresolved, 1);
+  assert_int_equal(stats.debug_files + stats.minidebug, 0);
+}
+
+/* .gnu_debuglink: the debug file in .debug/ beside the binary, found
+ * through the process's root. */
+static void test_symbolize_debuglink(void **state) {
+  state_t *st = *state;
+  fixture_start(DEBUGFIX "/linked/symfix", &st->fx[0]);
+  assert_int_equal(ember__procmaps_read(NULL, st->fx[0].pid, &st->maps[0]), 0);
+  st->sym = new_sym_debug(true, "", false);
+  expect_symfix_names(st->sym, &st->fx[0], st->maps[0], true);
+  ember__debuginfo_stats_t d;
+  ember__symbolizer_debuginfo_stats(st->sym, &d);
+  assert_int_equal(d.by_link, 1);
+  assert_int_equal(d.by_build_id, 0);
+}
+
+/* A binary with only MiniDebugInfo: its local functions are named from
+ * .gnu_debugdata (no lines: it has no DWARF). */
+static void test_symbolize_minidebug(void **state) {
+  state_t *st = *state;
+  fixture_start(DEBUGFIX "/mini/symfix", &st->fx[0]);
+  assert_int_equal(ember__procmaps_read(NULL, st->fx[0].pid, &st->maps[0]), 0);
+  st->sym = new_sym_debug(true, "", false);
+  expect_symfix_names(st->sym, &st->fx[0], st->maps[0], false);
+  ember__symbolizer_stats_t stats;
+  ember__symbolizer_stats(st->sym, &stats);
+  assert_int_equal(stats.minidebug, 1);
+  assert_int_equal(stats.debug_files, 0);
+
+  /* And C++ names from MiniDebugInfo are demangled too. */
+  uint64_t method = 0, ret = 0;
+  klass_start(DEBUGFIX "/mini/klass", &st->fx[1], &method, &ret, NULL);
+  assert_int_equal(ember__procmaps_read(NULL, st->fx[1].pid, &st->maps[1]), 0);
+  uint64_t ips[] = {method + 4, ret};
+  ember_frame_t fr[4];
+  size_t n = symbolize(st->sym, st->fx[1].pid, st->maps[1], ips, 2, fr, 4);
+  assert_int_equal(n, 2);
+  assert_string_equal(fr[0].function, "ns::Klass::method(int)");
+  assert_string_equal(fr[1].function, "main");
+}
+
+/* The cost of demangling, once per module: libstdc++'s table built with
+ * and without it (for docs/internals/debuginfo.md). */
+static void test_symbolize_demangle_cost(void **state) {
+  state_t *st = *state;
+  uint64_t method = 0, ret = 0;
+  klass_start(KLASS, &st->fx[0], &method, &ret, NULL);
+  assert_int_equal(ember__procmaps_read(NULL, st->fx[0].pid, &st->maps[0]), 0);
+  /* An address in libstdc++'s text. */
+  char path[64], line[512];
+  snprintf(path, sizeof path, "/proc/%d/maps", (int)st->fx[0].pid);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  uint64_t lib = 0;
+  while (lib == 0 && fgets(line, sizeof line, f) != NULL) {
+    if (strstr(line, "libstdc++") == NULL || strstr(line, " r-xp ") == NULL) continue;
+    char *dash = strchr(line, '-');
+    assert_non_null(dash);
+    *dash = '\0';
+    char hex[32];
+    snprintf(hex, sizeof hex, "0x%.24s", line);
+    assert_int_equal(ember_parse_u64(hex, 1, UINT64_MAX, &lib), 0);
+  }
+  fclose(f);
+  assert_true(lib != 0);
+  double ms[2] = {0, 0};
+  const int rounds = 5;
+  for (int r = 0; r < rounds; r++) {
+    for (int no = 0; no < 2; no++) {
+      ember__symbolizer_t *s = new_sym_debug(false, "", no != 0);
+      uint64_t ips[] = {lib + 0x1000};
+      ember_frame_t fr[4];
+      double t0 = now_s();
+      symbolize(s, st->fx[0].pid, st->maps[0], ips, 1, fr, 4);
+      ms[no] += (now_s() - t0) * 1e3 / rounds;
+      ember__symbolizer_free(s);
+    }
+  }
+  print_message("libstdc++ module load: %.2f ms demangled, %.2f ms mangled (+%.2f ms)\n", ms[0],
+                ms[1], ms[0] - ms[1]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_symbolize_procmaps_parses_fake_root, setup, teardown),
@@ -1257,6 +1516,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_symbolize_costs, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_user_owned_binary_not_mapped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_root_target_not_mapped, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_symbolize_cpp_demangled, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_symbolize_stripped_build_id, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_symbolize_stripped_unnamed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_symbolize_debuglink, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_symbolize_minidebug, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_symbolize_demangle_cost, setup, teardown),
       cmocka_unit_test(test_symbolize_perf_map_symlink_refused),
       cmocka_unit_test(test_symbolize_perf_map_symlink_in_own_tmp),
       cmocka_unit_test(test_symbolize_perf_map_sparse),

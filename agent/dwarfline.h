@@ -1,0 +1,57 @@
+/* DWARF line info and inline frames of one ELF module: an index of the
+ * compilation units' address ranges (built on the first lookup), per CU an
+ * index of its functions and inlined calls (built on the first lookup in
+ * that CU), and a lookup that turns a file-relative address into frames,
+ * innermost inlined call first, with file and line from the line table.
+ *
+ * The ELF handle is kept in memory: mapped when the file is root's and
+ * nobody else may write it (elfsym.c decides), otherwise read whole,
+ * bounded per file and process-wide (a file the profiled process may cut
+ * would raise SIGBUS in a mapping).
+ *
+ * Thread-safety: one handle is used by one thread at a time (the
+ * symbolizer's); the process-wide budget of whole-file copies is atomic.
+ * Errors: 0 or a negative errno; a file without usable DWARF is not an
+ * error, its lookups just find nothing. */
+#ifndef EMBER_AGENT_DWARFLINE_H
+#define EMBER_AGENT_DWARFLINE_H
+
+#include <libelf.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct ember__dwarfline ember__dwarfline_t;
+
+/* Keep the DWARF of the open ELF file (`fd`, its handle *elf, whether
+ * libelf maps it, its size) for later lookups. A mapped file's handle is
+ * taken (*elf set to NULL: libelf lets go of the fd); a read one is read
+ * whole into a fresh handle, if it is under the per-file bound and the
+ * process-wide budget has room, and *elf stays the caller's. With
+ * `demangle`, functions and inlined calls that have a C++ or Rust linkage
+ * name are named by it, demangled (once per CU, as it is indexed). Returns
+ * 0 with *out set, 0 with *out NULL when the DWARF is not kept (over a
+ * bound, unreadable), or -ENOMEM. */
+int ember__dwarfline_open(int fd, Elf **elf, bool mapped, uint64_t size, bool demangle,
+                          ember__dwarfline_t **out);
+
+/* Drop the indexes (what only lookups need) but keep the DWARF handle,
+ * which the strings of earlier frames point into. */
+void ember__dwarfline_strip(ember__dwarfline_t *d);
+/* Free everything (NULL is fine); earlier frames' strings become invalid. */
+void ember__dwarfline_free(ember__dwarfline_t *d);
+
+/* Called per frame, innermost first; `function` and `file` are borrowed
+ * from the handle (valid until ember__dwarfline_free, also after a strip),
+ * either may be NULL.
+ * Return false to stop (the caller's frame buffer is full). */
+typedef bool (*ember__dwarfline_emit_fn)(void *ctx, const char *function, const char *file,
+                                         uint32_t line);
+
+/* Frames for the file-relative address `a`: inlined calls innermost first,
+ * then the function itself, named `sym_name` (the ELF symbol's name, so
+ * frames agree with DWARF-less agents) when not NULL. Sets *done when at
+ * least one frame was emitted. Returns 0 or -ENOMEM. */
+int ember__dwarfline_frames(ember__dwarfline_t *d, uint64_t a, const char *sym_name,
+                            ember__dwarfline_emit_fn emit, void *ctx, bool *done);
+
+#endif
