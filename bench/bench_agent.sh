@@ -76,9 +76,16 @@ for rate in 19 1000; do
   c1=$(cpu_ns "$agent")
   s1=$(metric ember_agent_samples_total "$port")
   rss=$(rss_kib "$agent")
+  unw=$(curl -s "http://127.0.0.1:$port/metrics" | awk '
+    $1 == "ember_agent_unwind_tables" { t = $2 } $1 == "ember_agent_unwind_table_bytes" { b = $2 }
+    $1 == "ember_agent_unwind_table_build_seconds_total" { s = $2 }
+    $1 ~ /^ember_agent_unwind_stacks_total/ { n += $2; if ($1 ~ /complete/) c += $2 }
+    END { printf "%d tables, %.0f KiB, built in %.1f ms; %d stacks unwound, %.1f%% complete",
+                 t, b / 1024, s * 1000, n, n ? 100 * c / n : 0 }')
   kill -TERM "$agent"
   wait "$agent" || true
   row "ember-agent" "$rate" $((s1 - s0)) $((c1 - c0)) "$rss" "$ops"
+  [ "$unwind" = fp ] || echo "  (unwind tables: $unw)"
 
   # perf record at the same rate, same workload
   perf record -q -a "${perf_cg[@]}" -F "$rate" -o "$tmp/perf.data" -- sleep $((secs + 4)) 2>/dev/null &
