@@ -57,6 +57,7 @@ const char *const ember__agent_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
 #define MAX_PENDING_WINDOWS 4
 #define MAPS_REFRESH_NS     1000000000LL /* first re-read after a miss */
 #define MAPS_REFRESH_MAX_NS 8000000000LL /* backed off to, while nothing changes */
+#define MAPS_PC_REFRESH_NS  20000000LL   /* when the sampled pc itself is not covered */
 
 /* An immutable maps snapshot shared by the loop and the close thread. */
 typedef struct maps_ref {
@@ -83,8 +84,9 @@ typedef struct pidinfo {
   bool announced;
   char *worker, *version, *actor;
   maps_ref_t *maps;
-  int64_t maps_read_ns;  /* monotonic */
-  int64_t maps_every_ns; /* re-read no sooner than this after the last */
+  int64_t maps_read_ns;     /* monotonic */
+  int64_t maps_every_ns;    /* re-read no sooner than this after the last */
+  int64_t maps_pc_every_ns; /* the same, for a sampled pc outside the maps */
 } pidinfo_t;
 
 /* One pid's share of a closed window, as handed to the close thread. */
@@ -263,10 +265,18 @@ static void pid_index_rebuild(agent_t *a) {
   }
 }
 
-static void refresh_maps(pidinfo_t *p) {
+/* Re-read p's maps if the last read is older than its back-off; with
+ * `pc_miss`, than the shorter back-off for a pc the process is executing
+ * outside every mapping: then the snapshot is out of date (typically taken
+ * while ld.so was still mapping libraries) and unwinding needs the right
+ * one now, not in a second. */
+static void refresh_maps_within(pidinfo_t *p, bool pc_miss) {
   int64_t now = ember_time_mono_ns();
   if (p->maps_every_ns == 0) p->maps_every_ns = MAPS_REFRESH_NS;
-  if (p->maps != NULL && now - p->maps_read_ns < p->maps_every_ns) return;
+  if (p->maps_pc_every_ns == 0) p->maps_pc_every_ns = MAPS_PC_REFRESH_NS;
+  int64_t every =
+      pc_miss && p->maps_pc_every_ns < p->maps_every_ns ? p->maps_pc_every_ns : p->maps_every_ns;
+  if (p->maps != NULL && now - p->maps_read_ns < every) return;
   p->maps_read_ns = now;
   ember__procmaps_t *m = NULL;
   if (ember__procmaps_read(NULL, (pid_t)p->pid, &m) != 0) return; /* gone: keep the old one */
@@ -279,6 +289,11 @@ static void refresh_maps(pidinfo_t *p) {
   p->maps_every_ns = same && p->maps_every_ns < MAPS_REFRESH_MAX_NS ? p->maps_every_ns * 2
                      : same                                         ? MAPS_REFRESH_MAX_NS
                                                                     : MAPS_REFRESH_NS;
+  /* Pc misses back off the same way, from 20 ms up to 1 s. */
+  if (pc_miss)
+    p->maps_pc_every_ns = !same                                   ? MAPS_PC_REFRESH_NS
+                          : p->maps_pc_every_ns < MAPS_REFRESH_NS ? p->maps_pc_every_ns * 2
+                                                                  : MAPS_REFRESH_NS;
   maps_ref_t *r = ember_malloc(sizeof *r);
   if (r == NULL) {
     ember__procmaps_free(m);
@@ -289,6 +304,8 @@ static void refresh_maps(pidinfo_t *p) {
   maps_ref_put(p->maps);
   p->maps = r;
 }
+
+static void refresh_maps(pidinfo_t *p) { refresh_maps_within(p, false); }
 
 /* --- sampling (loop thread) --- */
 
@@ -313,7 +330,8 @@ static uint32_t whole_stack(agent_t *a, pidinfo_t *p, const ember__raw_sample_t 
   *ips = s->ips;
   ember__unwind_regs_t regs;
   if (a->unw == NULL || !ember__perf_user_regs(s, &regs.ip, &regs.sp, &regs.bp)) return s->nips;
-  if (p->maps == NULL || !ember__procmaps_covers(p->maps->maps, regs.ip)) refresh_maps(p);
+  if (p->maps == NULL || !ember__procmaps_covers(p->maps->maps, regs.ip))
+    refresh_maps_within(p, true);
   uint32_t nk = s->nips < EMBER__PERF_MAX_CHAIN ? s->nips : EMBER__PERF_MAX_CHAIN;
   memcpy(a->stack_ips, s->ips, nk * sizeof *s->ips);
   size_t nu =

@@ -117,6 +117,29 @@ static double entry_share(const ember_profile_t *p, int64_t *total) {
   return all ? (double)reach / (double)all : 0;
 }
 
+/* On a failure: the heaviest stacks of p that do not reach the entry. */
+static void print_short_stacks(const ember_profile_t *p) {
+  for (int shown = 0, pass = 0; pass < 1; pass++) {
+    for (uint32_t s = 0; s < ember_profile_nstacks(p) && shown < 8; s++) {
+      const uint32_t *ids;
+      size_t depth;
+      const int64_t *v;
+      ember_profile_stack(p, s, &ids, &depth, &v);
+      bool reach = false;
+      for (size_t i = 0; i < depth && !reach; i++) reach = is_entry(fn_at(p, ids, depth, i));
+      if (reach || v[0] < 3) continue;
+      shown++;
+      print_message("  %lld samples, %zu frames:", (long long)v[0], depth);
+      for (size_t i = 0; i < depth && i < 12; i++) {
+        char name[160];
+        ember_frame_name(ember_profile_frame(p, ids[i]), name, sizeof name);
+        print_message(" %s", name);
+      }
+      print_message("\n");
+    }
+  }
+}
+
 static bool named(const char *fn, const char *want) { return fn != NULL && strcmp(fn, want) == 0; }
 
 /* nofp: every sample reaches main; those in chain_leaf carry chain_b,
@@ -301,6 +324,7 @@ static void compare_with_perf(const ember_profile_t *p, const char *perf, const 
   if (total < 500 || pv.samples < 300)
     fail_msg("%s: too few samples (ember %lld, perf %ld; log: %s)", comm, (long long)total,
              pv.samples, log_path);
+  if (share < pshare - 0.05) print_short_stacks(p);
   if (share < pshare - 0.05)
     fail_msg("%s: %.1f%% of Ember's samples reach the entry, perf's %.1f%%", comm, 100 * share,
              100 * pshare);
