@@ -789,15 +789,22 @@ static int make_consumers(ember__collector_t *c, const ember_config_t *cfg, char
   EMBER_INFO("collector", "consuming %s in group %s", EMBER_TOPIC_PROFILES, group);
 
   /* Session events: every instance follows all of them from now on (its
-   * own sessions may be answered on any partition), in a group of its own,
-   * never committed. */
+   * own sessions may be answered on any partition), in a group of its own.
+   * Its offsets are committed every second: when the broker stalls past
+   * the group's session timeout, the rejoin resumes where reading stopped
+   * instead of at "latest", which would skip the DONE events produced
+   * meanwhile (a session then expired with its result stored; seen with a
+   * 10 s broker stall in CI beside CPU hogs). */
   char egroup[160];
   snprintf(egroup, sizeof egroup, "ember-events.%s.%d.%lld", host, (int)getpid(),
            (long long)(ember_time_now_ns() / 1000000));
   rd_kafka_conf_t *econf = NULL;
   rc = ember_kafka_consumer_conf(c->kafka, egroup, &econf, err, n);
   if (rc != 0) return rc;
-  if (rd_kafka_conf_set(econf, "auto.offset.reset", "latest", err, n) != RD_KAFKA_CONF_OK) {
+  if (rd_kafka_conf_set(econf, "auto.offset.reset", "latest", err, n) != RD_KAFKA_CONF_OK ||
+      rd_kafka_conf_set(econf, "enable.auto.commit", "true", err, n) != RD_KAFKA_CONF_OK ||
+      rd_kafka_conf_set(econf, "enable.auto.offset.store", "true", err, n) != RD_KAFKA_CONF_OK ||
+      rd_kafka_conf_set(econf, "auto.commit.interval.ms", "1000", err, n) != RD_KAFKA_CONF_OK) {
     rd_kafka_conf_destroy(econf);
     return EMBER_EKAFKA;
   }
