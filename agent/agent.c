@@ -167,11 +167,11 @@ typedef struct agent {
   ember_http_metrics_t *http;
   struct {
     ember_metric_t *samples, *lost, *throttles, *windows, *windows_dropped, *profiles,
-        *profile_errors, *queue_bytes, *spool_bytes, *spool_files, *spooled, *dropped, *sym_hits,
-        *sym_loads, *unresolved, *targets, *cpu, *rss, *stacks_dropped, *idle, *unreadable,
-        *unw_results[EMBER__UNWIND_NRESULTS], *unw_fp_steps, *unw_sig_steps, *unw_tables,
-        *unw_bytes, *unw_builds, *unw_build_s, *unw_no_cfi, *unw_evictions, *unw_cfi, *debug_files,
-        *minidebug, *debug_refused;
+        *profile_errors, *queue_bytes, *spool_bytes, *spool_files, *spooled, *dropped, *events_sent,
+        *events_failed, *sym_hits, *sym_loads, *unresolved, *targets, *cpu, *rss, *stacks_dropped,
+        *idle, *unreadable, *unw_results[EMBER__UNWIND_NRESULTS], *unw_fp_steps, *unw_sig_steps,
+        *unw_tables, *unw_bytes, *unw_builds, *unw_build_s, *unw_no_cfi, *unw_evictions, *unw_cfi,
+        *debug_files, *minidebug, *debug_refused;
   } m;
   atomic_uint_fast64_t profiles_sent, profile_errors, windows_dropped, unresolved, sym_hits,
       sym_loads, debug_files, minidebug, debug_refused;
@@ -836,6 +836,8 @@ static void on_metrics_timer(uv_timer_t *t) {
   ember_metric_set(a->m.spool_files, (double)ps.spool_files);
   ember_metric_set(a->m.spooled, (double)ps.spooled);
   ember_metric_set(a->m.dropped, (double)ps.dropped);
+  ember_metric_set(a->m.events_sent, (double)ps.events_sent);
+  ember_metric_set(a->m.events_failed, (double)ps.events_failed);
   ember_metric_set(a->m.profile_errors, (double)atomic_load(&a->profile_errors));
   ember_metric_set(a->m.windows_dropped, (double)atomic_load(&a->windows_dropped));
   ember_metric_set(a->m.sym_hits, (double)atomic_load(&a->sym_hits));
@@ -910,6 +912,11 @@ static void register_metrics(agent_t *a) {
       ember_metrics_counter(m, "ember_agent_spooled_total", "Messages written to the spool");
   a->m.dropped = ember_metrics_counter(m, "ember_agent_dropped_total",
                                        "Messages lost past the queue and spool bounds");
+  a->m.events_sent = ember_metrics_counter(m, "ember_agent_session_events_sent_total",
+                                           "Session events (ember.events) Kafka acknowledged");
+  a->m.events_failed =
+      ember_metrics_counter(m, "ember_agent_session_events_failed_total",
+                            "Session events Kafka refused or never acknowledged (not spooled)");
   a->m.sym_hits = ember_metrics_counter(m, "ember_agent_symbol_cache_hits_total",
                                         "Addresses resolved from a cached module");
   a->m.sym_loads = ember_metrics_counter(m, "ember_agent_symbol_modules_loaded_total",
@@ -1134,6 +1141,7 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
   if (a->session_max_concurrent > 0) {
     ember__sessions_opts_t sess = {.loop = &a->loop,
                                    .kafka = a->kafka,
+                                   .publisher = a->pub,
                                    .disc = a->disc,
                                    .host_id = a->host_id,
                                    .agent_id = a->agent_id,

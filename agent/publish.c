@@ -73,7 +73,7 @@ _Static_assert(offsetof(spool_hdr_t, version) == 4 && offsetof(spool_hdr_t, flag
  * in librdkafka's per-message opaque as an integer (kind in the low two
  * bits, spool sequence above), so producing allocates nothing of ours. */
 _Static_assert(sizeof(uintptr_t) >= sizeof(uint64_t), "message tags need 64-bit pointers");
-enum { MSG_FRESH = 1, MSG_TARGET = 2, MSG_SPOOL = 3 };
+enum { MSG_EVENT = 0, MSG_FRESH = 1, MSG_TARGET = 2, MSG_SPOOL = 3 };
 #define SPOOL_SEQ_MAX (UINT64_MAX >> 2)
 
 typedef enum ent_state {
@@ -643,6 +643,13 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
   n_files = p->st.spool_files;
 
   switch (kind) {
+  case MSG_EVENT:
+    if (ok) {
+      p->st.events_sent++;
+    } else {
+      p->st.events_failed++;
+    }
+    break;
   case MSG_TARGET:
     if (ok) {
       p->st.targets_sent++;
@@ -710,7 +717,10 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
   if (drained) EMBER_INFO(PUB_LOG, "spool drained: %" PRIu64 " windows replayed", n_replayed);
   if (permanent)
     EMBER_WARN(PUB_LOG, "Kafka refused a %s of %" PRIu64 " bytes for good (%s): dropped",
-               kind == MSG_TARGET ? "target record" : "window", bytes, rd_kafka_err2str(err));
+               kind == MSG_TARGET  ? "target record"
+               : kind == MSG_EVENT ? "session event"
+                                   : "window",
+               bytes, rd_kafka_err2str(err));
   if (respool) spool_put(p, m->key, m->key_len, m->payload, m->len);
 }
 
@@ -1041,6 +1051,26 @@ int ember__publisher_target(ember__publisher_t *p, const char *key, const void *
   p->st.targets_failed++;
   pthread_mutex_unlock(&p->mu);
   EMBER_DEBUG(PUB_LOG, "target %s: %s", key, rd_kafka_err2str(err));
+  return err == RD_KAFKA_RESP_ERR__QUEUE_FULL ? -ENOBUFS : EMBER_EKAFKA;
+}
+
+int ember__publisher_event(ember__publisher_t *p, const char *topic, const void *key, size_t klen,
+                           const void *value, size_t len) {
+  if (p == NULL || topic == NULL || (key == NULL && klen > 0) || (value == NULL && len > 0))
+    return -EINVAL;
+  pthread_mutex_lock(&p->mu);
+  p->st.queue_bytes += (uint64_t)klen + len;
+  pthread_mutex_unlock(&p->mu);
+  rd_kafka_resp_err_t err = rd_kafka_producev(
+      p->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY((void *)(uintptr_t)key, klen),
+      RD_KAFKA_V_VALUE((void *)(uintptr_t)value, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+      RD_KAFKA_V_OPAQUE(msg_tag(MSG_EVENT, 0)), RD_KAFKA_V_END);
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) return 0;
+  pthread_mutex_lock(&p->mu);
+  p->st.queue_bytes -= (uint64_t)klen + len;
+  p->st.events_failed++;
+  pthread_mutex_unlock(&p->mu);
+  EMBER_DEBUG(PUB_LOG, "event to %s: %s", topic, rd_kafka_err2str(err));
   return err == RD_KAFKA_RESP_ERR__QUEUE_FULL ? -ENOBUFS : EMBER_EKAFKA;
 }
 

@@ -70,7 +70,7 @@ struct ember__sessions {
   uv_poll_t wake;
   int wake_fd[2];
   bool wake_on; /* else: commands are polled at every TICK_MS */
-  rd_kafka_t *consumer, *producer;
+  rd_kafka_t *consumer;
   bool assigned;
   int64_t next_assign;
   session_t **running;
@@ -151,13 +151,11 @@ static void send_event(ember__sessions_t *s, const char *id, ember_event_state_t
   ember_buf_t b;
   ember_buf_init(&b, 1u << 16);
   int rc = ember_codec_encode_event(&e, &b);
-  if (rc == 0 && s->producer != NULL) {
-    rd_kafka_resp_err_t err = rd_kafka_producev(
-        s->producer, RD_KAFKA_V_TOPIC(EMBER_TOPIC_EVENTS), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-        RD_KAFKA_V_KEY(id, strlen(id)), RD_KAFKA_V_VALUE(b.data, b.len), RD_KAFKA_V_END);
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+  if (rc == 0 && s->o.publisher != NULL) {
+    rc = ember__publisher_event(s->o.publisher, EMBER_TOPIC_EVENTS, id, strlen(id), b.data, b.len);
+    if (rc != 0)
       EMBER_WARN("session", "session %s: %s event not sent: %s", id, ember_event_state_name(state),
-                 rd_kafka_err2str(err));
+                 ember_strerror(rc));
   } else if (rc != 0) {
     EMBER_WARN("session", "session %s: cannot encode the %s event: %s", id,
                ember_event_state_name(state), ember_strerror(rc));
@@ -819,7 +817,6 @@ static void on_tick(uv_timer_t *t) {
     s->next_assign = mono_ns() + ASSIGN_RETRY_NS;
   }
   read_commands(s);
-  rd_kafka_poll(s->producer, 0);
   now = mono_ns();
   /* Walk backwards: session_end removes by swapping in the last one. */
   for (size_t i = s->nrunning; i-- > 0;) {
@@ -913,8 +910,6 @@ int ember__sessions_start(const ember__sessions_opts_t *opts, ember__sessions_t 
   if (s->o.max_concurrent == 0) s->o.max_concurrent = 1;
   rc = read_keys(s, opts->cfg, errbuf, errbuf_size);
   if (rc != 0) goto cleanup;
-  rc = ember_kafka_producer_new(opts->kafka, NULL, &s->producer, errbuf, errbuf_size);
-  if (rc != 0) goto cleanup;
   /* A group of its own, never committed: the group only names the client;
    * partitions are assigned by hand at their latest offsets. */
   char group[400];
@@ -976,10 +971,6 @@ void ember__sessions_free(ember__sessions_t *s) {
     }
     rd_kafka_consumer_close(s->consumer);
     rd_kafka_destroy(s->consumer);
-  }
-  if (s->producer) {
-    rd_kafka_flush(s->producer, 5000);
-    rd_kafka_destroy(s->producer);
   }
   for (int i = 0; i < 2; i++)
     if (s->wake_fd[i] >= 0) close(s->wake_fd[i]);

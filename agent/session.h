@@ -45,6 +45,7 @@
 #include <uv.h>
 
 #include "discovery.h"
+#include "publish.h"
 #include "ember/config.h"
 #include "ember/kafka.h"
 #include "ember/metrics.h"
@@ -107,23 +108,25 @@ typedef struct ember__session_hooks {
 
 typedef struct ember__sessions_opts {
   uv_loop_t *loop;
-  const ember_kafka_t *kafka;  /* borrowed; outlives the module */
-  ember__discovery_t *disc;    /* borrowed; loop thread */
-  const char *host_id;         /* copied */
-  const char *agent_id;        /* copied */
-  uint32_t max_concurrent;     /* sessions per host */
-  int64_t max_duration_ns;     /* longer ones are cut to this */
-  uint32_t max_hz;             /* faster ones are slowed to this */
-  bool kernel;                 /* kernel callchains too */
-  uint32_t stack_bytes;        /* user stack copied a sample (perf.h); 0 = frame pointers */
-  size_t max_stacks;           /* distinct stacks per session */
-  uint64_t alloc_sample_bytes; /* preload method: mean bytes between samples */
-  ember__session_metrics_t m;  /* from ember__sessions_register_metrics */
-  const ember_config_t *cfg;   /* borrowed for _start: EMBER__SESSION_CONFIG_KEYS */
+  const ember_kafka_t *kafka;    /* borrowed; outlives the module */
+  ember__publisher_t *publisher; /* borrowed, outlives the module: events go out through its
+                                    producer (NULL = events are not sent) */
+  ember__discovery_t *disc;      /* borrowed; loop thread */
+  const char *host_id;           /* copied */
+  const char *agent_id;          /* copied */
+  uint32_t max_concurrent;       /* sessions per host */
+  int64_t max_duration_ns;       /* longer ones are cut to this */
+  uint32_t max_hz;               /* faster ones are slowed to this */
+  bool kernel;                   /* kernel callchains too */
+  uint32_t stack_bytes;          /* user stack copied a sample (perf.h); 0 = frame pointers */
+  size_t max_stacks;             /* distinct stacks per session */
+  uint64_t alloc_sample_bytes;   /* preload method: mean bytes between samples */
+  ember__session_metrics_t m;    /* from ember__sessions_register_metrics */
+  const ember_config_t *cfg;     /* borrowed for _start: EMBER__SESSION_CONFIG_KEYS */
   ember__session_hooks_t hooks;
 } ember__sessions_opts_t;
 
-/* Read the command keys, make the command consumer and event producer and
+/* Read the command keys, make the command consumer and
  * start the timer. Reaching the broker is not required: the consumer is
  * assigned once the topic's partitions can be read, retried every 5 s. No
  * key configured is not an error: every command is then refused (said
@@ -139,7 +142,8 @@ void ember__sessions_stop_all(ember__sessions_t *s);
 void ember__sessions_published(ember__sessions_t *s, const char *session_id, uint32_t targets,
                                uint32_t hz, uint64_t samples, int rc, const char *why);
 /* Free after the loop closed the timer handle (uv_walk + uv_run) and after
- * the last ember__sessions_published; flushes events for up to 5 s. */
+ * the last ember__sessions_published (and before the publisher's close,
+ * which flushes the events). */
 void ember__sessions_free(ember__sessions_t *s);
 
 #endif
