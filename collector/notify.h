@@ -14,9 +14,10 @@
  *                                 doubling up to retry_max_ms)
  *   any other status (3xx, 4xx)   refused: not retried
  * A notification still undelivered give_up_ms after it was queued is given
- * up. done_cb is called exactly once per accepted send, from the delivery
- * thread (or from ember__notify_free's flush), with delivered = true or
- * false (refused, given up, or dropped at shutdown).
+ * up. done_cb is called exactly once per accepted send, always from the
+ * delivery thread (also for what ember__notify_free drops), without the
+ * notifier's lock, with delivered = true or false (refused, given up, or
+ * dropped at shutdown).
  *
  * Kafka. ember__notify_publish produces {"status", "alert"} to the alerts
  * topic on a producer the caller owns, without blocking; delivery reports
