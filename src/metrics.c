@@ -14,6 +14,8 @@
 struct ember_metric {
   char *name, *help;
   bool counter;
+  ember_metrics_render_fn fn; /* a family rendered by its owner (ember_metrics_family) */
+  void *ctx;
   _Atomic uint64_t bits; /* a double's bits: C11 has no atomic double add */
 };
 
@@ -94,6 +96,16 @@ ember_metric_t *ember_metrics_gauge(ember_metrics_t *m, const char *name, const 
   return add(m, name, help, false);
 }
 
+int ember_metrics_family(ember_metrics_t *m, const char *family, const char *help, bool counter,
+                         ember_metrics_render_fn fn, void *ctx) {
+  if (fn == NULL || family == NULL || family[family_len(family)] != '\0') return -EINVAL;
+  ember_metric_t *mt = add(m, family, help, counter);
+  if (mt == NULL) return m == NULL || !name_ok(family) || help == NULL ? -EINVAL : -ENOMEM;
+  mt->fn = fn;
+  mt->ctx = ctx;
+  return 0;
+}
+
 static uint64_t to_bits(double v) {
   uint64_t b;
   memcpy(&b, &v, sizeof b);
@@ -133,7 +145,11 @@ int ember_metrics_render(const ember_metrics_t *m, ember_buf_t *out) {
     if (!same)
       rc = ember_buf_printf(out, "# HELP %.*s %s\n# TYPE %.*s %s\n", fl, mt->name, mt->help, fl,
                             mt->name, mt->counter ? "counter" : "gauge");
-    if (rc == 0) rc = ember_buf_printf(out, "%s %.17g\n", mt->name, ember_metric_get(mt));
+    if (rc == 0 && mt->fn != NULL) {
+      rc = mt->fn(mt->ctx, out);
+    } else if (rc == 0) {
+      rc = ember_buf_printf(out, "%s %.17g\n", mt->name, ember_metric_get(mt));
+    }
   }
   return rc;
 }

@@ -8,6 +8,7 @@
 #ifndef EMBER_METRICS_H
 #define EMBER_METRICS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ember/buf.h"
@@ -32,6 +33,17 @@ EMBER_API ember_metric_t *ember_metrics_counter(ember_metrics_t *m, const char *
                                                 const char *help);
 EMBER_API ember_metric_t *ember_metrics_gauge(ember_metrics_t *m, const char *name,
                                               const char *help);
+
+/* A family whose members are known only when it is rendered, such as one
+ * gauge per alert rule: at each render, after HELP and TYPE, fn(ctx, out)
+ * appends the family's sample lines itself (`family{label="v"} value`, one
+ * per line, label values escaped by the caller) and returns 0 or an
+ * ember_buf error. `family` is a bare name (no labels). fn runs on the
+ * rendering thread while the registry lives; it must be thread-safe.
+ * Returns 0, -EINVAL, -ENOMEM. */
+typedef int (*ember_metrics_render_fn)(void *ctx, ember_buf_t *out);
+EMBER_API int ember_metrics_family(ember_metrics_t *m, const char *family, const char *help,
+                                   bool counter, ember_metrics_render_fn fn, void *ctx);
 
 /* Update a metric; NULL handles are ignored so a failed registration never
  * crashes a daemon. Thread-safe. */

@@ -70,6 +70,45 @@ static void test_metrics_labelled_family(void **state) {
   ember_metrics_free(m);
 }
 
+static int render_rules(void *ctx, ember_buf_t *out) {
+  const int *n = ctx;
+  int rc = 0;
+  for (int i = 0; i < *n && rc == 0; i++)
+    rc = ember_buf_printf(out, "ember_test_firing{rule=\"r%d\"} %d\n", i, i + 1);
+  return rc;
+}
+
+/* A family rendered by its owner: members that come and go between
+ * renders, HELP and TYPE once, in registration order among the others. */
+static void test_metrics_dynamic_family(void **state) {
+  (void)state;
+  ember_metrics_t *m = NULL;
+  assert_int_equal(ember_metrics_new(&m), 0);
+  int n = 0;
+  assert_non_null(ember_metrics_counter(m, "ember_test_a_total", "A"));
+  assert_int_equal(ember_metrics_family(m, "ember_test_firing", "F", false, render_rules, &n), 0);
+  assert_non_null(ember_metrics_gauge(m, "ember_test_b", "B"));
+  assert_int_equal(ember_metrics_family(m, "ember_test_x{a=\"b\"}", "x", false, render_rules, &n),
+                   -EINVAL);
+  assert_int_equal(ember_metrics_family(m, "ember_test_y", "y", false, NULL, &n), -EINVAL);
+  ember_buf_t out;
+  ember_buf_init(&out, 4096);
+  assert_int_equal(ember_metrics_render(m, &out), 0);
+  assert_string_equal(out.data, "# HELP ember_test_a_total A\n# TYPE ember_test_a_total counter\n"
+                                "ember_test_a_total 0\n"
+                                "# HELP ember_test_firing F\n# TYPE ember_test_firing gauge\n"
+                                "# HELP ember_test_b B\n# TYPE ember_test_b gauge\n"
+                                "ember_test_b 0\n");
+  n = 2;
+  ember_buf_reset(&out);
+  assert_int_equal(ember_metrics_render(m, &out), 0);
+  assert_non_null(strstr(out.data, "# TYPE ember_test_firing gauge\n"
+                                   "ember_test_firing{rule=\"r0\"} 1\n"
+                                   "ember_test_firing{rule=\"r1\"} 2\n# HELP ember_test_b"));
+  ember_buf_free(&out);
+  ember_metrics_free(m);
+}
+
 /* One HTTP/1.0 exchange on loopback; returns the whole response. */
 static void http(uint16_t port, const char *request, char *resp, size_t size) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -126,6 +165,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_metrics_render),
       cmocka_unit_test(test_metrics_labelled_family),
+      cmocka_unit_test(test_metrics_dynamic_family),
       cmocka_unit_test(test_metrics_http_server),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
