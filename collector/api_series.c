@@ -266,33 +266,10 @@ static unsigned h_targets(ember__req_t *r) {
 
 /* --- timeline --- */
 
-static int nlabels(const ember_labels_t *l) {
-  return (l->worker != NULL) + (l->version != NULL) + (l->host != NULL) + (l->actor != NULL);
-}
-
-static bool opt_eq(const char *want, const char *have) {
-  return want == NULL || (have != NULL && strcmp(want, have) == 0);
-}
-
-/* Does series `t` match the selector made of series `s`'s labels? */
-static bool matches_labels(const ember_labels_t *s, const ember_labels_t *t) {
-  return opt_eq(s->worker, t->worker) && opt_eq(s->version, t->version) &&
-         opt_eq(s->host, t->host) && opt_eq(s->actor, t->actor);
-}
-
 typedef struct tl_series {
-  size_t idx;   /* into the series array */
-  int64_t *cpu; /* nbuckets values, exact for this series */
-  int64_t sum;  /* for ranking */
+  size_t idx;  /* into the timelines' series */
+  int64_t sum; /* for ranking */
 } tl_series_t;
-
-static int by_labels_desc(const void *a, const void *b, void *ctx) {
-  const ember_store_series_t *s = ctx;
-  const tl_series_t *x = a, *y = b;
-  int nx = nlabels(&s[x->idx].labels), ny = nlabels(&s[y->idx].labels);
-  if (nx != ny) return nx > ny ? -1 : 1;
-  return x->idx < y->idx ? -1 : x->idx > y->idx;
-}
 
 static int by_cpu_desc(const void *a, const void *b, void *ctx) {
   const ember_store_series_t *s = ctx;
@@ -341,68 +318,34 @@ static unsigned h_timeline(ember__req_t *r) {
         "raise step or narrow from/to",
         (unsigned long long)nb, (long long)(step / EMBER__SEC_NS), TIMELINE_MAX_BUCKETS);
 
-  ember_store_series_t *s = NULL;
-  size_t n = 0, nbk = 0;
-  int64_t *total = NULL;
+  /* One store read gives every series' own CPU and the total. */
+  ember_store_timelines_t *tl = NULL;
   tl_series_t *ts = NULL;
   json_t *doc = NULL;
-  const char *what = "reading the CPU timeline from the store";
-  int rc = 0;
-  st = get_series_list(r, &sel, from, to, &s, &n);
-  if (st != 0) return st;
-  if (n > 0 && n > TIMELINE_MAX_CELLS / nb) {
-    st = ember__req_fail(
-        r, 400,
-        "%zu series x %llu buckets is too many for one timeline: narrow the selector "
-        "(worker, version, host, actor) or raise step",
-        n, (unsigned long long)nb);
-    goto cleanup;
-  }
-  rc = ember_store_cpu_timeline(r->env->store, &sel, from, to, step, &total, &nbk);
-  if (rc != 0) goto cleanup;
-  ts = ember_calloc(n ? n : 1, sizeof *ts);
-  if (ts == NULL) {
-    rc = -ENOMEM;
-    goto cleanup;
-  }
-  for (size_t i = 0; i < n; i++) ts[i].idx = i;
-  /* A series with an absent label cannot be selected alone (NULL in a
-   * selector means "any"), so its timeline also holds every series that
-   * adds labels to it. Those have more labels, so going from the most
-   * labels to the fewest, each one's own CPU is its selector's timeline
-   * minus the exact timelines of the series already done that it covers. */
-  qsort_r(ts, n, sizeof *ts, by_labels_desc, s);
-  for (size_t i = 0; i < n; i++) {
-    const ember_labels_t *l = &s[ts[i].idx].labels;
-    ember_store_selector_t one = {l->worker, l->version, l->host, l->actor};
-    size_t cnt = 0;
-    rc = ember_store_cpu_timeline(r->env->store, &one, from, to, step, &ts[i].cpu, &cnt);
-    if (rc != 0) goto cleanup;
-    if (cnt != nbk) {
-      rc = EMBER_ECORRUPT;
-      goto cleanup;
-    }
-    if (nlabels(l) < 4) {
-      for (size_t j = 0; j < i; j++) {
-        if (!matches_labels(l, &s[ts[j].idx].labels)) continue;
-        for (size_t b = 0; b < nbk; b++) ts[i].cpu[b] -= ts[j].cpu[b];
-      }
-    }
-    ts[i].sum = 0;
-    for (size_t b = 0; b < nbk; b++) {
-      /* Ingest between our reads can make a difference negative. */
-      if (ts[i].cpu[b] < 0) ts[i].cpu[b] = 0;
-      ts[i].sum = ts[i].sum > INT64_MAX - ts[i].cpu[b] ? INT64_MAX : ts[i].sum + ts[i].cpu[b];
-    }
-  }
-  qsort_r(ts, n, sizeof *ts, by_cpu_desc, s);
-
-  what = "building the answer";
+  int rc = ember_store_cpu_timelines(r->env->store, &sel, from, to, step, TIMELINE_MAX_CELLS, &tl);
+  if (rc == EMBER_ETOOBIG)
+    return ember__req_fail(r, 400,
+                           "the selection holds more than %zu series, too many for one timeline "
+                           "of %llu buckets: narrow the selector (worker, version, host, actor) "
+                           "or raise step",
+                           TIMELINE_MAX_CELLS / (size_t)nb, (unsigned long long)nb);
+  if (rc != 0) return ember__req_fail_internal(r, "reading the CPU timeline from the store", rc);
+  size_t n = tl->nseries, nbk = tl->nbuckets;
   rc = -ENOMEM;
+  ts = ember_calloc(n ? n : 1, sizeof *ts);
+  if (ts == NULL) goto cleanup;
+  for (size_t i = 0; i < n; i++) {
+    const int64_t *cpu = tl->cpu + i * nbk;
+    ts[i].idx = i;
+    for (size_t b = 0; b < nbk; b++)
+      ts[i].sum = ts[i].sum > INT64_MAX - cpu[b] ? INT64_MAX : ts[i].sum + cpu[b];
+  }
+  qsort_r(ts, n, sizeof *ts, by_cpu_desc, tl->series);
+
   doc = ember__req_range_doc(from, to);
   if (doc == NULL) goto cleanup;
   rc = ember__json_set(doc, "step_ms", json_integer(ember__req_ms(step)));
-  if (rc == 0) rc = ember__json_set(doc, "total_cpu_ns", ember__req_int_array(total, nbk));
+  if (rc == 0) rc = ember__json_set(doc, "total_cpu_ns", ember__req_int_array(tl->total, nbk));
   json_t *arr = NULL;
   if (rc == 0) {
     arr = ember__req_jarray_in(doc, "series");
@@ -411,21 +354,18 @@ static unsigned h_timeline(ember__req_t *r) {
   for (size_t i = 0; i < n && i < limit && rc == 0; i++) {
     json_t *o = json_object();
     rc = ember__json_push(arr, o);
-    if (rc == 0) rc = ember__req_set_labels(o, &s[ts[i].idx].labels);
-    if (rc == 0) rc = ember__json_set(o, "cpu_ns", ember__req_int_array(ts[i].cpu, nbk));
+    if (rc == 0) rc = ember__req_set_labels(o, &tl->series[ts[i].idx].labels);
+    if (rc == 0)
+      rc = ember__json_set(o, "cpu_ns", ember__req_int_array(tl->cpu + ts[i].idx * nbk, nbk));
   }
   if (rc == 0) rc = ember__json_set(doc, "truncated", json_boolean(n > limit));
 
 cleanup:
-  if (st == 0)
-    st = rc == 0 ? ember__req_answer_json(r, doc) : ember__req_fail_internal(r, what, rc);
+  st = rc == 0 ? ember__req_answer_json(r, doc)
+               : ember__req_fail_internal(r, "building the answer", rc);
   json_decref(doc);
-  if (ts != NULL) {
-    for (size_t i = 0; i < n; i++) ember_free(ts[i].cpu);
-  }
   ember_free(ts);
-  ember_free(total);
-  ember_store_series_free(s, n);
+  ember_store_timelines_free(tl);
   return st;
 }
 
