@@ -1,5 +1,7 @@
-/* The read path: merges over time ranges, series listings, CPU timelines. */
+/* The read path: merges over time ranges, series listings, CPU timelines
+ * (of a selection, and of each of its series in one pass). */
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "htab.h"
@@ -378,6 +380,38 @@ static int series_span(MDB_cursor *cur, uint32_t sid, int64_t from, int64_t to, 
   return 0;
 }
 
+/* Fill `e` (zeroed by the caller) with series `sid` when it has a window
+ * in [from, to): its span and its labels, copied (ember_store_series_free).
+ * EMBER_ENOTFOUND when it has none; `e` is zero again on any failure. */
+static int series_entry(ember_store_t *s, MDB_txn *txn, MDB_cursor *cur, uint32_t sid, int64_t from,
+                        int64_t to, ember_store_series_t *e) {
+  int64_t first = 0, last = 0;
+  int rc = series_span(cur, sid, from, to, &first, &last);
+  if (rc < 0) return rc;
+  uint8_t key[4];
+  ember__put_be32(key, sid);
+  MDB_val k = {.mv_size = 4, .mv_data = key}, v;
+  const char *l[EMBER__NLABELS];
+  rc = ember__store_err(ember__get(s, txn, EMBER__DB_SERIES, &k, &v));
+  if (rc == EMBER_ENOTFOUND) rc = EMBER_ECORRUPT;
+  if (rc < 0) return rc;
+  if (!ember__labels_decode(&v, l)) return EMBER_ECORRUPT;
+  e->id = sid;
+  e->first_ns = first;
+  e->last_ns = last;
+  rc = dup_label(l[0], &e->labels.worker);
+  if (rc == 0) rc = dup_label(l[1], &e->labels.version);
+  if (rc == 0) rc = dup_label(l[2], &e->labels.host);
+  if (rc == 0) rc = dup_label(l[3], &e->labels.actor);
+  if (rc < 0) {
+    ember_free((char *)(uintptr_t)e->labels.worker);
+    ember_free((char *)(uintptr_t)e->labels.version);
+    ember_free((char *)(uintptr_t)e->labels.host);
+    *e = (ember_store_series_t){0};
+  }
+  return rc;
+}
+
 static int series_locked(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
                          int64_t to_ns, ember_store_series_t **out, size_t *count);
 
@@ -413,30 +447,10 @@ static int series_locked(ember_store_t *s, const ember_store_selector_t *sel, in
   rc = ember__store_err(mdb_cursor_open(txn, s->dbi[EMBER__DB_PROFILES], &cur));
   if (rc < 0) goto cleanup;
   for (size_t i = 0; i < nsids; i++) {
-    int64_t first = 0, last = 0;
-    rc = series_span(cur, sids[i], from_ns, to_ns, &first, &last);
+    rc = series_entry(s, txn, cur, sids[i], from_ns, to_ns, &res[n]);
     if (rc == EMBER_ENOTFOUND) continue;
     if (rc < 0) goto cleanup;
-    uint8_t key[4];
-    ember__put_be32(key, sids[i]);
-    MDB_val k = {.mv_size = 4, .mv_data = key}, v;
-    const char *l[EMBER__NLABELS];
-    rc = ember__store_err(ember__get(s, txn, EMBER__DB_SERIES, &k, &v));
-    if (rc == EMBER_ENOTFOUND) rc = EMBER_ECORRUPT;
-    if (rc < 0) goto cleanup;
-    if (!ember__labels_decode(&v, l)) {
-      rc = EMBER_ECORRUPT;
-      goto cleanup;
-    }
-    ember_store_series_t *e = &res[n++];
-    e->id = sids[i];
-    e->first_ns = first;
-    e->last_ns = last;
-    rc = dup_label(l[0], &e->labels.worker);
-    if (rc == 0) rc = dup_label(l[1], &e->labels.version);
-    if (rc == 0) rc = dup_label(l[2], &e->labels.host);
-    if (rc == 0) rc = dup_label(l[3], &e->labels.actor);
-    if (rc < 0) goto cleanup;
+    n++;
   }
   rc = 0;
 cleanup:
@@ -524,5 +538,120 @@ cleanup:
   if (txn) mdb_txn_abort(txn);
   ember_free(sids);
   ember_free(c.buckets);
+  return rc;
+}
+
+void ember_store_timelines_free(ember_store_timelines_t *t) {
+  if (!t) return;
+  ember_store_series_free(t->series, t->nseries);
+  ember_free(t->cpu);
+  ember_free(t->total);
+  ember_free(t);
+}
+
+static int timelines_locked(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
+                            int64_t to_ns, int64_t step_ns, uint64_t nb, size_t max_values,
+                            ember_store_timelines_t **out);
+
+int ember_store_cpu_timelines(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
+                              int64_t to_ns, int64_t step_ns, size_t max_values,
+                              ember_store_timelines_t **out) {
+  if (!s || !out || from_ns >= to_ns || step_ns <= 0) return -EINVAL;
+  uint64_t span = (uint64_t)to_ns - (uint64_t)from_ns;
+  uint64_t nb = span / (uint64_t)step_ns + (span % (uint64_t)step_ns ? 1 : 0);
+  if (nb > EMBER_STORE_MAX_BUCKETS) return EMBER_ETOOBIG;
+  if (max_values == 0) max_values = EMBER_STORE_MAX_BUCKETS;
+  int rc;
+  do {
+    ember__store_enter(s);
+    rc = timelines_locked(s, sel, from_ns, to_ns, step_ns, nb, max_values, out);
+    ember__store_leave(s);
+  } while (rc < 0 && ember__store_retry(s, &rc));
+  return rc;
+}
+
+static int timelines_locked(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
+                            int64_t to_ns, int64_t step_ns, uint64_t nb, size_t max_values,
+                            ember_store_timelines_t **out) {
+  MDB_txn *txn = NULL;
+  MDB_cursor *pcur = NULL, *ccur = NULL;
+  uint32_t *sids = NULL;
+  size_t nsids = 0;
+  size_t *row = NULL; /* per selected series: its row in t->series, or SIZE_MAX */
+  unsigned since_renew = 0;
+  ember_store_timelines_t *t = ember_calloc(1, sizeof *t);
+  int rc = t ? 0 : -ENOMEM;
+  if (rc < 0) goto cleanup;
+  t->nbuckets = (size_t)nb;
+  t->total = ember_calloc((size_t)nb, sizeof *t->total);
+  if (!t->total) {
+    rc = -ENOMEM;
+    goto cleanup;
+  }
+  rc = ember__store_err(mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn));
+  if (rc < 0) goto cleanup;
+  rc = ember__select(s, txn, sel, &sids, &nsids);
+  if (rc < 0 || nsids == 0) goto cleanup;
+  t->series = ember_calloc(nsids, sizeof *t->series);
+  row = ember_malloc(nsids * sizeof *row);
+  if (!t->series || !row) {
+    rc = -ENOMEM;
+    goto cleanup;
+  }
+  rc = ember__store_err(mdb_cursor_open(txn, s->dbi[EMBER__DB_PROFILES], &pcur));
+  if (rc == 0) rc = ember__store_err(mdb_cursor_open(txn, s->dbi[EMBER__DB_CPU], &ccur));
+  if (rc < 0) goto cleanup;
+  /* First the series with a window in the range (as ember_store_series),
+   * so that the values are allocated once, after the cap is checked. */
+  for (size_t i = 0; i < nsids; i++) {
+    rc = series_entry(s, txn, pcur, sids[i], from_ns, to_ns, &t->series[t->nseries]);
+    row[i] = SIZE_MAX;
+    if (rc == EMBER_ENOTFOUND) continue;
+    if (rc < 0) goto cleanup;
+    row[i] = t->nseries++;
+  }
+  rc = 0;
+  if (t->nseries > max_values / (size_t)nb) {
+    rc = EMBER_ETOOBIG;
+    goto cleanup;
+  }
+  if (t->nseries > 0) {
+    t->cpu = ember_calloc(t->nseries * (size_t)nb, sizeof *t->cpu);
+    if (!t->cpu) {
+      rc = -ENOMEM;
+      goto cleanup;
+    }
+  }
+  /* Each series' CPU points are read once, into its own row, and added to
+   * the total, so the total is the sum of the rows plus what selected
+   * series without a window in the range have (normally nothing). */
+  for (size_t i = 0; i < nsids; i++) {
+    int64_t *own = row[i] == SIZE_MAX ? NULL : t->cpu + row[i] * (size_t)nb;
+    cpu_ctx_t c = {.buckets = own ? own : t->total, .from = from_ns, .step = step_ns};
+    rc = scan(txn, ccur, EMBER__CPU_KEY_LEN, sids[i], from_ns, to_ns, cpu_row, &c, &since_renew);
+    if (rc < 0) goto cleanup;
+    for (size_t b = 0; own && b < (size_t)nb; b++) {
+      if (own[b] > INT64_MAX - t->total[b]) {
+        rc = -ERANGE;
+        goto cleanup;
+      }
+      t->total[b] += own[b];
+    }
+  }
+cleanup:
+  if (pcur) mdb_cursor_close(pcur);
+  if (ccur) mdb_cursor_close(ccur);
+  if (txn) mdb_txn_abort(txn);
+  ember_free(sids);
+  ember_free(row);
+  if (rc == 0 && t->nseries == 0) {
+    ember_free(t->series);
+    t->series = NULL;
+  }
+  if (rc == 0) {
+    *out = t;
+    t = NULL;
+  }
+  ember_store_timelines_free(t);
   return rc;
 }

@@ -175,6 +175,44 @@ EMBER_API int ember_store_cpu_timeline(ember_store_t *store, const ember_store_s
                                        int64_t from_ns, int64_t to_ns, int64_t step_ns,
                                        int64_t **out, size_t *count);
 
+/* The CPU timelines of each selected series, read in one pass (one read
+ * transaction, renewed like every long read), for views and evaluations
+ * that need a value per series, or per group of series, per bucket. */
+typedef struct ember_store_timelines {
+  size_t nbuckets; /* ceil((to_ns - from_ns) / step_ns); buckets as ember_store_cpu_timeline */
+  /* nbuckets values: every selected series together, as
+   * ember_store_cpu_timeline() of the same selector. */
+  int64_t *total;
+  /* The selected series that have a window starting in [from_ns, to_ns),
+   * by series id, as ember_store_series() lists them: id and labels key
+   * each row below. NULL when nseries is 0. */
+  ember_store_series_t *series;
+  size_t nseries;
+  /* nseries x nbuckets values, row by row: series[i]'s CPU nanoseconds in
+   * bucket b are cpu[i * nbuckets + b]. Each series' own CPU time alone
+   * (not that of the series that add labels to it). NULL when nseries is 0. */
+  int64_t *cpu;
+} ember_store_timelines_t;
+
+/* The CPU timeline of every series `sel` (NULL = all) selects over
+ * [from_ns, to_ns) in buckets of step_ns, with their total. A read that
+ * overlaps ingest may see batches committed while it runs, but each
+ * series' points are read once: the total always equals the rows' sum plus
+ * the points of selected series without a window in the range (none,
+ * unless a window was written without its CPU point or the other way round).
+ * `max_values` caps nseries x nbuckets, checked before the values are
+ * allocated (0 = EMBER_STORE_MAX_BUCKETS). On success *out is the caller's,
+ * freed with ember_store_timelines_free(); nothing in it points into the
+ * database. Returns 0, -EINVAL (from_ns >= to_ns, step_ns <= 0),
+ * EMBER_ETOOBIG (more than EMBER_STORE_MAX_BUCKETS buckets, or more than
+ * max_values values), -ENOMEM, -ERANGE (a sum overflows), EMBER_ECORRUPT.
+ * Thread-safety: as every read. */
+EMBER_API int ember_store_cpu_timelines(ember_store_t *store, const ember_store_selector_t *sel,
+                                        int64_t from_ns, int64_t to_ns, int64_t step_ns,
+                                        size_t max_values, ember_store_timelines_t **out);
+/* Free a result of ember_store_cpu_timelines(); NULL is a no-op. */
+EMBER_API void ember_store_timelines_free(ember_store_timelines_t *timelines);
+
 /* Retention: delete every window, minute and hour rollup, CPU point, session
  * result and idempotency key older than `before_ns` rounded down to the hour (rollups cover whole
  * hours, so the cutoff is too), in write transactions of at most

@@ -415,6 +415,129 @@ static void test_store_stack_dictionary_dedup(void **state) {
   remove_store(path);
 }
 
+/* Every series' own CPU timeline in one call: a series whose labels are a
+ * subset of another's (no actor) gets only its own points, rows are keyed
+ * by id and labels as ember_store_series lists them, and the total is the
+ * selector's timeline. */
+static void test_store_cpu_timelines_per_series(void **state) {
+  (void)state;
+  char path[512];
+  store_path(path, sizeof path, "timelines");
+  remove_store(path);
+  ember_store_t *s = open_store(path);
+  /* Series: api (no actor), api/room-7, db; windows in buckets 0, 1 and 2
+   * of 20 s (db only in bucket 2). */
+  ember_profile_t *ps[7] = {
+      make_window("api", "v1", "h1", NULL, T0, "a", 1, 20, 10, 1),
+      make_window("api", "v1", "h1", NULL, T0 + 10 * SEC, "a", 2, 20, 10, 2),
+      make_window("api", "v1", "h1", NULL, T0 + 20 * SEC, "a", 3, 20, 10, 3),
+      make_window("api", "v1", "h1", "room-7", T0, "b", 1, 20, 10, 4),
+      make_window("api", "v1", "h1", "room-7", T0 + 30 * SEC, "b", 2, 20, 10, 5),
+      make_window("db", "v9", "h2", NULL, T0 + 40 * SEC, "c", 1, 20, 10, 6),
+      make_window("db", "v9", "h2", NULL, T0 + 90 * SEC, "c", 2, 20, 10, 7), /* out of range */
+  };
+  assert_int_equal(ember_store_write(s, ps, 7, NULL), 0);
+  int64_t c[7];
+  for (size_t i = 0; i < 7; i++) c[i] = ember_profile_total(ps[i], 1);
+  const int64_t from = T0, to = T0 + 50 * SEC, step = 20 * SEC;
+
+  ember_store_timelines_t *t = NULL;
+  assert_int_equal(ember_store_cpu_timelines(s, NULL, from, to, step, 0, &t), 0);
+  assert_int_equal(t->nbuckets, 3);
+  assert_int_equal(t->nseries, 3);
+  /* The same series, in the same order, as the listing. */
+  ember_store_series_t *ser = NULL;
+  size_t n = 0;
+  assert_int_equal(ember_store_series(s, NULL, from, to, &ser, &n), 0);
+  assert_int_equal(n, t->nseries);
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(t->series[i].id, ser[i].id);
+    assert_string_equal(t->series[i].labels.worker, ser[i].labels.worker);
+    assert_int_equal(t->series[i].first_ns, ser[i].first_ns);
+    assert_int_equal(t->series[i].last_ns, ser[i].last_ns);
+  }
+  ember_store_series_free(ser, n);
+  /* Creation order: api, api/room-7, db. */
+  assert_null(t->series[0].labels.actor);
+  assert_string_equal(t->series[1].labels.actor, "room-7");
+  assert_string_equal(t->series[2].labels.worker, "db");
+  const int64_t want[3][3] = {
+      {c[0] + c[1], c[2], 0}, /* api alone, not api/room-7 */
+      {c[3], c[4], 0},
+      {0, 0, c[5]},
+  };
+  for (size_t i = 0; i < 3; i++)
+    for (size_t b = 0; b < 3; b++) assert_int_equal(t->cpu[i * 3 + b], want[i][b]);
+  int64_t *tot = NULL;
+  size_t nb = 0;
+  assert_int_equal(ember_store_cpu_timeline(s, NULL, from, to, step, &tot, &nb), 0);
+  assert_int_equal(nb, 3);
+  for (size_t b = 0; b < 3; b++) {
+    assert_int_equal(t->total[b], tot[b]);
+    assert_int_equal(t->total[b], want[0][b] + want[1][b] + want[2][b]);
+  }
+  ember_free(tot);
+  ember_store_timelines_free(t);
+
+  /* A selector narrows the rows; the total follows it. */
+  ember_store_selector_t api = {.worker = "api"};
+  t = NULL;
+  assert_int_equal(ember_store_cpu_timelines(s, &api, from, to, step, 0, &t), 0);
+  assert_int_equal(t->nseries, 2);
+  assert_int_equal(t->total[0], c[0] + c[1] + c[3]);
+  assert_int_equal(t->total[2], 0);
+  ember_store_timelines_free(t);
+
+  /* Nothing selected: no rows, zero totals. */
+  ember_store_selector_t none = {.worker = "nope"};
+  t = NULL;
+  assert_int_equal(ember_store_cpu_timelines(s, &none, from, to, step, 0, &t), 0);
+  assert_int_equal(t->nseries, 0);
+  assert_null(t->series);
+  assert_null(t->cpu);
+  assert_int_equal(t->nbuckets, 3);
+  for (size_t b = 0; b < 3; b++) assert_int_equal(t->total[b], 0);
+  ember_store_timelines_free(t);
+
+  /* The cap on series x buckets, and bad arguments; *out untouched. */
+  t = (ember_store_timelines_t *)1;
+  assert_int_equal(ember_store_cpu_timelines(s, NULL, from, to, step, 8, &t), EMBER_ETOOBIG);
+  assert_ptr_equal(t, (ember_store_timelines_t *)1);
+  t = NULL;
+  assert_int_equal(ember_store_cpu_timelines(s, NULL, from, to, step, 9, &t), 0);
+  ember_store_timelines_free(t);
+  t = (ember_store_timelines_t *)1;
+  assert_int_equal(ember_store_cpu_timelines(s, NULL, 0, INT64_MAX, 1, 0, &t), EMBER_ETOOBIG);
+  assert_int_equal(ember_store_cpu_timelines(s, NULL, to, from, step, 0, &t), -EINVAL);
+  assert_int_equal(ember_store_cpu_timelines(s, NULL, from, to, 0, 0, &t), -EINVAL);
+  assert_int_equal(ember_store_cpu_timelines(NULL, NULL, from, to, step, 0, &t), -EINVAL);
+  assert_int_equal(ember_store_cpu_timelines(s, NULL, from, to, step, 0, NULL), -EINVAL);
+  assert_ptr_equal(t, (ember_store_timelines_t *)1);
+  ember_store_timelines_free(NULL);
+
+  /* Fail the Nth allocation for every N: -ENOMEM and nothing leaked, then
+   * the same answer. */
+  int rc = -1;
+  t = NULL;
+  for (long k = 0; rc != 0; k++) {
+    assert_true(k < 1000);
+    ember_alloc_fail_after(k);
+    rc = ember_store_cpu_timelines(s, NULL, from, to, step, 0, &t);
+    ember_alloc_fail_reset();
+    if (rc != 0) {
+      assert_int_equal(rc, -ENOMEM);
+      assert_null(t);
+    }
+  }
+  assert_int_equal(t->nseries, 3);
+  assert_int_equal(t->cpu[2 * 3 + 2], c[5]);
+  ember_store_timelines_free(t);
+
+  free_all(ps, 7);
+  ember_store_close(s);
+  remove_store(path);
+}
+
 static void test_store_reopen_persists(void **state) {
   (void)state;
   char path[512];
@@ -992,6 +1115,7 @@ int main(void) {
       cmocka_unit_test(test_store_time_range_is_half_open),
       cmocka_unit_test(test_store_duplicate_seq_writes_nothing),
       cmocka_unit_test(test_store_stack_dictionary_dedup),
+      cmocka_unit_test(test_store_cpu_timelines_per_series),
       cmocka_unit_test(test_store_reopen_persists),
       cmocka_unit_test(test_store_schema_newer_refused),
       cmocka_unit_test(test_store_rejects_bad_arguments),
