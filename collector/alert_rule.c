@@ -201,6 +201,9 @@ static bool get_uint(const val_t *v, uint64_t min, uint64_t max, uint64_t *out) 
     *out = (uint64_t)i;
     return true;
   }
+  /* Decimal digits only, as JSON has them (ember_parse_u64 also takes 0x). */
+  for (const char *p = v->text; *p; p++)
+    if (!isdigit((unsigned char)*p)) return false;
   return ember_parse_u64(v->text, min, max, out) == 0;
 }
 

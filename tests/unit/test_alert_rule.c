@@ -436,6 +436,8 @@ static void test_alert_rule_file_errors(void **state) {
   bad_file("[rule a]\nworker = api\nabove = 1\nfor = 1s\ncapture.hz = 1.5\n",
            "t.rules:5: field \"capture.hz\": \"1.5\" must be a whole number");
   bad_file("[rule a]\nworker = api\nabove = 1\nfor = 1s\ncapture.hz = -1\n", "t.rules:5:");
+  bad_file("[rule a]\nworker = api\nabove = 1\nfor = 1s\ncapture.hz = 0x10\n",
+           "t.rules:5: field \"capture.hz\": \"0x10\" must be a whole number");
   bad_file("[rule a]\nworker = api\nabove = 1\nfor = 1s\ncapture = cpu\n",
            "t.rules:5: field \"capture\": \"cpu\" must be an object with type, duration_ms");
   bad_file("[rule a]\nworker = api\nabove = 1\nabove = 2\nfor = 1s\n",
@@ -507,6 +509,54 @@ static void test_alert_rule_file_load(void **state) {
   assert_null(set);
 }
 
+/* Fail the Nth allocation for every N: each parse fails with -ENOMEM and
+ * leaks nothing (the ASan tree checks), until it succeeds. */
+static void test_alert_rule_alloc_failures(void **state) {
+  (void)state;
+  const char *text = "[rule a]\nworker = api-*\nhost = h\nabove = 1\nfor = 1s\n"
+                     "webhook = http://x\n[rule b]\nworker = *\nfunction.name = f\n"
+                     "function.percent = 5\nfor = 0\ncapture.type = cpu\n";
+  for (long n = 0;; n++) {
+    char err[256];
+    ember__alert_rules_t *set = NULL;
+    ember_alloc_fail_after(n);
+    int rc = ember__alert_rules_parse(text, strlen(text), "t.rules", &set, err, sizeof err);
+    ember_alloc_fail_reset();
+    if (rc == 0) {
+      assert_int_equal(ember__alert_rules_count(set), 2);
+      ember__alert_rule_t *copy = NULL;
+      for (long m = 0; copy == NULL; m++) {
+        ember_alloc_fail_after(m);
+        copy = ember__alert_rule_dup(ember__alert_rules_at(set, 0));
+        ember_alloc_fail_reset();
+      }
+      assert_true(ember__alert_rule_equal(copy, ember__alert_rules_at(set, 0)));
+      ember__alert_rule_free(copy);
+      ember__alert_rules_free(set);
+      break;
+    }
+    assert_int_equal(rc, -ENOMEM);
+    assert_null(set);
+  }
+  json_t *j = json_loads("{\"name\":\"r\",\"worker\":\"api\",\"version\":\"1\",\"for\":\"1s\","
+                         "\"function\":{\"name\":\"f\",\"percent\":5}}",
+                         0, NULL);
+  assert_non_null(j);
+  for (long n = 0;; n++) {
+    char err[256];
+    ember__alert_rule_t *r = NULL;
+    ember_alloc_fail_after(n);
+    int rc = ember__alert_rule_from_json(j, &r, err, sizeof err);
+    ember_alloc_fail_reset();
+    if (rc == 0) {
+      ember__alert_rule_free(r);
+      break;
+    }
+    assert_int_equal(rc, -ENOMEM);
+  }
+  json_decref(j);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_alert_rule_minimal_and_defaults),
@@ -519,6 +569,7 @@ int main(void) {
       cmocka_unit_test(test_alert_rule_file),
       cmocka_unit_test(test_alert_rule_file_errors),
       cmocka_unit_test(test_alert_rule_file_load),
+      cmocka_unit_test(test_alert_rule_alloc_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
