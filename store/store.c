@@ -36,6 +36,8 @@ static const struct {
     [EMBER__DB_ROLLUP_1H] = {"rollup_1h", 0},
     [EMBER__DB_ROLLUP_1M] = {"rollup_1m", 0},
     [EMBER__DB_SESSIONS] = {"sessions", 0},
+    [EMBER__DB_RULES] = {"rules", 0},
+    [EMBER__DB_ALERTS] = {"alerts", 0},
 };
 
 #define DEFAULT_MAP_SIZE ((size_t)1 << 30)
@@ -150,7 +152,9 @@ bool ember__sealed(ember__db_t db) {
   case EMBER__DB_IDEM:
   case EMBER__DB_ROLLUP_1H:
   case EMBER__DB_ROLLUP_1M:
-  case EMBER__DB_SESSIONS: return true;
+  case EMBER__DB_SESSIONS:
+  case EMBER__DB_RULES:
+  case EMBER__DB_ALERTS: return true;
   default: return false;
   }
 }
@@ -259,6 +263,11 @@ int ember_store_open(const char *path, const ember_store_opts_t *opts, ember_sto
      * ignore); a read-only open of an older file reads it as empty. */
     if (mrc == MDB_NOTFOUND && i == EMBER__DB_SESSIONS && o.read_only) {
       s->no_sessions = true;
+      continue;
+    }
+    /* The document tables came within schema 3 the same way. */
+    if (mrc == MDB_NOTFOUND && (i == EMBER__DB_RULES || i == EMBER__DB_ALERTS) && o.read_only) {
+      s->no_docs = true;
       continue;
     }
     if (mrc == MDB_NOTFOUND) {
@@ -543,6 +552,8 @@ static int stats_locked(ember_store_t *s, ember_store_stats_t *stats) {
       {EMBER__DB_ROLLUP_1H, offsetof(ember_store_stats_t, rollup_rows)},
       {EMBER__DB_ROLLUP_1M, offsetof(ember_store_stats_t, rollup_1m_rows)},
       {EMBER__DB_SESSIONS, offsetof(ember_store_stats_t, session_rows)},
+      {EMBER__DB_RULES, offsetof(ember_store_stats_t, rule_docs)},
+      {EMBER__DB_ALERTS, offsetof(ember_store_stats_t, alert_docs)},
   };
   ember_store_stats_t st = {0};
   MDB_txn *txn = NULL;
@@ -550,6 +561,7 @@ static int stats_locked(ember_store_t *s, ember_store_stats_t *stats) {
   if (rc < 0) goto cleanup;
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
     if (map[i].db == EMBER__DB_SESSIONS && s->no_sessions) continue;
+    if ((map[i].db == EMBER__DB_RULES || map[i].db == EMBER__DB_ALERTS) && s->no_docs) continue;
     MDB_stat ms;
     rc = ember__store_err(mdb_stat(txn, s->dbi[map[i].db], &ms));
     if (rc < 0) goto cleanup;

@@ -27,6 +27,8 @@ typedef enum ember__db {
   EMBER__DB_ROLLUP_1H,  /* "rollup_1h": (series, hour start, types) -> summed row */
   EMBER__DB_ROLLUP_1M,  /* "rollup_1m": (series, minute start, types) -> summed row */
   EMBER__DB_SESSIONS,   /* "sessions": (session id, agent hash, seq) -> encoded result */
+  EMBER__DB_RULES,      /* "rules": rule name -> JSON document (doc.c) */
+  EMBER__DB_ALERTS,     /* "alerts": alert id -> JSON document (doc.c) */
   EMBER__DB_COUNT
 } ember__db_t;
 
@@ -37,6 +39,9 @@ struct ember_store {
   /* A read-only open of a store made before the session table existed:
    * session reads answer "nothing" instead of failing the open. */
   bool no_sessions;
+  /* The same for the document tables "rules" and "alerts", which came
+   * together within schema 3: reads find nothing, iteration is empty. */
+  bool no_docs;
   /* Dictionary caches, by table: series, frames, stacks. Used only inside
    * write transactions (see dcache.h). */
   ember__dcache_t cache[3];

@@ -18,7 +18,8 @@
  *     reads one row per hour and its ragged ends one per minute;
  *   - CPU nanoseconds per (series, window start), for timelines;
  *   - an idempotency key per (agent id, seq), so a replayed message is
- *     stored once.
+ *     stored once;
+ *   - documents: alert rules and alerts, whole, by key (ember_store_doc_*).
  * Old data goes by whole hours through ember_store_retain().
  *
  * Thread-safety: one ember_store_t may be shared by any number of threads.
@@ -262,6 +263,74 @@ EMBER_API int ember_store_session_merge(ember_store_t *store, const char *sessio
                                         ember_value_type_t value_type, ember_profile_t **out,
                                         ember_store_session_info_t *info);
 
+/* Documents: small JSON (or any bytes) values kept whole by key, for the
+ * collector's own state: alert rules made through the API and alerts with
+ * their state and history. The store does not look inside a document; it
+ * seals it with a checksum like every other value (a damaged one is
+ * refused with EMBER_ECORRUPT) and keeps it apart from the profile data
+ * (ember_store_retain() does not touch documents).
+ *
+ * A store opened read-only that was made before these tables existed reads
+ * them as empty; a read-write open adds them. */
+typedef enum ember_store_doc_table {
+  EMBER_STORE_DOC_RULES = 1, /* "rules": key = rule name */
+  EMBER_STORE_DOC_ALERTS = 2 /* "alerts": key = alert id */
+} ember_store_doc_table_t;
+
+/* Keys are 1..128 bytes (a NUL-terminated string); documents at most 1 MiB. */
+#define EMBER_STORE_DOC_KEY_MAX 128u
+#define EMBER_STORE_DOC_MAX     (1u << 20)
+
+/* Store `len` bytes of `doc` under `key` in `table`, replacing what the key
+ * held, in one write transaction (growing the map as ember_store_write).
+ * `key` and `doc` are borrowed for the call. Returns 0, -EINVAL (bad table,
+ * empty or too long key), EMBER_ETOOBIG (len > EMBER_STORE_DOC_MAX),
+ * -EACCES (read-only), -ENOSPC, EMBER_EMAPFULL, -ENOMEM, EMBER_ECORRUPT. */
+EMBER_API int ember_store_doc_put(ember_store_t *store, ember_store_doc_table_t table,
+                                  const char *key, const void *doc, size_t len);
+
+/* The document under `key`: *doc gets an ember_malloc'ed copy of its *len
+ * bytes followed by a NUL (so JSON text can be parsed in place), freed with
+ * ember_free(). Returns 0, EMBER_ENOTFOUND, EMBER_ECORRUPT (it fails its
+ * checksum), -EINVAL, -ENOMEM. */
+EMBER_API int ember_store_doc_get(ember_store_t *store, ember_store_doc_table_t table,
+                                  const char *key, void **doc, size_t *len);
+
+/* Delete the document under `key`. Returns 0, EMBER_ENOTFOUND, -EINVAL,
+ * -EACCES, -ENOSPC, EMBER_EMAPFULL. */
+EMBER_API int ember_store_doc_del(ember_store_t *store, ember_store_doc_table_t table,
+                                  const char *key);
+
+/* Called with each document in key order: `key` (NUL-terminated), the
+ * document (`len` bytes, NUL-terminated) and the caller's `ctx`; both
+ * borrowed for the call only. A non-zero return stops the walk and is
+ * returned by ember_store_doc_each. */
+typedef int (*ember_store_doc_fn)(const char *key, const void *doc, size_t len, void *ctx);
+
+/* Call `fn` for every document of `table`, in key order. Documents are read
+ * in batches, each a snapshot, and no transaction or lock is held while
+ * `fn` runs: it may call the store (put, delete) itself; a document put or
+ * deleted during the walk may or may not be seen. Returns 0, fn's non-zero
+ * return, EMBER_ECORRUPT (a document fails its checksum: the walk stops
+ * there, after the documents before it), -EINVAL, -ENOMEM. */
+EMBER_API int ember_store_doc_each(ember_store_t *store, ember_store_doc_table_t table,
+                                   ember_store_doc_fn fn, void *ctx);
+
+/* Decides whether a document goes (retention): true deletes it. Called
+ * inside the store's write transaction: it must not call the store. */
+typedef bool (*ember_store_doc_expired_fn)(const char *key, const void *doc, size_t len, void *ctx);
+
+/* Retention of documents: delete every document of `table` for which
+ * `expired` returns true, in write transactions of at most `max_per_txn`
+ * deletions (0 = 1000). The store cannot read a document's fields, so the
+ * caller judges (for alerts: resolved, and resolved before the cutoff of
+ * alerts.keep). *deleted (may be NULL) gets the count. Returns 0 or an
+ * error; transactions already committed stay done, and calling again
+ * resumes. A damaged document stops the pass with EMBER_ECORRUPT. */
+EMBER_API int ember_store_doc_retain(ember_store_t *store, ember_store_doc_table_t table,
+                                     ember_store_doc_expired_fn expired, void *ctx,
+                                     size_t max_per_txn, uint64_t *deleted);
+
 /* Entry counts, for tests, metrics and capacity planning. */
 typedef struct ember_store_stats {
   uint64_t series;         /* distinct label sets */
@@ -276,6 +345,8 @@ typedef struct ember_store_stats {
   uint64_t session_rows;   /* on-demand session results, one per (session, agent, seq) */
   uint64_t map_bytes;      /* the map's current size (grows up to opts.max_size) */
   uint64_t map_grows;      /* times this handle grew the map */
+  uint64_t rule_docs;      /* documents in the "rules" table */
+  uint64_t alert_docs;     /* documents in the "alerts" table */
 } ember_store_stats_t;
 
 /* Fill *stats from one read transaction. Returns 0 or an error. */
