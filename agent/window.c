@@ -9,10 +9,9 @@
 
 typedef struct entry {
   uint32_t pid, nips;
-  size_t off; /* into ips pool */
+  size_t off; /* into ips pool; pool order is arrival order (by_pid) */
   uint64_t hash;
   int64_t samples, cpu_ns;
-  uint32_t seq; /* arrival order, for a stable sort */
 } entry_t;
 
 struct ember__window {
@@ -85,17 +84,17 @@ int ember__window_add(ember__window_t *w, uint32_t pid, const uint64_t *ips, uin
 
 static int64_t sat_add(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
 
-int ember__window_add_values(ember__window_t *w, uint32_t pid, const uint64_t *ips, uint32_t nips,
-                             int64_t v0, int64_t v1, bool *is_new) {
-  if (nips == 0 || ips == NULL || v0 < 0 || v1 < 0) return -EINVAL;
+/* The entry of (pid, ips), made (zero) if new. Returns 0 with *out set,
+ * -ENOMEM, or EMBER_ETOOBIG (counted in dropped) when the window is full.
+ * The one place a window grows: every add goes through here. */
+static int slot(ember__window_t *w, uint32_t pid, const uint64_t *ips, uint32_t nips, entry_t **out,
+                bool *is_new) {
   uint64_t h = ember__hash_mix(0x3a11, pid);
   for (uint32_t i = 0; i < nips; i++) h = ember__hash_mix(h, ips[i]);
   stack_key_t key = {w, pid, nips, ips};
   int64_t found = ember__htab_find(&w->index, h, entry_eq, &key);
   if (found >= 0) {
-    entry_t *e = &w->entries[found];
-    e->samples = sat_add(e->samples, v0);
-    e->cpu_ns = sat_add(e->cpu_ns, v1);
+    *out = &w->entries[found];
     if (is_new) *is_new = false;
     return 0;
   }
@@ -119,11 +118,22 @@ int ember__window_add_values(ember__window_t *w, uint32_t pid, const uint64_t *i
     w->cappool = cap;
   }
   memcpy(w->pool + w->npool, ips, nips * sizeof *ips);
-  w->entries[w->n] = (entry_t){pid, nips, w->npool, h, v0, v1, (uint32_t)w->n};
+  w->entries[w->n] = (entry_t){pid, nips, w->npool, h, 0, 0};
   if (ember__htab_insert(&w->index, h, (uint32_t)w->n, entry_hash, &key) != 0) return -ENOMEM;
   w->npool += nips;
-  w->n++;
+  *out = &w->entries[w->n++];
   if (is_new) *is_new = true;
+  return 0;
+}
+
+int ember__window_add_values(ember__window_t *w, uint32_t pid, const uint64_t *ips, uint32_t nips,
+                             int64_t v0, int64_t v1, bool *is_new) {
+  if (nips == 0 || ips == NULL || v0 < 0 || v1 < 0) return -EINVAL;
+  entry_t *e = NULL;
+  int rc = slot(w, pid, ips, nips, &e, is_new);
+  if (rc != 0) return rc;
+  e->samples = sat_add(e->samples, v0);
+  e->cpu_ns = sat_add(e->cpu_ns, v1);
   return 0;
 }
 
