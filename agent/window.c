@@ -11,7 +11,8 @@ typedef struct entry {
   uint32_t pid, nips;
   size_t off; /* into ips pool; pool order is arrival order (by_pid) */
   uint64_t hash;
-  int64_t samples, cpu_ns;
+  int64_t samples, cpu_ns; /* whole units */
+  uint32_t frac[2];        /* and 2^-32 units of each, from weighted adds */
 } entry_t;
 
 struct ember__window {
@@ -118,7 +119,7 @@ static int slot(ember__window_t *w, uint32_t pid, const uint64_t *ips, uint32_t 
     w->cappool = cap;
   }
   memcpy(w->pool + w->npool, ips, nips * sizeof *ips);
-  w->entries[w->n] = (entry_t){pid, nips, w->npool, h, 0, 0};
+  w->entries[w->n] = (entry_t){pid, nips, w->npool, h, 0, 0, {0, 0}};
   if (ember__htab_insert(&w->index, h, (uint32_t)w->n, entry_hash, &key) != 0) return -ENOMEM;
   w->npool += nips;
   *out = &w->entries[w->n++];
@@ -137,6 +138,47 @@ int ember__window_add_values(ember__window_t *w, uint32_t pid, const uint64_t *i
   return 0;
 }
 
+/* A weight in Q32 fixed point: whole units and 2^-32 units, rounded to
+ * nearest (so each add is off by at most 2^-33). 2^63 and above saturate. */
+static void to_fixed(double v, int64_t *whole, uint32_t *frac) {
+  if (v >= 0x1p63) {
+    *whole = INT64_MAX;
+    *frac = 0;
+    return;
+  }
+  int64_t i = (int64_t)v;
+  /* Exact: v and its integer part are doubles within a factor of two of
+   * each other (or i == 0), and scaling by 2^32 is exact too. */
+  uint64_t f = (uint64_t)((v - (double)i) * 0x1p32 + 0.5);
+  if (f >> 32) {
+    i++;
+    f = 0;
+  }
+  *whole = i;
+  *frac = (uint32_t)f;
+}
+
+static void add_fixed(int64_t *whole, uint32_t *frac, double v) {
+  int64_t i;
+  uint32_t f;
+  to_fixed(v, &i, &f);
+  uint64_t sum = (uint64_t)*frac + f;
+  *frac = (uint32_t)sum;
+  *whole = sat_add(sat_add(*whole, i), (int64_t)(sum >> 32));
+}
+
+int ember__window_add_weighted(ember__window_t *w, uint32_t pid, const uint64_t *ips, uint32_t nips,
+                               double v0, double v1, bool *is_new) {
+  /* Written so that NaN fails too. */
+  if (nips == 0 || ips == NULL || !(v0 >= 0) || !(v1 >= 0)) return -EINVAL;
+  entry_t *e = NULL;
+  int rc = slot(w, pid, ips, nips, &e, is_new);
+  if (rc != 0) return rc;
+  add_fixed(&e->samples, &e->frac[0], v0);
+  add_fixed(&e->cpu_ns, &e->frac[1], v1);
+  return 0;
+}
+
 void ember__window_set_bounds(ember__window_t *w, int64_t start_ns, int64_t end_ns) {
   w->start_ns = start_ns;
   w->end_ns = end_ns;
@@ -149,6 +191,11 @@ void ember__window_bounds(const ember__window_t *w, int64_t *start_ns, int64_t *
 
 size_t ember__window_nstacks(const ember__window_t *w) { return w->n; }
 uint64_t ember__window_dropped(const ember__window_t *w) { return w->dropped; }
+
+/* To the nearest whole unit, halves up; a saturated value stays there. */
+static int64_t round_fixed(int64_t whole, uint32_t frac) {
+  return frac >= 0x80000000u && whole < INT64_MAX ? whole + 1 : whole;
+}
 
 static int by_pid(const void *a, const void *b) {
   const ember__window_stack_t *x = a, *y = b;
@@ -170,8 +217,9 @@ const ember__window_stack_t *ember__window_sorted(ember__window_t *w, size_t *n)
   }
   for (size_t i = 0; i < w->n; i++) {
     const entry_t *e = &w->entries[i];
-    w->sorted[i] =
-        (ember__window_stack_t){e->pid, e->nips, w->pool + e->off, e->samples, e->cpu_ns};
+    w->sorted[i] = (ember__window_stack_t){e->pid, e->nips, w->pool + e->off,
+                                           round_fixed(e->samples, e->frac[0]),
+                                           round_fixed(e->cpu_ns, e->frac[1])};
   }
   qsort(w->sorted, w->n, sizeof *w->sorted, by_pid);
   *n = w->n;
