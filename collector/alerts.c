@@ -28,6 +28,9 @@
 #define DIFF_BASE_NS (600 * SEC)
 #define DIFF_TOP     10
 #define RETAIN_EVERY (3600 * SEC)
+/* A capture the sessions module does not know and whose results never
+ * came: expired this long after its end. */
+#define CAPTURE_GRACE_NS (60 * SEC)
 
 enum { SRC_FILE, SRC_API, SRC_DEFAULT };
 static const char *const src_names[] = {"file", "api", "default"};
@@ -254,8 +257,15 @@ static void capture_refresh(ember__alerts_t *a, alert_t *al) {
     ember_profile_t *p = NULL;
     ember_store_session_info_t info = {0};
     if (ember__query_session(a->o.store, al->capture_session, EMBER__Q_SAMPLES, &p, &info) == 0 &&
-        info.results > 0)
+        info.results > 0) {
       st = "done";
+    } else if (al->st.fired_ns != EMBER__ALERT_NONE) {
+      /* Its command may have died with the collector that sent it: past
+       * its length and the sessions' answer timeout, it is expired. */
+      const arule_t *ar = rule_find(a, al->rule);
+      int64_t len = ar ? (int64_t)ar->r->capture.duration_ms * MS : 600 * SEC;
+      if (ember_time_now_ns() > al->st.fired_ns + len + CAPTURE_GRACE_NS) st = "expired";
+    }
     ember_profile_free(p);
   }
   if (st != NULL && strcmp(st, al->capture_state) != 0) {

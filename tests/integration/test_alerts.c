@@ -357,29 +357,7 @@ static void test_spike_fires_captures_notifies_survives_restart(void **state) {
   assert_non_null(strstr(str_at(json_object_get(a0, "annotations"), "description"), "spike_burn"));
   json_decref(body);
 
-  /* SIGKILL while firing, restart: still firing, same id, no second firing
-   * notification. */
-  kill(col, SIGKILL);
-  assert_true(tu_wait(col, 10000) != -1);
-  col = start_collector(port);
-  json_t *again = wait_alert("hot", "firing", 20, NULL);
-  if (again == NULL) fail_msg("the firing alert is gone after a restart (log %s)", log_path);
-  assert_string_equal(str_at(again, "id"), id);
-  json_decref(again);
-
-  /* The plain receiver comes up 30 s after the firing; ingest meanwhile. */
-  double stored0 = tu_metric(port, "ember_collector_profiles_stored_total");
-  int64_t down_from = ember_time_now_ns();
-  while (ember_time_now_ns() - down_from < 30LL * 1000000000) sleep(1);
-  double stored1 = tu_metric(port, "ember_collector_profiles_stored_total");
-  print_message("profiles stored while the plain receiver was down: %.0f in 30 s\n",
-                stored1 - stored0);
-  assert_true(stored1 - stored0 >= 20); /* a window a second; some slack */
-  receiver_start(&plain, plain_port);
-
-  /* The capture session is done (the engine learns it from the stored
-   * results: the restart made the collector forget the session) and holds
-   * spike_burn. */
+  /* The capture session is done and holds spike_burn. */
   char sid[128] = "", args[512];
   const char *cstate = NULL;
   for (int t = 0; t < 120; t++) {
@@ -404,6 +382,26 @@ static void test_spike_fires_captures_notifies_survives_restart(void **state) {
   assert_non_null(strstr(s, "spike_burn"));
   free(s);
   json_decref(stop);
+
+  /* SIGKILL while firing, restart: still firing, same id, no second firing
+   * notification. */
+  kill(col, SIGKILL);
+  assert_true(tu_wait(col, 10000) != -1);
+  col = start_collector(port);
+  json_t *again = wait_alert("hot", "firing", 20, NULL);
+  if (again == NULL) fail_msg("the firing alert is gone after a restart (log %s)", log_path);
+  assert_string_equal(str_at(again, "id"), id);
+  json_decref(again);
+
+  /* The plain receiver comes up 30 s after the firing; ingest meanwhile. */
+  double stored0 = tu_metric(port, "ember_collector_profiles_stored_total");
+  int64_t down_from = ember_time_now_ns();
+  while (ember_time_now_ns() - down_from < 30LL * 1000000000) sleep(1);
+  double stored1 = tu_metric(port, "ember_collector_profiles_stored_total");
+  print_message("profiles stored while the plain receiver was down: %.0f in 30 s\n",
+                stored1 - stored0);
+  assert_true(stored1 - stored0 >= 20); /* a window a second; some slack */
+  receiver_start(&plain, plain_port);
 
   /* Resolved after the load drops. */
   json_t *res = wait_alert("hot", "resolved", 60, NULL);
