@@ -59,8 +59,9 @@ typedef struct alert {
   char *capture_error;    /* why no capture started */
   bool settled_firing;    /* its firing notification was delivered (or given up) */
   bool settled_resolved;
-  bool dirty; /* to store again */
-  bool gone;  /* dropped (a pending alert that did not fire) */
+  int64_t sent_ns; /* last firing notification or re-send (memory only) */
+  bool dirty;      /* to store again */
+  bool gone;       /* dropped (a pending alert that did not fire) */
 } alert_t;
 
 /* One (rule, group): the state machine and its current alert. */
@@ -385,6 +386,7 @@ static void on_sent(void *ctx, bool delivered) {
 
 static void notify(ember__alerts_t *a, arule_t *ar, alert_t *al, bool resolved, bool kafka) {
   const char *status = resolved ? "resolved" : "firing";
+  if (!resolved) al->sent_ns = ember_time_now_ns();
   json_t *doc = alert_doc(al);
   if (doc == NULL) return;
   const char *worker = json_string_value(json_object_get(al->labels, "worker"));
@@ -560,6 +562,8 @@ static int load_alert_doc(const char *key, const void *doc, size_t len, void *ct
     if (cerr) al->capture_error = ember_strdup(cerr);
     al->settled_firing = json_is_true(json_object_get(rec, "settled_firing"));
     al->settled_resolved = json_is_true(json_object_get(rec, "settled_resolved"));
+    /* Re-sends to Alertmanager resume a full interval after a restart. */
+    al->sent_ns = ember_time_now_ns();
     if (al->rule == NULL || al->group == NULL || al->labels == NULL) rc = -ENOMEM;
   }
   json_decref(rec);
@@ -838,12 +842,35 @@ static int eval_rule(ember__alerts_t *a, arule_t *ar, int64_t end) {
   return 0;
 }
 
+/* Alertmanager resolves an alert it has not heard of for its
+ * resolve_timeout (5 min by default) and expects firing alerts to be sent
+ * again meanwhile, as Prometheus does: every alerts.webhook_resend to Alertmanager
+ * receivers, once the first notification was delivered. Not to plain JSON
+ * receivers or Kafka, which get transitions only. */
+static void resend(ember__alerts_t *a, alert_t *al, int64_t now) {
+  if (a->notify == NULL || al->st.phase != EMBER__PHASE_FIRING || !al->settled_firing ||
+      now - al->sent_ns < a->o.resend_ns)
+    return;
+  arule_t *ar = rule_find(a, al->rule);
+  const char *url = ar && ar->r->webhook_url ? ar->r->webhook_url : a->webhook;
+  ember__webhook_format_t f =
+      ar && ar->r->webhook_url ? ar->r->webhook_format : a->o.webhook_format;
+  al->sent_ns = now;
+  if (url == NULL || *url == '\0' || f != EMBER__WEBHOOK_ALERTMANAGER) return;
+  json_t *doc = alert_doc(al);
+  ember__notify_target_t t = {.url = url, .format = EMBER__NOTIFY_ALERTMANAGER};
+  if (doc != NULL) ember__notify_send(a->notify, &t, "firing", doc, NULL, NULL);
+  json_decref(doc);
+}
+
 static void store_dirty(ember__alerts_t *a) {
+  int64_t now = ember_time_now_ns();
   for (size_t i = 0; i < a->nalerts; i++) {
     alert_t *al = a->alerts[i];
     if (al->gone) continue;
     capture_refresh(a, al);
     if (al->dirty) alert_store(a, al);
+    resend(a, al, now);
   }
 }
 
@@ -1105,6 +1132,7 @@ int ember__alerts_new(const ember__alerts_opts_t *opts, ember__alerts_t **out, c
   if (a->o.delay_ns <= 0) a->o.delay_ns = 3 * SEC;
   if (a->o.keep_ns <= 0) a->o.keep_ns = 7 * 86400 * SEC;
   if (a->o.history_max == 0) a->o.history_max = 10000;
+  if (a->o.resend_ns <= 0) a->o.resend_ns = 120 * SEC;
   a->last_end = INT64_MIN;
   a->last_retain = INT64_MIN / 2;
   pthread_mutex_init(&a->mu, NULL);

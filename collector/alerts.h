@@ -60,6 +60,8 @@ typedef struct ember__alerts_opts {
   int64_t keep_ns;                        /* alerts.keep; 0 = 7 d */
   bool default_rule;                      /* alerts.default_rule */
   size_t history_max;                     /* alerts listed from memory; 0 = 10000 */
+  int64_t resend_ns; /* alerts.webhook_resend: firing alerts sent to Alertmanager again this
+                        often (its resolve_timeout is 5 min); 0 = 2 min */
 } ember__alerts_opts_t;
 
 /* The engine's config keys (and the notifier's, which the collector reads
@@ -67,7 +69,8 @@ typedef struct ember__alerts_opts {
 #define EMBER__ALERTS_CONFIG_KEYS                                                                  \
   "alerts.rules", "alerts.interval", "alerts.eval_delay", "alerts.keep", "alerts.webhook",         \
       "alerts.webhook_format", "alerts.default_rule", "alerts.webhook_timeout",                    \
-      "alerts.webhook_queue", "alerts.webhook_retry_max", "alerts.webhook_give_up"
+      "alerts.webhook_queue", "alerts.webhook_retry_max", "alerts.webhook_give_up",                \
+      "alerts.webhook_resend"
 
 /* Fill `o` and `no` from the config (strings borrowed from cfg). Returns 0
  * or EMBER_ECONFIG with a sentence. */

@@ -4,6 +4,7 @@
  * rules' sources (file, API) and their errors, SIGHUP's reload, and the
  * per-rule metrics. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,8 +16,11 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
 
 #include "alerts.h"
+#include "notify.h"
 #include "ember/ember.h"
 
 #define SEC  1000000000LL
@@ -363,6 +367,80 @@ static void test_rules_sources_errors_reload_metrics(void **state) {
   ember_metrics_free(m);
 }
 
+/* A webhook receiver: counts POSTs whose body holds "startsAt". */
+static atomic_int posts, hook_posts;
+
+static enum MHD_Result on_post(void *cls, struct MHD_Connection *c, const char *url,
+                               const char *method, const char *version, const char *data,
+                               size_t *size, void **con_cls) {
+  (void)cls;
+  (void)version;
+  (void)data;
+  if (*con_cls == NULL) {
+    *con_cls = (void *)1;
+    return MHD_YES;
+  }
+  if (*size > 0) {
+    *size = 0;
+    return MHD_YES;
+  }
+  if (strcmp(method, "POST") == 0)
+    atomic_fetch_add(strcmp(url, "/hook") == 0 ? &hook_posts : &posts, 1);
+  struct MHD_Response *r =
+      MHD_create_response_from_buffer(2, (void *)(uintptr_t) "{}", MHD_RESPMEM_PERSISTENT);
+  enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+/* Alertmanager forgets an alert it has not heard of for 5 minutes: firing
+ * alerts go to it again every alerts.webhook_resend; plain JSON receivers
+ * get the transition only. */
+static void test_alertmanager_resend(void **state) {
+  (void)state;
+  atomic_store(&posts, 0);
+  atomic_store(&hook_posts, 0);
+  struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, on_post,
+                                          NULL, MHD_OPTION_END);
+  assert_non_null(d);
+  unsigned port = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT)->port;
+  ember__notify_opts_t no = {.retry_initial_ms = 100};
+  ember__notify_t *n = NULL;
+  char err[400];
+  assert_int_equal(ember__notify_new(&no, &n, err, sizeof err), 0);
+  ember__alerts_opts_t o = {.store = store, .interval_ns = STEP, .delay_ns = SEC, .resend_ns = SEC};
+  ember__alerts_t *a = NULL;
+  assert_int_equal(ember__alerts_new(&o, &a, err, sizeof err), 0);
+  char rule[512];
+  snprintf(rule, sizeof rule,
+           "{\"name\":\"am\",\"worker\":\"w\",\"above\":0.5,\"for\":\"0s\",\"resolve_for\":\"1h\","
+           "\"webhook\":\"http://127.0.0.1:%u/api/v2/alerts\"}",
+           port);
+  add_rule(a, rule);
+  snprintf(rule, sizeof rule,
+           "{\"name\":\"plain\",\"worker\":\"w\",\"above\":0.5,\"for\":\"0s\","
+           "\"resolve_for\":\"1h\",\"webhook\":{\"url\":\"http://127.0.0.1:%u/hook\","
+           "\"format\":\"json\"}}",
+           port);
+  add_rule(a, rule);
+  /* Fired before the engine's thread starts (its own rounds are for
+   * today's windows, not the test's): then re-sent for "am" only, about
+   * once a second. */
+  window("w", "h1", 0, 0.9, 0.5);
+  round_at(a, 0);
+  assert_int_equal(ember__alerts_start(a, n), 0);
+  for (int t = 0; t < 100 && atomic_load(&posts) < 3; t++) usleep(50000);
+  int got = atomic_load(&posts);
+  print_message("%d re-sends to Alertmanager in up to 5 s, %d to the JSON receiver\n", got,
+                atomic_load(&hook_posts));
+  assert_true(got >= 3);
+  assert_int_equal(atomic_load(&hook_posts), 0);
+  ember__alerts_stop(a);
+  ember__notify_free(n, 1000);
+  ember__alerts_free(a);
+  MHD_stop_daemon(d);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_above_pending_firing_resolved_and_restart, setup,
@@ -371,6 +449,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_baseline_and_function_rules, setup, teardown),
       cmocka_unit_test_setup_teardown(test_group_by_host, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rules_sources_errors_reload_metrics, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_alertmanager_resend, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
