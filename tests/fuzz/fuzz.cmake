@@ -1,7 +1,8 @@
 # libFuzzer targets, built only with -DEMBER_FUZZ=ON under clang. CI runs
 # each for a fixed time (scripts/test.sh); the seed corpora are committed:
 # corpus/ for fuzz_codec, corpus_perfmap/, corpus_procmaps/, corpus_cfi/ and
-# corpus_debuginfo/ for the parsers of files a profiled process controls.
+# corpus_debuginfo/ for the parsers of files a profiled process controls,
+# corpus_rules/ for alert rules (API bodies and rules files).
 if(EMBER_FUZZ)
   add_executable(fuzz_codec ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_codec.c)
   target_link_libraries(fuzz_codec PRIVATE ember)
@@ -23,6 +24,13 @@ if(EMBER_FUZZ)
   target_include_directories(fuzz_debuginfo PRIVATE ${LIBIBERTY_INCLUDE_DIR})
   target_link_libraries(fuzz_debuginfo PRIVATE PkgConfig::LIBDW PkgConfig::LIBELF PkgConfig::LZMA
                         PkgConfig::ZLIB ${LIBIBERTY_LIBRARY})
+  # Alert rules: the API's JSON bodies (any client) and rules files.
+  set(collector ${PROJECT_SOURCE_DIR}/collector)
+  add_executable(fuzz_rules ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_rules.c ${collector}/alert_rule.c)
+  target_include_directories(fuzz_rules PRIVATE ${collector} ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(fuzz_rules PRIVATE ember PkgConfig::JANSSON)
+  target_link_options(fuzz_rules PRIVATE -fsanitize=fuzzer)
+  ember_warnings(fuzz_rules)
   foreach(name fuzz_perfmap fuzz_procmaps fuzz_cfi fuzz_debuginfo)
     target_include_directories(${name} PRIVATE ${agent})
     target_link_libraries(${name} PRIVATE ember)
