@@ -315,18 +315,30 @@ export function flamePanel(testid, { searchId = null, onState = () => {} } = {})
 
 export const PALETTE = ['#e4572e', '#4e79a7', '#59a14f', '#edc948', '#b07aa1', '#76b7b2', '#ff9da7', '#9c755f', '#f28e2b', '#bab0ac'];
 
+// Colours of an alert's state, on timelines and badges (style.css has the
+// same for .badge).
+export const ALERT_COLORS = { firing: '#c92a2a', pending: '#e67700', resolved: '#868e96' };
+
 // Cores over time, one stacked band per version, with a brush: dragging
 // picks [from, to) (onBrush gets Unix seconds); a double click resets.
-export function timeline(onBrush, hint = 'drag to pick a range, double-click to go back') {
+// onBrush null: no brush (a timeline to look at). Alerts set with
+// setAlerts() are bands with a bar along the top; a click on the bar (or
+// on the alert's link in the toolbar) calls their onPick.
+export function timeline(onBrush, hint = 'drag to pick a range, double-click to go back', { testid = 'timeline' } = {}) {
   const canvas = h('canvas', { testid: 'timeline-canvas' });
   const legend = h('div', { class: 'legend' });
+  const alertLinks = h('span', { class: 'alert-links', testid: 'timeline-alerts' });
   const tip = h('div', { class: 'tip', hidden: true });
   const empty = h('div', { class: 'empty' }, 'Loading the timeline…');
   const wrap = h('div', { class: 'timeline-wrap' }, canvas, tip);
-  const el = h('section', { class: 'panel timeline', testid: 'timeline' }, h('div', { class: 'toolbar' }, h('strong', {}, 'CPU'), h('span', { class: 'hint' }, ` cores, by version · ${hint}`), h('span', { class: 'spacer' }), legend), empty, wrap);
+  const el = h('section', { class: 'panel timeline', testid }, h('div', { class: 'toolbar' }, h('strong', {}, 'CPU'), h('span', { class: 'hint' }, ` cores, by version${hint ? ' · ' + hint : ''}`), alertLinks, h('span', { class: 'spacer' }), legend), empty, wrap);
   let data = null, drag = null, layout = null;
   let marks = []; // [{from, to (ms), color}]: ranges chosen elsewhere, shaded
+  let threshold = null; // {value (cores), label}: a dashed line
+  let alerts = []; // [{id, label, state, from, to (ms)}]
+  let onPick = null;
   const PAD = { l: 44, r: 8, t: 8, b: 22 };
+  const BAR = 6; // px: the alerts' bar along the top of the plot, and its hit zone
 
   function draw() {
     const dpr = window.devicePixelRatio || 1;
@@ -347,6 +359,7 @@ export function timeline(onBrush, hint = 'drag to pick a range, double-click to 
       for (const b of bands) s += b.cores[i];
       max = Math.max(max, s);
     }
+    if (threshold) max = Math.max(max, threshold.value * 1.15);
     max = max > 0 ? niceMax(max) : 1;
     const x = (i) => PAD.l + (i / buckets) * pw;
     const y = (v) => PAD.t + ph - (v / max) * ph;
@@ -404,6 +417,31 @@ export function timeline(onBrush, hint = 'drag to pick a range, double-click to 
       g.fillStyle = m.color;
       g.fillText(m.label, a + 3, PAD.t + 11 + 12 * mi);
     }
+    const xAt = (t) => PAD.l + ((t - from) / span) * pw;
+    layout.alertBars = [];
+    for (const al of alerts) {
+      const a = Math.max(PAD.l, xAt(al.from));
+      // A band at least 3 px wide, so a short alert can still be clicked.
+      const b = Math.min(w - PAD.r, Math.max(xAt(al.to), a + 3));
+      if (b <= PAD.l || a >= w - PAD.r) continue;
+      g.fillStyle = ALERT_COLORS[al.state] || ALERT_COLORS.resolved;
+      g.globalAlpha = 0.1;
+      g.fillRect(a, PAD.t, b - a, ph);
+      g.globalAlpha = 1;
+      g.fillRect(a, PAD.t, b - a, BAR);
+      layout.alertBars.push({ a, b, al });
+    }
+    if (threshold) {
+      const yy = Math.round(y(threshold.value)) + 0.5;
+      g.save();
+      g.strokeStyle = ALERT_COLORS.firing;
+      g.setLineDash([5, 4]);
+      g.beginPath(); g.moveTo(PAD.l, yy); g.lineTo(w - PAD.r, yy); g.stroke();
+      g.restore();
+      g.fillStyle = ALERT_COLORS.firing;
+      const tw = g.measureText(threshold.label).width;
+      g.fillText(threshold.label, w - PAD.r - tw - 2, yy - 4);
+    }
     if (drag) {
       const a = Math.min(drag.x0, drag.x1), b = Math.max(drag.x0, drag.x1);
       g.fillStyle = 'rgba(30, 90, 200, 0.15)';
@@ -420,9 +458,23 @@ export function timeline(onBrush, hint = 'drag to pick a range, double-click to 
   }
 
   const px = (ev) => ev.clientX - canvas.getBoundingClientRect().left;
+  const py = (ev) => ev.clientY - canvas.getBoundingClientRect().top;
   const timeAt = (xx) => layout.from + ((xx - layout.x0) / layout.pw) * layout.buckets * layout.step;
+  // The alert whose bar is under the pointer (the bar and a few px below).
+  const alertAt = (ev) => {
+    if (!layout || !layout.alertBars || py(ev) > PAD.t + BAR + 4) return null;
+    const xx = px(ev);
+    const hit = layout.alertBars.filter((r) => xx >= r.a - 1 && xx <= r.b + 1);
+    return hit.length ? hit[hit.length - 1].al : null;
+  };
   canvas.addEventListener('pointerdown', (ev) => {
     if (!layout) return;
+    const al = alertAt(ev);
+    if (al && onPick) {
+      onPick(al);
+      return;
+    }
+    if (!onBrush) return;
     canvas.setPointerCapture(ev.pointerId);
     drag = { x0: px(ev), x1: px(ev) };
   });
@@ -433,10 +485,13 @@ export function timeline(onBrush, hint = 'drag to pick a range, double-click to 
       drag.x1 = xx;
       draw();
     }
+    const al = alertAt(ev);
+    canvas.style.cursor = al && onPick ? 'pointer' : onBrush ? 'crosshair' : 'default';
     const i = Math.floor(((xx - layout.x0) / layout.pw) * layout.buckets);
     if (i < 0 || i >= layout.buckets) return;
     const t = layout.from + i * layout.step;
     tip.replaceChildren(h('div', {}, `${fmtDateTime.format(t)}`),
+      ...(al ? [h('div', {}, `alert ${al.label} (${al.state}): click to open it`)] : []),
       ...data.bands.filter((b) => b.cores[i] > 0).map((b) => h('div', {}, h('span', { class: 'swatch', style: `background:${b.color}` }), `${b.label}: ${b.cores[i].toFixed(2)} cores`)));
     tip.hidden = false;
     tip.style.left = Math.min(xx + 12, wrap.clientWidth - 200) + 'px';
@@ -450,7 +505,7 @@ export function timeline(onBrush, hint = 'drag to pick a range, double-click to 
     if (b - a < 4) return; // a click, not a drag
     onBrush(Math.floor(timeAt(a) / 1000), Math.ceil(timeAt(b) / 1000));
   });
-  canvas.addEventListener('dblclick', () => onBrush(null, null));
+  canvas.addEventListener('dblclick', () => { if (onBrush) onBrush(null, null); });
   new ResizeObserver(() => draw()).observe(wrap);
 
   return {
@@ -461,6 +516,26 @@ export function timeline(onBrush, hint = 'drag to pick a range, double-click to 
     },
     setMarks(m) {
       marks = m;
+      draw();
+    },
+    // A dashed line at `value` cores (null: none).
+    setThreshold(value, label) {
+      threshold = value === null || value === undefined ? null : { value, label };
+      el.dataset.threshold = threshold ? String(value) : '';
+      draw();
+    },
+    // Alerts over the timeline: [{id, label, state, from, to (ms)}]; each
+    // also gets a link in the toolbar (keyboard, and a name to read).
+    // pick(alert) is called on a click on either.
+    setAlerts(list, pick) {
+      alerts = list;
+      onPick = pick;
+      el.dataset.alerts = String(list.length);
+      alertLinks.replaceChildren(...list.map((al) => h('a', {
+        class: `alert-link ${al.state}`, testid: 'timeline-alert', href: al.href, 'data-id': al.id,
+        title: `${al.label}: ${al.state}, from ${fmtDateTime.format(al.from)}`,
+        onclick: (ev) => { ev.preventDefault(); pick(al); },
+      }, `${al.state === 'resolved' ? '✓' : '▲'} ${al.label}`)));
       draw();
     },
     // tl: the /api/v1/timeline answer; `version`: the one selected (others dimmed).
@@ -495,6 +570,7 @@ export function timeline(onBrush, hint = 'drag to pick a range, double-click to 
     },
   };
 }
+
 
 // ------------------------------------------------------ shared values --
 
