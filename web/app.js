@@ -1,14 +1,15 @@
 // Ember's dashboard: Explore (history of a worker: timeline, flamegraph,
-// top functions), Compare (two selections as a differential flamegraph)
-// and Sessions (on-demand profiles). Plain ES modules, no framework and no
-// build step: the collector serves these files from its binary
-// (docs/internals/dashboard.md). All data comes from /api/v1 (docs/api.md).
+// top functions), Compare (two selections as a differential flamegraph),
+// Sessions (on-demand profiles) and Alerts (web/alerts.js: alerts and
+// rules). Plain ES modules, no framework and no build step: the collector
+// serves these files from its binary (docs/internals/dashboard.md). All data comes from /api/v1 (docs/api.md).
 // The parts every view shares (DOM, API client, router helpers, flamegraph
 // panel, timeline) are in web/ui.js.
 //
 // State lives in the URL hash (#/explore?worker=api&range=1h...), so a link
 // reproduces a view; every API error is shown in the banner, and every
 // panel says when it is loading or empty.
+import { alertsView } from './alerts.js';
 import { formatValue } from './flame.js';
 import {
   $, FINISHED, MAX_NODES, RANGES, TYPES, TZ, ago, api, apiUrl, askToken, clearError, downloadLink,
@@ -555,7 +556,7 @@ function sessionsView() {
 
 // ---------------------------------------------------------------- main --
 
-const views = { explore: exploreView, compare: compareView, sessions: sessionsView };
+const views = { explore: exploreView, compare: compareView, sessions: sessionsView, alerts: alertsView };
 let mounted = null; // {name, view}
 
 // Where each view was last, so the tabs return to it; a view not opened yet
@@ -572,7 +573,7 @@ function onNav(ev) {
   }
   const { params } = parseHash();
   const carry = new URLSearchParams();
-  if (to !== 'sessions') for (const k of ['worker', 'range', 'type']) if (params.get(k)) carry.set(k, params.get(k));
+  if (to === 'explore' || to === 'compare') for (const k of ['worker', 'range', 'type']) if (params.get(k)) carry.set(k, params.get(k));
   navigate(to, carry, null);
 }
 
