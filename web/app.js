@@ -2,14 +2,14 @@
 // top functions), Compare (two selections as a differential flamegraph),
 // Sessions (on-demand profiles) and Alerts (web/alerts.js: alerts and
 // rules). Plain ES modules, no framework and no build step: the collector
-// serves these files from its binary (docs/internals/dashboard.md). All data comes from /api/v1 (docs/api.md).
-// The parts every view shares (DOM, API client, router helpers, flamegraph
-// panel, timeline) are in web/ui.js.
+// serves these files from its binary (docs/internals/dashboard.md). All
+// data comes from /api/v1 (docs/api.md). The parts every view shares (DOM,
+// API client, router helpers, flamegraph panel, timeline) are in web/ui.js.
 //
 // State lives in the URL hash (#/explore?worker=api&range=1h...), so a link
 // reproduces a view; every API error is shown in the banner, and every
 // panel says when it is loading or empty.
-import { alertsView } from './alerts.js';
+import { alertMarks, alertsView, openAlert } from './alerts.js';
 import { formatValue } from './flame.js';
 import {
   $, FINISHED, MAX_NODES, RANGES, TYPES, TZ, ago, api, apiUrl, askToken, clearError, downloadLink,
@@ -199,12 +199,20 @@ function exploreView() {
         topEmpty.textContent = 'Loading…';
         topTable.replaceChildren();
       }
-      const [timelineData, tree, top] = await Promise.all([
+      const [timelineData, tree, top, marks] = await Promise.all([
         api('/api/v1/timeline', { ...sel, from, to, limit: 50 }, { signal }),
         api('/api/v1/profile', { ...psel, format: 'tree', max_nodes: MAX_NODES }, { signal }),
         api('/api/v1/profile', { ...psel, format: 'top', limit: 200, sort: sort.key === 'total' ? 'total' : 'self' }, { signal }),
+        // The worker's alerts, marked on the timeline; without them the
+        // profile is still worth showing.
+        alertMarks({ ...sel, version: versions }, ...rangeMsOf({ from, to }), signal).catch((e) => {
+          if (e.name === 'AbortError') throw e;
+          showError(e);
+          return [];
+        }),
       ]);
       tl.set(timelineData, versions);
+      tl.setAlerts(marks, (al) => openAlert(al.id));
       flame.show(tree, {
         zoom: params.get('zoom') || '', q: params.get('q') || '',
         emptyText: `No ${type} data for ${worker}${versions.length ? ' ' + versions.join(', ') : ''} in the ${rangeLabel(params)}.` + (type.startsWith('alloc') ? ' Allocation profiles come from memory sessions (Sessions tab).' : ''),
