@@ -10,7 +10,6 @@
 // An alert's selection is its labels (the worker and the rule's group)
 // plus the exact labels its rule asks for; its spike is [started,
 // resolved or now), its baseline the ten minutes before started.
-import { formatValue } from './flame.js';
 import {
   ALERT_COLORS, FINISHED, MAX_NODES, api, clearError, fmtDateTime, fmtTime, flamePanel, h, hashOf,
   navigate, option, setBusy, showError, timeline, withChanges,
@@ -404,7 +403,8 @@ export function alertsView() {
 
   return {
     el,
-    get flame() { return current ? diff : null; },
+    // For "/" and Esc: the diff's flamegraph (hidden, and so inert, with no alert open).
+    flame: diff,
     update(p, arg) {
       params = p;
       const rulesTab = params.get('tab') === 'rules';
