@@ -15,13 +15,24 @@
  *    writes stacks into a shared-memory ring this module drains. Estimates
  *    are scaled back to all allocations.
  *
- * Stacks handed out are user addresses, leaf first: the leaf is an address
- * inside the allocation function (libc's malloc for the uprobe method, the
+ * A session aggregates nothing itself: every sample goes straight into
+ * the caller's window (agent/window.h), the one aggregation CPU windows and
+ * CPU sessions use, under the session's pid, objects in the window's
+ * `samples` slot and bytes in its `cpu_ns` slot. The uprobe method adds
+ * exact integers; the preload method adds its 1/p weights as fractions,
+ * which the window keeps in Q32 fixed point and rounds once when read
+ * (window.h says why not doubles). The window bounds the distinct stacks
+ * (max_stacks: past it samples are dropped and counted here) and grows
+ * only for a new stack; nothing is allocated per sample.
+ *
+ * Stacks are user addresses, leaf first: the leaf is an address inside
+ * the allocation function (libc's malloc for the uprobe method, the
  * library's malloc for the preload method); every other entry is a return
  * address (symbolize it as ip - 1, as ember__symbolize does).
  *
- * Thread-safety: a session is used by one thread at a time. Sessions on
- * different processes are independent. */
+ * Thread-safety: a session is used by one thread at a time, the thread
+ * that owns its window. Sessions on different processes are independent
+ * and may share one window (different pids). */
 #ifndef EMBER_AGENT_ALLOC_H
 #define EMBER_AGENT_ALLOC_H
 
@@ -29,6 +40,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+#include "window.h"
 
 typedef enum { EMBER__ALLOC_UPROBE = 1, EMBER__ALLOC_PRELOAD = 2 } ember__alloc_method_t;
 
@@ -39,48 +52,58 @@ typedef struct ember__alloc_session ember__alloc_session_t;
 /* Most frames kept per stack (leaf side kept). */
 #define EMBER__ALLOC_MAX_FRAMES 64
 
-/* Start a session on process `pid` with method `m`. `sample_bytes` is the
- * mean byte interval between samples of the preload method (0 = default);
- * the uprobe method samples every call and ignores it. On success *out owns
- * the session (end it with ember__alloc_stop); on failure *out is untouched
- * and `err` (n bytes, may be NULL) holds a sentence for the user.
- * Returns 0, -EINVAL (bad argument), -ESRCH (no such process), -ENOENT
- * (uprobe: no libc mapped or no malloc symbol; preload: the process does
- * not run with libember_alloc.so), -EBUSY (preload: another session owns
- * the process), -EPROTO (preload: control file of another version or
- * corrupt), -E2BIG (uprobe: too many threads x CPUs for perf events),
- * -EACCES/-EPERM, -ENOMEM, or another -errno from perf_event_open. */
-int ember__alloc_start(pid_t pid, ember__alloc_method_t m, uint64_t sample_bytes,
-                       ember__alloc_session_t **out, char *err, size_t n);
+/* Where a session's samples go. `w` is borrowed and must outlive the
+ * session; it is written by poll and stop. `new_stack` (may be NULL) is
+ * called from them when a (pid, stack) is new to `w`, with the stack
+ * (borrowed, valid during the call; 1..EMBER__ALLOC_MAX_FRAMES entries):
+ * the agent captures the process's mappings there, as for CPU stacks. */
+typedef struct ember__alloc_sink {
+  ember__window_t *w;
+  void (*new_stack)(void *ctx, uint32_t pid, const uint64_t *ips, uint32_t n);
+  void *ctx;
+} ember__alloc_sink_t;
 
-/* Drain what arrived since the last call into the session's aggregate.
+/* Start a session on process `pid` with method `m`, adding into `sink`
+ * (copied; see above). `sample_bytes` is the mean byte interval between
+ * samples of the preload method (0 = default); the uprobe method samples
+ * every call and ignores it. On success *out owns the session (end it with
+ * ember__alloc_stop); on failure *out is untouched and `err` (n bytes, may
+ * be NULL) holds a sentence for the user.
+ * Returns 0, -EINVAL (bad argument, no sink or window), -ESRCH (no such
+ * process), -ENOENT (uprobe: no libc mapped or no malloc symbol; preload:
+ * the process does not run with libember_alloc.so), -EBUSY (preload:
+ * another session owns the process), -EPROTO (preload: control file of
+ * another version or corrupt), -E2BIG (uprobe: too many threads x CPUs for
+ * perf events), -EACCES/-EPERM, -ENOMEM, or another -errno from
+ * perf_event_open. */
+int ember__alloc_start(pid_t pid, ember__alloc_method_t m, uint64_t sample_bytes,
+                       const ember__alloc_sink_t *sink, ember__alloc_session_t **out, char *err,
+                       size_t n);
+
+/* Drain what arrived since the last call into the sink's window.
  * Call it often (every 50 ms or so): the uprobe rings hold ~1 MiB per CPU
  * and the preload ring 2048 samples; what overflows is counted as lost.
  * For the preload method it is also the agent's heartbeat: a library that
  * sees no poll for 10 s turns itself off. Returns 0, or -ESRCH once the
- * process is gone (the aggregate is kept; stop still hands it out). */
+ * process is gone (what was added stays in the window). */
 int ember__alloc_poll(ember__alloc_session_t *s);
 
 /* Counters of a session so far. */
 typedef struct ember__alloc_stats {
-  uint64_t samples; /* samples aggregated */
+  uint64_t samples; /* samples added to the window */
   uint64_t lost;    /* samples lost (ring full, stuck or bad records) */
-  uint64_t stacks;  /* distinct stacks */
-  uint64_t dropped; /* samples not aggregated: the stack table was full */
+  uint64_t stacks;  /* stacks this session made new in the window */
+  uint64_t dropped; /* samples not added: the window was full (max_stacks) */
 } ember__alloc_stats_t;
 void ember__alloc_stats(const ember__alloc_session_t *s, ember__alloc_stats_t *out);
 
-/* Stop sampling (preload: turn the library off again), drain, and call
- * `each` once per aggregated stack: `ips` (borrowed, valid during the
- * call) leaf first, `n` of them (1..EMBER__ALLOC_MAX_FRAMES); `objects` and
- * `bytes` allocated by that stack during the session — exact counts for the
- * uprobe method, estimates scaled for sampling for the preload method.
- * `each` may be NULL (discard). Frees the session in all cases; s == NULL
- * is a no-op returning 0. Returns 0. */
-int ember__alloc_stop(ember__alloc_session_t *s,
-                      void (*each)(void *ctx, const uint64_t *ips, size_t n, int64_t objects,
-                                   int64_t bytes),
-                      void *ctx);
+/* Stop sampling (preload: turn the library off again) and drain the last
+ * samples into the sink's window, where the session's stacks now are, each
+ * with the objects and bytes it allocated during the session: exact counts
+ * for the uprobe method, estimates scaled for sampling for the preload
+ * method. Frees the session in all cases; s == NULL is a no-op. Returns
+ * 0. */
+int ember__alloc_stop(ember__alloc_session_t *s);
 
 /* Does `pid` run with the preload library (its control file exists, is
  * valid, and the process maps libember_alloc)? */

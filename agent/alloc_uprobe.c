@@ -1,5 +1,6 @@
-/* Allocation sessions (agent/alloc.h): the method-independent session and
- * stack aggregate, and the uprobe method.
+/* Allocation sessions (agent/alloc.h): the method-independent session,
+ * which adds every sample to the caller's window (window.c: the same
+ * aggregation as CPU windows), and the uprobe method.
  *
  * The uprobe method puts a uprobe perf event on malloc, calloc, realloc and
  * the aligned allocators (memalign, aligned_alloc, posix_memalign; an alias
@@ -29,17 +30,15 @@
 #include "alloc.h"
 #include "safefile.h"
 #include "ember/parse.h"
-#include "htab.h"
 #include "perf.h"
 #include "procfs.h"
 #include "procmaps.h"
 #include "sampler.h"
 
 #define MAX_CPUS   1024
-#define MAX_EVENTS 4096  /* threads x CPUs x functions probed */
-#define RING_PAGES 256   /* data pages per CPU ring: 1 MiB */
-#define MAX_STACKS 65536 /* distinct stacks per session */
-#define MAX_CHAIN  128   /* perf_event_max_stack is 127 by default */
+#define MAX_EVENTS 4096 /* threads x CPUs x functions probed */
+#define RING_PAGES 256  /* data pages per CPU ring: 1 MiB */
+#define MAX_CHAIN  128  /* perf_event_max_stack is 127 by default */
 
 /* The first FN_REQUIRED must exist; the aligned ones are probed when the
  * libc has them. Where the size is: malloc rdi; calloc rdi * rsi; realloc,
@@ -57,94 +56,49 @@ enum {
 static const char *const fn_names[FN_COUNT] = {"malloc",   "calloc",        "realloc",
                                                "memalign", "aligned_alloc", "posix_memalign"};
 
-/* --- the aggregate --- */
-
-typedef struct agg_entry {
-  uint64_t hash;
-  size_t off; /* into ips */
-  uint32_t n;
-  double objects, bytes;
-} agg_entry_t;
-
-typedef struct agg {
-  ember__htab_t index;
-  agg_entry_t *entries;
-  size_t count, cap;
-  uint64_t *ips;
-  size_t ips_len, ips_cap;
-} agg_t;
-
-typedef struct agg_key {
-  const agg_t *a;
-  const uint64_t *ips;
-  size_t n;
-} agg_key_t;
-
-static bool agg_eq(const void *ctx, uint32_t idx) {
-  const agg_key_t *k = ctx;
-  const agg_entry_t *e = &k->a->entries[idx];
-  return e->n == k->n && memcmp(k->a->ips + e->off, k->ips, k->n * sizeof *k->ips) == 0;
-}
-
-static uint64_t agg_hash(const void *ctx, uint32_t idx) {
-  const agg_key_t *k = ctx;
-  return k->a->entries[idx].hash;
-}
-
-static void agg_free(agg_t *a) {
-  ember__htab_free(&a->index);
-  free(a->entries);
-  free(a->ips);
-}
+/* --- the session --- */
 
 struct ember__alloc_session {
   ember__alloc_method_t method;
   pid_t pid;
-  agg_t agg;
+  ember__alloc_sink_t sink;
   ember__alloc_stats_t stats;
   struct uprobe_state *up;
   ember__alloc_preload_t *pre;
 };
 
-static void agg_add(void *ctx, const uint64_t *ips, size_t n, double objects, double bytes) {
-  ember__alloc_session_t *s = ctx;
-  agg_t *a = &s->agg;
-  if (n > EMBER__ALLOC_MAX_FRAMES) n = EMBER__ALLOC_MAX_FRAMES;
-  uint64_t h = ember__hash_bytes(ips, n * sizeof *ips, 0x616c6c6f63ULL);
-  agg_key_t key = {a, ips, n};
-  int64_t found = ember__htab_find(&a->index, h, agg_eq, &key);
-  s->stats.samples++;
-  if (found >= 0) {
-    a->entries[found].objects += objects;
-    a->entries[found].bytes += bytes;
+/* Count the outcome `rc` of adding a sample of `n` frames; tell the sink
+ * about a stack new to its window. */
+static void added(ember__alloc_session_t *s, int rc, bool is_new, const uint64_t *ips, uint32_t n) {
+  if (rc != 0) {
+    s->stats.dropped++; /* window full (EMBER_ETOOBIG) or out of memory */
     return;
   }
-  if (a->count >= MAX_STACKS) goto drop;
-  if (a->count == a->cap) {
-    size_t cap = a->cap ? a->cap * 2 : 256;
-    agg_entry_t *e = realloc(a->entries, cap * sizeof *e);
-    if (e == NULL) goto drop;
-    a->entries = e;
-    a->cap = cap;
-  }
-  if (a->ips_len + n > a->ips_cap) {
-    size_t cap = a->ips_cap ? a->ips_cap * 2 : 4096;
-    while (cap < a->ips_len + n) cap *= 2;
-    uint64_t *p = realloc(a->ips, cap * sizeof *p);
-    if (p == NULL) goto drop;
-    a->ips = p;
-    a->ips_cap = cap;
-  }
-  memcpy(a->ips + a->ips_len, ips, n * sizeof *ips);
-  a->entries[a->count] = (agg_entry_t){h, a->ips_len, (uint32_t)n, objects, bytes};
-  if (ember__htab_insert(&a->index, h, (uint32_t)a->count, agg_hash, &key) != 0) goto drop;
-  a->ips_len += n;
-  a->count++;
-  s->stats.stacks = a->count;
-  return;
-drop:
-  s->stats.samples--;
-  s->stats.dropped++;
+  s->stats.samples++;
+  if (!is_new) return;
+  s->stats.stacks++;
+  if (s->sink.new_stack) s->sink.new_stack(s->sink.ctx, (uint32_t)s->pid, ips, n);
+}
+
+static uint32_t frames(size_t n) {
+  return n > EMBER__ALLOC_MAX_FRAMES ? EMBER__ALLOC_MAX_FRAMES : (uint32_t)n;
+}
+
+/* An allocation seen by the uprobe method: one object of `bytes`, exact. */
+static void add_exact(ember__alloc_session_t *s, const uint64_t *ips, size_t n, int64_t bytes) {
+  bool is_new = false;
+  uint32_t k = frames(n);
+  int rc = ember__window_add_values(s->sink.w, (uint32_t)s->pid, ips, k, 1, bytes, &is_new);
+  added(s, rc, is_new, ips, k);
+}
+
+/* A sample of the preload method, weighed 1/p by alloc_preload.c. */
+static void add_weighted(void *ctx, const uint64_t *ips, size_t n, double objects, double bytes) {
+  ember__alloc_session_t *s = ctx;
+  bool is_new = false;
+  uint32_t k = frames(n);
+  int rc = ember__window_add_weighted(s->sink.w, (uint32_t)s->pid, ips, k, objects, bytes, &is_new);
+  added(s, rc, is_new, ips, k);
 }
 
 /* --- the uprobe method --- */
@@ -474,7 +428,7 @@ static void uprobe_sample(void *ctx, const ember__raw_sample_t *rs) {
     if (ret != 0) u->ips[n++] = ret;
   }
   if (bytes > (uint64_t)INT64_MAX) bytes = (uint64_t)INT64_MAX;
-  agg_add(s, u->ips, n, 1.0, (double)bytes);
+  add_exact(s, u->ips, n, (int64_t)bytes);
   return;
 bad:
   s->stats.lost++;
@@ -493,18 +447,19 @@ static void uprobe_drain(ember__alloc_session_t *s) {
   }
 }
 
-/* --- the session --- */
+/* --- the session's life --- */
 
 int ember__alloc_start(pid_t pid, ember__alloc_method_t m, uint64_t sample_bytes,
-                       ember__alloc_session_t **out, char *err, size_t n) {
+                       const ember__alloc_sink_t *sink, ember__alloc_session_t **out, char *err,
+                       size_t n) {
   char dummy[1];
   if (err == NULL || n == 0) {
     err = dummy;
     n = sizeof dummy;
   }
   err[0] = '\0';
-  if (pid <= 0 || out == NULL || (m != EMBER__ALLOC_UPROBE && m != EMBER__ALLOC_PRELOAD) ||
-      sample_bytes > (1ULL << 40)) {
+  if (pid <= 0 || out == NULL || sink == NULL || sink->w == NULL ||
+      (m != EMBER__ALLOC_UPROBE && m != EMBER__ALLOC_PRELOAD) || sample_bytes > (1ULL << 40)) {
     snprintf(err, n, "invalid allocation session arguments (pid %d, method %d)", (int)pid, (int)m);
     return -EINVAL;
   }
@@ -520,11 +475,10 @@ int ember__alloc_start(pid_t pid, ember__alloc_method_t m, uint64_t sample_bytes
   }
   s->method = m;
   s->pid = pid;
-  ember__htab_init(&s->agg.index);
+  s->sink = *sink;
   int rc = m == EMBER__ALLOC_UPROBE ? uprobe_open(pid, &s->up, err, n)
                                     : ember__alloc_preload_open(pid, sample_bytes, &s->pre, err, n);
   if (rc != 0) {
-    agg_free(&s->agg);
     free(s);
     return rc;
   }
@@ -534,7 +488,7 @@ int ember__alloc_start(pid_t pid, ember__alloc_method_t m, uint64_t sample_bytes
 
 int ember__alloc_poll(ember__alloc_session_t *s) {
   if (s == NULL) return -EINVAL;
-  if (s->pre != NULL) return ember__alloc_preload_drain(s->pre, agg_add, s, &s->stats.lost);
+  if (s->pre != NULL) return ember__alloc_preload_drain(s->pre, add_weighted, s, &s->stats.lost);
   uprobe_drain(s);
   if (kill(s->pid, 0) != 0 && errno == ESRCH) return -ESRCH;
   return 0;
@@ -545,31 +499,17 @@ void ember__alloc_stats(const ember__alloc_session_t *s, ember__alloc_stats_t *o
   *out = s->stats;
 }
 
-static int64_t to_i64(double v) {
-  if (!(v > 0)) return 0;
-  if (v >= 9.2e18) return INT64_MAX;
-  return (int64_t)(v + 0.5);
-}
-
-int ember__alloc_stop(ember__alloc_session_t *s,
-                      void (*each)(void *ctx, const uint64_t *ips, size_t n, int64_t objects,
-                                   int64_t bytes),
-                      void *ctx) {
+int ember__alloc_stop(ember__alloc_session_t *s) {
   if (s == NULL) return 0;
   if (s->pre != NULL) {
     ember__alloc_preload_disable(s->pre);
-    ember__alloc_preload_drain(s->pre, agg_add, s, &s->stats.lost);
+    ember__alloc_preload_drain(s->pre, add_weighted, s, &s->stats.lost);
     ember__alloc_preload_close(s->pre);
   } else if (s->up != NULL) {
     for (size_t i = 0; i < s->up->nfds; i++) ioctl(s->up->fds[i], PERF_EVENT_IOC_DISABLE, 0);
     uprobe_drain(s);
     uprobe_close(s->up);
   }
-  for (size_t i = 0; each != NULL && i < s->agg.count; i++) {
-    const agg_entry_t *e = &s->agg.entries[i];
-    each(ctx, s->agg.ips + e->off, e->n, to_i64(e->objects), to_i64(e->bytes));
-  }
-  agg_free(&s->agg);
   free(s);
   return 0;
 }

@@ -56,8 +56,7 @@ typedef struct session {
   ember__perf_counts_t stats;
   /* Memory sessions: one allocation session per target (alloc.h). */
   bool memory;
-  ember__alloc_session_t **allocs;
-  uint32_t *alloc_pids; /* the pid of allocs[i] */
+  ember__alloc_session_t **allocs; /* each adds to w under its target's pid */
   size_t nallocs;
 } session_t;
 
@@ -313,9 +312,8 @@ static void session_free(session_t *se) {
     }
   }
   ember_free(se->evs);
-  for (size_t i = 0; i < se->nallocs; i++) ember__alloc_stop(se->allocs[i], NULL, NULL);
+  for (size_t i = 0; i < se->nallocs; i++) ember__alloc_stop(se->allocs[i]);
   ember_free(se->allocs);
-  ember_free(se->alloc_pids);
   for (size_t i = 0; i < se->ntargets; i++) {
     ember_free(se->targets[i].worker);
     ember_free(se->targets[i].version);
@@ -329,25 +327,13 @@ static void session_free(session_t *se) {
 
 /* --- memory sessions --- */
 
-typedef struct alloc_ctx {
-  session_t *se;
-  uint32_t pid;
-} alloc_ctx_t;
-
-/* One aggregated allocation stack of a target: objects and bytes into the
- * window's two value slots, and its mappings captured like a CPU stack's. */
-static void on_alloc_stack(void *ctx, const uint64_t *ips, size_t n, int64_t objects,
-                           int64_t bytes) {
-  alloc_ctx_t *a = ctx;
-  session_t *se = a->se;
-  if (n == 0 || n > UINT32_MAX) return;
-  bool is_new = false;
-  if (ember__window_add_values(se->w, a->pid, ips, (uint32_t)n, objects, bytes, &is_new) != 0)
-    return;
-  if (is_new && se->owner->o.hooks.new_stack) {
-    ember__raw_sample_t rs = {.pid = a->pid, .tid = a->pid, .ips = ips, .nips = (uint32_t)n};
-    se->owner->o.hooks.new_stack(se->owner->o.hooks.ctx, &rs);
-  }
+/* A (pid, stack) an allocation session made new in the session's window:
+ * its mappings are captured like a CPU stack's. */
+static void on_alloc_stack(void *ctx, uint32_t pid, const uint64_t *ips, uint32_t n) {
+  session_t *se = ctx;
+  const ember__session_hooks_t *h = &se->owner->o.hooks;
+  ember__raw_sample_t rs = {.pid = pid, .tid = pid, .ips = ips, .nips = n};
+  if (h->new_stack) h->new_stack(h->ctx, &rs);
 }
 
 static uint64_t alloc_samples(const session_t *se) {
@@ -360,7 +346,8 @@ static uint64_t alloc_samples(const session_t *se) {
   return n;
 }
 
-/* Stop every allocation session of `se` and fold their stacks in. */
+/* Stop every allocation session of `se`: their last samples go into the
+ * window, which holds every target's stacks already. */
 static void collect_allocs(session_t *se) {
   for (size_t i = 0; i < se->nallocs; i++) ember__alloc_poll(se->allocs[i]);
   se->samples = alloc_samples(se);
@@ -370,8 +357,7 @@ static void collect_allocs(session_t *se) {
     if (st.lost > 0)
       EMBER_WARN("session", "session %s: %" PRIu64 " allocation samples were lost (ring full)",
                  se->id, st.lost);
-    alloc_ctx_t a = {se, se->alloc_pids[i]};
-    ember__alloc_stop(se->allocs[i], on_alloc_stack, &a);
+    ember__alloc_stop(se->allocs[i]);
   }
   se->nallocs = 0;
 }
@@ -383,8 +369,7 @@ static void collect_allocs(session_t *se) {
 static size_t start_allocs(ember__sessions_t *s, session_t *se, char *notes, size_t notes_size,
                            char *err, size_t err_size) {
   se->allocs = ember_calloc(se->ntargets, sizeof *se->allocs);
-  se->alloc_pids = ember_calloc(se->ntargets, sizeof *se->alloc_pids);
-  if (se->allocs == NULL || se->alloc_pids == NULL) {
+  if (se->allocs == NULL) {
     snprintf(err, err_size, "out of memory");
     return 0;
   }
@@ -395,11 +380,11 @@ static size_t start_allocs(ember__sessions_t *s, session_t *se, char *notes, siz
         ember__alloc_preload_present(pid) ? EMBER__ALLOC_PRELOAD : EMBER__ALLOC_UPROBE;
     char why[256] = "";
     ember__alloc_session_t *a = NULL;
-    if (ember__alloc_start(pid, m, s->o.alloc_sample_bytes, &a, why, sizeof why) != 0) {
+    ember__alloc_sink_t sink = {se->w, on_alloc_stack, se};
+    if (ember__alloc_start(pid, m, s->o.alloc_sample_bytes, &sink, &a, why, sizeof why) != 0) {
       if (err[0] == '\0') snprintf(err, err_size, "pid %d: %s", (int)pid, why);
       continue;
     }
-    se->alloc_pids[se->nallocs] = (uint32_t)pid;
     se->allocs[se->nallocs++] = a;
     if (m == EMBER__ALLOC_PRELOAD)
       npre++;

@@ -9,10 +9,10 @@
 
 typedef struct entry {
   uint32_t pid, nips;
-  size_t off; /* into ips pool */
+  size_t off; /* into ips pool; pool order is arrival order (by_pid) */
   uint64_t hash;
-  int64_t samples, cpu_ns;
-  uint32_t seq; /* arrival order, for a stable sort */
+  int64_t samples, cpu_ns; /* whole units */
+  uint32_t frac[2];        /* and 2^-32 units of each, from weighted adds */
 } entry_t;
 
 struct ember__window {
@@ -85,17 +85,17 @@ int ember__window_add(ember__window_t *w, uint32_t pid, const uint64_t *ips, uin
 
 static int64_t sat_add(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
 
-int ember__window_add_values(ember__window_t *w, uint32_t pid, const uint64_t *ips, uint32_t nips,
-                             int64_t v0, int64_t v1, bool *is_new) {
-  if (nips == 0 || ips == NULL || v0 < 0 || v1 < 0) return -EINVAL;
+/* The entry of (pid, ips), made (zero) if new. Returns 0 with *out set,
+ * -ENOMEM, or EMBER_ETOOBIG (counted in dropped) when the window is full.
+ * The one place a window grows: every add goes through here. */
+static int slot(ember__window_t *w, uint32_t pid, const uint64_t *ips, uint32_t nips, entry_t **out,
+                bool *is_new) {
   uint64_t h = ember__hash_mix(0x3a11, pid);
   for (uint32_t i = 0; i < nips; i++) h = ember__hash_mix(h, ips[i]);
   stack_key_t key = {w, pid, nips, ips};
   int64_t found = ember__htab_find(&w->index, h, entry_eq, &key);
   if (found >= 0) {
-    entry_t *e = &w->entries[found];
-    e->samples = sat_add(e->samples, v0);
-    e->cpu_ns = sat_add(e->cpu_ns, v1);
+    *out = &w->entries[found];
     if (is_new) *is_new = false;
     return 0;
   }
@@ -119,11 +119,63 @@ int ember__window_add_values(ember__window_t *w, uint32_t pid, const uint64_t *i
     w->cappool = cap;
   }
   memcpy(w->pool + w->npool, ips, nips * sizeof *ips);
-  w->entries[w->n] = (entry_t){pid, nips, w->npool, h, v0, v1, (uint32_t)w->n};
+  w->entries[w->n] = (entry_t){pid, nips, w->npool, h, 0, 0, {0, 0}};
   if (ember__htab_insert(&w->index, h, (uint32_t)w->n, entry_hash, &key) != 0) return -ENOMEM;
   w->npool += nips;
-  w->n++;
+  *out = &w->entries[w->n++];
   if (is_new) *is_new = true;
+  return 0;
+}
+
+int ember__window_add_values(ember__window_t *w, uint32_t pid, const uint64_t *ips, uint32_t nips,
+                             int64_t v0, int64_t v1, bool *is_new) {
+  if (nips == 0 || ips == NULL || v0 < 0 || v1 < 0) return -EINVAL;
+  entry_t *e = NULL;
+  int rc = slot(w, pid, ips, nips, &e, is_new);
+  if (rc != 0) return rc;
+  e->samples = sat_add(e->samples, v0);
+  e->cpu_ns = sat_add(e->cpu_ns, v1);
+  return 0;
+}
+
+/* A weight in Q32 fixed point: whole units and 2^-32 units, rounded to
+ * nearest (so each add is off by at most 2^-33). 2^63 and above saturate. */
+static void to_fixed(double v, int64_t *whole, uint32_t *frac) {
+  if (v >= 0x1p63) {
+    *whole = INT64_MAX;
+    *frac = 0;
+    return;
+  }
+  int64_t i = (int64_t)v;
+  /* Exact: v and its integer part are doubles within a factor of two of
+   * each other (or i == 0), and scaling by 2^32 is exact too. */
+  uint64_t f = (uint64_t)((v - (double)i) * 0x1p32 + 0.5);
+  if (f >> 32) {
+    i++;
+    f = 0;
+  }
+  *whole = i;
+  *frac = (uint32_t)f;
+}
+
+static void add_fixed(int64_t *whole, uint32_t *frac, double v) {
+  int64_t i;
+  uint32_t f;
+  to_fixed(v, &i, &f);
+  uint64_t sum = (uint64_t)*frac + f;
+  *frac = (uint32_t)sum;
+  *whole = sat_add(sat_add(*whole, i), (int64_t)(sum >> 32));
+}
+
+int ember__window_add_weighted(ember__window_t *w, uint32_t pid, const uint64_t *ips, uint32_t nips,
+                               double v0, double v1, bool *is_new) {
+  /* Written so that NaN fails too. */
+  if (nips == 0 || ips == NULL || !(v0 >= 0) || !(v1 >= 0)) return -EINVAL;
+  entry_t *e = NULL;
+  int rc = slot(w, pid, ips, nips, &e, is_new);
+  if (rc != 0) return rc;
+  add_fixed(&e->samples, &e->frac[0], v0);
+  add_fixed(&e->cpu_ns, &e->frac[1], v1);
   return 0;
 }
 
@@ -139,6 +191,11 @@ void ember__window_bounds(const ember__window_t *w, int64_t *start_ns, int64_t *
 
 size_t ember__window_nstacks(const ember__window_t *w) { return w->n; }
 uint64_t ember__window_dropped(const ember__window_t *w) { return w->dropped; }
+
+/* To the nearest whole unit, halves up; a saturated value stays there. */
+static int64_t round_fixed(int64_t whole, uint32_t frac) {
+  return frac >= 0x80000000u && whole < INT64_MAX ? whole + 1 : whole;
+}
 
 static int by_pid(const void *a, const void *b) {
   const ember__window_stack_t *x = a, *y = b;
@@ -160,8 +217,9 @@ const ember__window_stack_t *ember__window_sorted(ember__window_t *w, size_t *n)
   }
   for (size_t i = 0; i < w->n; i++) {
     const entry_t *e = &w->entries[i];
-    w->sorted[i] =
-        (ember__window_stack_t){e->pid, e->nips, w->pool + e->off, e->samples, e->cpu_ns};
+    w->sorted[i] = (ember__window_stack_t){e->pid, e->nips, w->pool + e->off,
+                                           round_fixed(e->samples, e->frac[0]),
+                                           round_fixed(e->cpu_ns, e->frac[1])};
   }
   qsort(w->sorted, w->n, sizeof *w->sorted, by_pid);
   *n = w->n;

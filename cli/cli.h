@@ -22,10 +22,19 @@ int ember__cmd_diff(int argc, char **argv);
 int ember__cmd_profile(int argc, char **argv);
 int ember__cmd_sessions(int argc, char **argv);
 
+/* alerts.c: `ember alerts` and `ember alerts show ID`. */
+int ember__cmd_alerts(int argc, char **argv);
+/* rules.c: `ember rules [list]`, `ember rules add`, `ember rules delete`. */
+int ember__cmd_rules(int argc, char **argv);
+
 /* Synopsis and option help of the query commands, for `ember help`. */
 extern const char ember__usage_query[];
 extern const char ember__usage_query_notes[];
 extern const char ember__usage_profile[];
 extern const char ember__usage_profile_notes[];
+extern const char ember__usage_alerts[];
+extern const char ember__usage_alerts_notes[];
+extern const char ember__usage_rules[];
+extern const char ember__usage_rules_notes[];
 
 #endif

@@ -147,10 +147,10 @@ static size_t on_body(char *data, size_t size, size_t n, void *ctx) {
 }
 
 /* One request: GET when `post` is NULL, else POST with `post_len` bytes of
- * JSON. */
-static int perform(ember__client_t *c, const char *path, const char *query, const char *post,
-                   size_t post_len, size_t max_body, long *status, ember_buf_t *body, char *errbuf,
-                   size_t errbuf_size) {
+ * JSON; `method` (non-NULL only for DELETE) replaces GET's name. */
+static int perform(ember__client_t *c, const char *method, const char *path, const char *query,
+                   const char *post, size_t post_len, size_t max_body, long *status,
+                   ember_buf_t *body, char *errbuf, size_t errbuf_size) {
   ember_buf_t url;
   ember_buf_init(&url, 16384);
   int rc = ember_buf_printf(&url, "%s%s%s%s", c->server, path, query && query[0] ? "?" : "",
@@ -175,6 +175,8 @@ static int perform(ember__client_t *c, const char *path, const char *query, cons
     curl_easy_setopt(c->curl, CURLOPT_HTTPGET, 1L);
     curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, c->headers);
   }
+  /* NULL undoes a previous DELETE on the reused handle. */
+  curl_easy_setopt(c->curl, CURLOPT_CUSTOMREQUEST, method);
   curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &sink);
   CURLcode cc = curl_easy_perform(c->curl);
@@ -243,14 +245,21 @@ static int perform(ember__client_t *c, const char *path, const char *query, cons
 int ember__client_get(ember__client_t *c, const char *path, const char *query, size_t max_body,
                       long *status, ember_buf_t *body, char *errbuf, size_t errbuf_size) {
   if (c == NULL || path == NULL || status == NULL || body == NULL) return -EINVAL;
-  return perform(c, path, query, NULL, 0, max_body, status, body, errbuf, errbuf_size);
+  return perform(c, NULL, path, query, NULL, 0, max_body, status, body, errbuf, errbuf_size);
+}
+
+int ember__client_delete(ember__client_t *c, const char *path, size_t max_body, long *status,
+                         ember_buf_t *body, char *errbuf, size_t errbuf_size) {
+  if (c == NULL || path == NULL || status == NULL || body == NULL) return -EINVAL;
+  return perform(c, "DELETE", path, NULL, NULL, 0, max_body, status, body, errbuf, errbuf_size);
 }
 
 int ember__client_post(ember__client_t *c, const char *path, const char *json, size_t max_body,
                        long *status, ember_buf_t *body, char *errbuf, size_t errbuf_size) {
   if (c == NULL || path == NULL || status == NULL || body == NULL) return -EINVAL;
   const char *data = json != NULL ? json : "";
-  return perform(c, path, NULL, data, strlen(data), max_body, status, body, errbuf, errbuf_size);
+  return perform(c, NULL, path, NULL, data, strlen(data), max_body, status, body, errbuf,
+                 errbuf_size);
 }
 
 /* Copy at most `size - 1` bytes of untrusted text for a message, dropping
@@ -284,7 +293,7 @@ void ember__client_message(const ember_buf_t *body, char *msg, size_t size) {
 
 int ember__client_status_exit(const ember__client_t *c, const char *path, long status,
                               const ember_buf_t *body, char *errbuf, size_t errbuf_size) {
-  if (status == 200 || status == 201) return 0;
+  if (status == 200 || status == 201 || status == 204) return 0;
   char msg[1024];
   ember__client_message(body, msg, sizeof msg);
   const char *sep = msg[0] ? ": " : "";

@@ -1,6 +1,6 @@
-/* The CLI's client of the HTTP API (docs/api.md): one libcurl handle, GET
- * and POST with a JSON body, and the mapping of what went wrong to a sentence and an exit status
- * a user can act on. Internal to the ember command.
+/* The CLI's client of the HTTP API (docs/api.md): one libcurl handle, GET,
+ * DELETE and POST with a JSON body, and the mapping of what went wrong to a sentence and an exit
+ * status a user can act on. Internal to the ember command.
  *
  * Policy: connect timeout 5 s, whole request 60 s, no redirects followed,
  * http and https only, bodies bounded by the caller. Not thread-safe: the
@@ -41,10 +41,15 @@ int ember__client_get(ember__client_t *c, const char *path, const char *query, s
 int ember__client_post(ember__client_t *c, const char *path, const char *json, size_t max_body,
                        long *status, ember_buf_t *body, char *errbuf, size_t errbuf_size);
 
-/* What an HTTP status other than 200 or 201 means for the user: a sentence in
+/* DELETE server + path (no body). The answer and the returns are as for
+ * ember__client_get. */
+int ember__client_delete(ember__client_t *c, const char *path, size_t max_body, long *status,
+                         ember_buf_t *body, char *errbuf, size_t errbuf_size);
+
+/* What an HTTP status other than 200, 201 or 204 means for the user: a sentence in
  * errbuf (the server's {"error"} message when there is one) and the exit
  * status (EXIT_USAGE for 400/401/413, EXIT_FAILED otherwise). Returns 0 for
- * 200 and 201. `body` is the answer's body, borrowed. */
+ * 200, 201 and 204. `body` is the answer's body, borrowed. */
 int ember__client_status_exit(const ember__client_t *c, const char *path, long status,
                               const ember_buf_t *body, char *errbuf, size_t errbuf_size);
 

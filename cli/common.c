@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -419,4 +420,105 @@ int ember__write_result(const char *cmd, const ember_buf_t *result, const char *
   }
   fprintf(stderr, "wrote %zu bytes to %s\n", result->len, out);
   return 0;
+}
+
+int ember__parse_flags_pos(const char *cmd, unsigned bit, const ember__flag_t *flags, size_t nflags,
+                           int argc, char **argv, void *opts, const char *what, const char **pos) {
+  *pos = NULL;
+  char **rest = ember_calloc((size_t)argc + 1, sizeof *rest);
+  if (rest == NULL) {
+    fprintf(stderr, "ember %s: out of memory\n", cmd);
+    return EXIT_FAILED;
+  }
+  int n = 0;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (a[0] != '-' || a[1] == '\0') {
+      if (*pos != NULL) {
+        fprintf(stderr, "ember %s: unexpected argument '%s' (one %s only)\n", cmd, a, what);
+        ember_free(rest);
+        return EXIT_USAGE;
+      }
+      *pos = a;
+      continue;
+    }
+    rest[n++] = argv[i];
+    /* A flag that takes a value as the next argument keeps it. */
+    for (size_t k = 0; k < nflags; k++) {
+      bool named =
+          strcmp(a, flags[k].name) == 0 || (flags[k].alias && strcmp(a, flags[k].alias) == 0);
+      if (named && !flags[k].is_bool && i + 1 < argc) {
+        rest[n++] = argv[++i];
+        break;
+      }
+    }
+  }
+  int st = ember__parse_flags(cmd, bit, flags, nflags, n, rest, opts);
+  ember_free(rest);
+  if (st == 0 && *pos == NULL) {
+    fprintf(stderr, "ember %s: which %s? (see `ember help`)\n", cmd, what);
+    return EXIT_USAGE;
+  }
+  return st;
+}
+
+bool ember__name_ok(const char *s, size_t max) {
+  size_t n = 0;
+  for (; s[n] != '\0'; n++) {
+    char ch = s[n];
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '-' || ch == '_' || ch == '.';
+    if (!ok) return false;
+  }
+  /* "." and ".." would be dot segments of the URL path. */
+  return n > 0 && n <= max && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
+void ember__fmt_local_ms(int64_t ms, char *buf, size_t size) {
+  time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  if (localtime_r(&t, &tm) == NULL || strftime(buf, size, "%Y-%m-%d %H:%M:%S", &tm) == 0)
+    snprintf(buf, size, "%" PRId64, ms / 1000);
+}
+
+void ember__fmt_ago(int64_t now_ms, int64_t ms, char *buf, size_t size) {
+  int64_t s = (now_ms - ms) / 1000;
+  if (s < 0) s = 0;
+  if (s < 120)
+    snprintf(buf, size, "%" PRId64 "s ago", s);
+  else if (s < 7200)
+    snprintf(buf, size, "%" PRId64 "m ago", s / 60);
+  else if (s < 172800)
+    snprintf(buf, size, "%" PRId64 "h ago", s / 3600);
+  else
+    snprintf(buf, size, "%" PRId64 "d ago", s / 86400);
+}
+
+int ember__request(const char *cmd, ember__client_t *c, const char *method, const char *path,
+                   const char *query, const char *json, ember_buf_t *body, long *status) {
+  char err[1024] = "";
+  int rc;
+  if (strcmp(method, "POST") == 0)
+    rc = ember__client_post(c, path, json, EMBER__MAX_JSON_BODY, status, body, err, sizeof err);
+  else if (strcmp(method, "DELETE") == 0)
+    rc = ember__client_delete(c, path, EMBER__MAX_JSON_BODY, status, body, err, sizeof err);
+  else
+    rc = ember__client_get(c, path, query, EMBER__MAX_JSON_BODY, status, body, err, sizeof err);
+  if (rc == 0) return 0;
+  fprintf(stderr, "ember %s: %s\n", cmd, err[0] ? err : ember_strerror(rc));
+  return EXIT_FAILED;
+}
+
+int ember__status_exit(const char *cmd, ember__client_t *c, const char *path, long status,
+                       const ember_buf_t *body) {
+  char err[1024] = "";
+  int st = ember__client_status_exit(c, path, status, body, err, sizeof err);
+  if (st != 0) fprintf(stderr, "ember %s: %s\n", cmd, err);
+  return st;
+}
+
+bool ember__no_such_path(const ember_buf_t *body) {
+  char msg[64];
+  ember__client_message(body, msg, sizeof msg);
+  return strncmp(msg, "no such path", 12) == 0;
 }

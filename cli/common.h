@@ -36,6 +36,22 @@ typedef struct ember__flag {
 int ember__parse_flags(const char *cmd, unsigned bit, const ember__flag_t *flags, size_t nflags,
                        int argc, char **argv, void *opts);
 
+/* As ember__parse_flags, for a command that also takes exactly one
+ * positional argument (a name, an id) anywhere among its flags: *pos is
+ * that argument (borrowed from argv). Missing or extra ones are usage
+ * errors naming `what` ("rule name"). */
+int ember__parse_flags_pos(const char *cmd, unsigned bit, const ember__flag_t *flags, size_t nflags,
+                           int argc, char **argv, void *opts, const char *what, const char **pos);
+
+/* Whether s is 1..max characters of [A-Za-z0-9_.-], not "." or "..": safe
+ * in a URL path unencoded (rule names, alert and session ids). */
+bool ember__name_ok(const char *s, size_t max);
+
+/* Epoch milliseconds as local "YYYY-MM-DD HH:MM:SS", and as "5m ago"
+ * relative to now_ms. */
+void ember__fmt_local_ms(int64_t ms, char *buf, size_t size);
+void ember__fmt_ago(int64_t now_ms, int64_t ms, char *buf, size_t size);
+
 /* `flag` if given, else $env when set and not empty, else `def`. */
 const char *ember__env_or(const char *flag, const char *env, const char *def);
 
@@ -44,6 +60,22 @@ const char *ember__env_or(const char *flag, const char *env, const char *def);
  * or an exit status after a message. */
 int ember__open_client(const char *cmd, const char *server, const char *token,
                        ember__client_t **out);
+
+/* One request: method "GET" (with `query`, may be NULL), "POST" (with
+ * `json`) or "DELETE" to `path`, the answer (at most EMBER__MAX_JSON_BODY)
+ * appended to body and its status in *status. Returns 0 on any HTTP
+ * answer, else EXIT_FAILED after a message. */
+int ember__request(const char *cmd, ember__client_t *c, const char *method, const char *path,
+                   const char *query, const char *json, ember_buf_t *body, long *status);
+
+/* ember__client_status_exit with its sentence printed: 0 for 200/201/204,
+ * else the exit status. */
+int ember__status_exit(const char *cmd, ember__client_t *c, const char *path, long status,
+                       const ember_buf_t *body);
+
+/* Whether a 404's body is the API's answer for a path it does not serve
+ * (an older server), rather than for a thing the path names. */
+bool ember__no_such_path(const ember_buf_t *body);
 
 /* Say the server's answer to `path` is not what was expected; EXIT_FAILED. */
 int ember__malformed(const char *cmd, const char *path, const char *why);

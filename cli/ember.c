@@ -7,6 +7,8 @@
  *   ember diff --worker W ... --vs-...         what changed from A to B
  *   ember profile --worker W ...               profile now, on demand (profile.c)
  *   ember sessions                             the server's on-demand sessions
+ *   ember alerts [show ID]                     the server's alerts (alerts.c)
+ *   ember rules [list | add ... | delete NAME] its alert rules (rules.c)
  *   ember decode [--format F] [-o OUT] [FILE]  read one wire message (e.g. a
  *                                              Kafka value saved by kcat),
  *                                              validate it and export it
@@ -36,17 +38,22 @@ static void usage(FILE *f) {
   fputs("usage: ember up [--data DIR] [--config FILE] [key=value ...]\n", f);
   fputs(ember__usage_query, f);
   fputs(ember__usage_profile, f);
+  fputs(ember__usage_alerts, f);
+  fputs(ember__usage_rules, f);
   fputs("       ember decode [--format pprof|folded|speedscope|tree|top] [-o OUT] [FILE]\n"
         "       ember version\n"
         "\n",
         f);
   fputs(ember__usage_query_notes, f);
   fputs(ember__usage_profile_notes, f);
+  fputs(ember__usage_alerts_notes, f);
+  fputs(ember__usage_rules_notes, f);
   fputs("\n"
         "exit status: 0 ok; 1 the server, the network or a file failed, or a session\n"
         "failed or expired; 2 bad arguments (here, or as the server judged them: HTTP\n"
-        "400/401/413, or 404 for a session's unknown worker/actor); 3 the query or\n"
-        "session matched nothing (the empty result is still written); 130 Ctrl-C\n"
+        "400/401/413, or 404 for a session's unknown worker/actor; a refused, unknown\n"
+        "or read-only rule, an unknown alert); 3 the query, session, alerts or rules\n"
+        "matched nothing (the empty result is still written); 130 Ctrl-C\n"
         "cancelled a session.\n",
         f);
 }
@@ -174,6 +181,8 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "diff") == 0) return ember__cmd_diff(argc - 2, argv + 2);
   if (strcmp(argv[1], "profile") == 0) return ember__cmd_profile(argc - 2, argv + 2);
   if (strcmp(argv[1], "sessions") == 0) return ember__cmd_sessions(argc - 2, argv + 2);
+  if (strcmp(argv[1], "alerts") == 0) return ember__cmd_alerts(argc - 2, argv + 2);
+  if (strcmp(argv[1], "rules") == 0) return ember__cmd_rules(argc - 2, argv + 2);
   if (strcmp(argv[1], "versions") == 0 || strcmp(argv[1], "hosts") == 0 ||
       strcmp(argv[1], "actors") == 0)
     return ember__cmd_labels(argv[1], argc - 2, argv + 2);

@@ -228,6 +228,9 @@ int ember__cmd_up(int argc, char **argv) {
   snprintf(spool, sizeof spool, "%s/spool", data);
   if (ember_config_get(cfg, "spool_dir") == NULL) ember_config_set(cfg, "spool_dir", spool);
   if (ember_config_get(cfg, "data_dir") == NULL) ember_config_set(cfg, "data_dir", data);
+  /* A newcomer sees an alert fire: any worker above 0.9 cores for 30 s. */
+  if (ember_config_get(cfg, "alerts.default_rule") == NULL)
+    ember_config_set(cfg, "alerts.default_rule", "true");
   /* The agent takes signed session commands only: one key of its own, made
    * on the first run and kept in the data folder, signs what the collector
    * sends and is the key the agent checks. */

@@ -79,6 +79,7 @@ static const ember__api_route_t *const route_tables[] = {
     ember__api_series_routes,
     ember__api_profile_routes,
     ember__api_session_routes,
+    ember__api_alert_routes,
 };
 
 /* The route of `url` and, in *rest, what follows its path; NULL if none. */
@@ -193,7 +194,9 @@ static void route(const ember__api_t *api, ember__req_t *r) {
     return;
   }
   if (get && route_ui(r)) return;
-  if (!get && strcmp(r->method, "POST") != 0) {
+  /* DELETE reaches only the paths that say they take it (rules). */
+  bool del = strcmp(r->method, "DELETE") == 0 && strstr(allow_for(r->url), "DELETE") != NULL;
+  if (!get && strcmp(r->method, "POST") != 0 && !del) {
     r->allow = allow_for(r->url);
     ember__req_fail(r, 405, "method %.16s not allowed: use %s", r->method, r->allow);
     return;
@@ -206,7 +209,8 @@ static void route(const ember__api_t *api, ember__req_t *r) {
   const char *sub = NULL;
   const ember__api_route_t *rt = find_route(r->url, &sub);
   if (!get && (rt == NULL || !(rt->flags & EMBER__ROUTE_METHODS))) {
-    ember__req_fail(r, 405, "method %.16s not allowed: use GET", r->method);
+    r->allow = allow_for(r->url);
+    ember__req_fail(r, 405, "method %.16s not allowed: use %s", r->method, r->allow);
     return;
   }
   if (rt != NULL) {
@@ -254,6 +258,7 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
   api->env.metrics = opts->metrics;
   api->env.registry = opts->registry;
   api->env.sessions = opts->sessions;
+  api->env.alerts = opts->alerts;
   api->ready = opts->ready;
   api->ready_ctx = opts->ready_ctx;
   api->env.max_response = opts->max_response ? opts->max_response : EMBER__HTTP_DEFAULT_RESPONSE;

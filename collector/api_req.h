@@ -45,6 +45,7 @@ typedef struct ember__api_env {
   ember_metrics_t *metrics;     /* NULL: /metrics answers an empty page */
   ember__registry_t *registry;  /* NULL: /api/v1/targets answers an empty list */
   ember__csessions_t *sessions; /* NULL: session routes answer 503 */
+  struct ember__alerts *alerts; /* NULL: rule and alert routes answer 503 */
   size_t max_response;
 } ember__api_env_t;
 
@@ -100,6 +101,7 @@ typedef struct ember__api_route {
 extern const ember__api_route_t ember__api_series_routes[];
 extern const ember__api_route_t ember__api_profile_routes[];
 extern const ember__api_route_t ember__api_session_routes[];
+extern const ember__api_route_t ember__api_alert_routes[];
 
 /* ------------------------------------------------------------ errors -- */
 

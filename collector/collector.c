@@ -24,9 +24,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alerts.h"
 #include "api.h"
 #include "collector.h"
 #include "health.h"
+#include "notify.h"
 #include "sessions.h"
 #include "ember/codec.h"
 #include "ember/log.h"
@@ -52,6 +54,8 @@ const char *const ember__collector_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                     "log_level",
                                                     EMBER__API_CONFIG_KEYS,
                                                     EMBER__CSESSION_CONFIG_KEYS,
+                                                    EMBER__ALERTS_CONFIG_KEYS,
+                                                    "alerts.dashboard_url",
                                                     NULL};
 
 /* One consumed message and what became of it. */
@@ -87,6 +91,10 @@ struct ember__collector {
   ember__registry_t *registry;
   ember__csessions_t *sessions;
   ember__csessions_opts_t session_opts;
+  ember__alerts_t *alerts;
+  ember__alerts_opts_t alert_opts;
+  ember__notify_t *notify;
+  ember__notify_opts_t notify_opts;
   /* dlq also carries the session commands (ember.commands). */
   rd_kafka_t *consumer, *dlq, *targets, *events;
   pthread_t ingest_thread, registry_thread, events_thread;
@@ -708,6 +716,36 @@ static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *e
                                               .keep_ns = keep,
                                               .answer_timeout_ns = answer};
   c->session_opts.command_key_file = ember_config_get(cfg, "command_key_file");
+  if (rc == 0) rc = ember__alerts_read_config(cfg, &c->alert_opts, &c->notify_opts, err, n);
+  return rc;
+}
+
+/* Alerting: the engine (before the API, which serves it) and, once the
+ * API's port is known (the alerts' links point at the dashboard), the
+ * notifier and the engine's thread. */
+static int start_alerts(ember__collector_t *c, char *err, size_t n) {
+  c->alert_opts.store = c->store;
+  c->alert_opts.sessions = c->sessions;
+  c->alert_opts.metrics = c->metrics;
+  return ember__alerts_new(&c->alert_opts, &c->alerts, err, n);
+}
+
+static int start_notify(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
+  char url[320];
+  const char *base = ember_config_get(cfg, "alerts.dashboard_url");
+  if (base == NULL) {
+    /* The API's own address: fine on one host; set alerts.dashboard_url
+     * when receivers open links from elsewhere. */
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", (unsigned)ember__api_port(c->api));
+    base = url;
+  }
+  c->notify_opts.metrics = c->metrics;
+  c->notify_opts.dashboard_url = base;
+  c->notify_opts.producer = c->dlq;
+  c->notify_opts.topic = EMBER_TOPIC_ALERTS;
+  int rc = ember__notify_new(&c->notify_opts, &c->notify, err, n);
+  if (rc == 0) rc = ember__alerts_start(c->alerts, c->notify);
+  if (rc != 0 && err[0] == '\0') snprintf(err, n, "cannot start alerting: %s", ember_strerror(rc));
   return rc;
 }
 
@@ -843,6 +881,7 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
     c->session_opts.metrics = c->metrics;
     rc = ember__csessions_new(&c->session_opts, &c->sessions, errbuf, errbuf_size);
   }
+  if (rc == 0) rc = start_alerts(c, errbuf, errbuf_size);
   if (rc == 0) {
     ember__api_opts_t ao = {.listen = ember_config_get_str(cfg, "api.listen", "127.0.0.1:7272"),
                             .token = ember_config_get(cfg, "api.token"),
@@ -850,6 +889,7 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
                             .metrics = c->metrics,
                             .registry = c->registry,
                             .sessions = c->sessions,
+                            .alerts = c->alerts,
                             .ready = collector_ready,
                             .ready_ctx = c};
     rc = ember__api_read_config(cfg, &ao, errbuf, errbuf_size);
@@ -858,6 +898,7 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
       EMBER_INFO("collector", "API on http://%s/api/v1 (port %u)%s", ao.listen,
                  ember__api_port(c->api), ao.token && *ao.token ? ", token required" : "");
   }
+  if (rc == 0) rc = start_notify(c, cfg, errbuf, errbuf_size);
   if (rc == 0) {
     c->ingest_started = pthread_create(&c->ingest_thread, NULL, ingest_main, c) == 0;
     c->registry_started = pthread_create(&c->registry_thread, NULL, registry_main, c) == 0;
@@ -884,6 +925,11 @@ void ember__collector_stop(ember__collector_t *c) {
   if (c == NULL) return;
   /* Queries first, so nothing reads the store while it closes. */
   ember__api_stop(c->api);
+  /* The engine's round in hand ends; what the notifier holds gets two
+   * seconds (undelivered notifications are sent again at the next start). */
+  ember__alerts_stop(c->alerts);
+  ember__notify_free(c->notify, 2000);
+  ember__alerts_free(c->alerts);
   atomic_store(&c->stop, true);
   if (c->ingest_started) pthread_join(c->ingest_thread, NULL);
   if (c->registry_started) pthread_join(c->registry_thread, NULL);
@@ -916,11 +962,20 @@ void ember__collector_stop(ember__collector_t *c) {
   ember_free(c);
 }
 
+int ember__collector_reload(ember__collector_t *c) {
+  if (c == NULL || c->alerts == NULL) return 0;
+  char err[512] = "";
+  int rc = ember__alerts_reload(c->alerts, err, sizeof err);
+  if (rc != 0) EMBER_ERROR("collector", "SIGHUP: the rules stay as they were: %s", err);
+  return rc;
+}
+
 int ember__collector_run(const ember_config_t *cfg) {
   sigset_t set, old;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, &old);
   char err[512] = "";
   ember__collector_t *c = NULL;
@@ -931,7 +986,10 @@ int ember__collector_run(const ember_config_t *cfg) {
     return rc;
   }
   int sig = 0;
-  sigwait(&set, &sig);
+  while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
+    EMBER_INFO("collector", "SIGHUP: reading alerts.rules again");
+    ember__collector_reload(c);
+  }
   EMBER_INFO("collector", "%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   ember__collector_stop(c);
   pthread_sigmask(SIG_SETMASK, &old, NULL);

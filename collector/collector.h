@@ -48,6 +48,10 @@ uint16_t ember__collector_api_port(const ember__collector_t *c);
  * the registry stops. Frees everything. NULL is a no-op. */
 void ember__collector_stop(ember__collector_t *c);
 
+/* Read alerts.rules again (SIGHUP); on an error the rules in force stay
+ * (logged). Returns 0 or the error. */
+int ember__collector_reload(ember__collector_t *c);
+
 /* ember-collector's main: start, wait for SIGTERM/SIGINT, stop. Returns 0
  * after a clean shutdown or an error with a sentence already logged. */
 int ember__collector_run(const ember_config_t *cfg);

@@ -34,3 +34,14 @@ set_tests_properties(test_session_e2e PROPERTIES FIXTURES_REQUIRED kafka_broker 
   TIMEOUT 300)
 set_property(TEST test_session_e2e APPEND PROPERTY
   ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
+
+# Alerting end to end: agent, collector with rules, webhook receivers in
+# the test, captures and a SIGKILL. It keeps programs burning two threads
+# for minutes and asserts on their CPU, so it runs alone.
+ember_test(integration test_alerts integration)
+add_dependencies(test_alerts ember-collector ember_agent prog_spike)
+target_link_libraries(test_alerts PRIVATE PkgConfig::MHD)
+set_tests_properties(test_alerts PROPERTIES FIXTURES_REQUIRED kafka_broker RUN_SERIAL TRUE
+  TIMEOUT 500)
+set_property(TEST test_alerts APPEND PROPERTY
+  ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)

@@ -90,12 +90,39 @@ static void on_stack(void *ctx, const uint64_t *ips, size_t n, int64_t objects, 
   t->other_bytes += bytes;
 }
 
-static void count_stack(void *ctx, const uint64_t *ips, size_t n, int64_t objects, int64_t bytes) {
-  (void)ips;
-  (void)n;
-  (void)objects;
-  (void)bytes;
-  (*(size_t *)ctx)++;
+/* A session adds into a window (alloc.h): hand each of its stacks of
+ * `pid` to `fn` with the objects and bytes it holds. Returns how many. */
+static size_t each_stack(ember__window_t *w, pid_t pid,
+                         void (*fn)(void *ctx, const uint64_t *ips, size_t n, int64_t objects,
+                                    int64_t bytes),
+                         void *ctx) {
+  size_t n = 0, found = 0;
+  const ember__window_stack_t *st = ember__window_sorted(w, &n);
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(st[i].pid, (uint32_t)pid);
+    found++;
+    if (fn != NULL) fn(ctx, st[i].ips, st[i].nips, st[i].samples, st[i].cpu_ns);
+  }
+  return found;
+}
+
+/* A stack the session tells is new to the window: counted. */
+typedef struct news {
+  pid_t pid;
+  size_t n;
+} news_t;
+
+static void on_new(void *ctx, uint32_t pid, const uint64_t *ips, uint32_t n) {
+  news_t *nw = ctx;
+  assert_int_equal(pid, (uint32_t)nw->pid);
+  assert_true(n >= 1 && n <= EMBER__ALLOC_MAX_FRAMES && ips != NULL);
+  nw->n++;
+}
+
+static ember__window_t *new_window(void) {
+  ember__window_t *w = NULL;
+  assert_int_equal(ember__window_new(&w), 0);
+  return w;
 }
 
 /* Run the program at a steady pace, profile it for ~1.5 s, check 3:1.
@@ -120,14 +147,17 @@ static void profile_and_check(ember__alloc_method_t m, uint64_t sample_bytes, co
   assert_int_equal(ember__symbolizer_new(&so, &t.sym), 0);
   assert_int_equal(ember__procmaps_read(NULL, pid, &t.maps), 0);
 
+  ember__window_t *w = new_window();
+  news_t nw = {pid, 0};
+  ember__alloc_sink_t sink = {w, on_new, &nw};
   ember__alloc_session_t *s = NULL;
   char err[512];
-  int rc = ember__alloc_start(pid, m, sample_bytes, &s, err, sizeof err);
+  int rc = ember__alloc_start(pid, m, sample_bytes, &sink, &s, err, sizeof err);
   if (rc != 0) fail_msg("start: %d %s", rc, err);
   if (m == EMBER__ALLOC_PRELOAD) {
     /* One session per process. */
     ember__alloc_session_t *s2 = NULL;
-    assert_int_equal(ember__alloc_start(pid, m, sample_bytes, &s2, err, sizeof err), -EBUSY);
+    assert_int_equal(ember__alloc_start(pid, m, sample_bytes, &sink, &s2, err, sizeof err), -EBUSY);
     assert_null(s2);
   }
   for (int i = 0; i < 50; i++) {
@@ -136,7 +166,11 @@ static void profile_and_check(ember__alloc_method_t m, uint64_t sample_bytes, co
   }
   ember__alloc_stats_t st;
   ember__alloc_stats(s, &st);
-  assert_int_equal(ember__alloc_stop(s, on_stack, &t), 0);
+  assert_int_equal(ember__alloc_stop(s), 0);
+  /* Every stack the window holds was told as new, once. */
+  assert_int_equal(each_stack(w, pid, on_stack, &t), nw.n);
+  assert_true(st.stacks <= nw.n && st.dropped == 0);
+  ember__window_free(w);
   tu_kill(pid);
   /* SIGKILL leaves the library's control file behind; do not litter. */
   ember__alloc_preload_sweep();
@@ -255,10 +289,14 @@ static void test_alloc_preload_absent(void **state) {
   pid_t pid = tu_spawn(argv, NULL, NULL);
   wait_ready(pid, false);
   assert_false(ember__alloc_preload_present(pid));
+  ember__window_t *w = new_window();
+  ember__alloc_sink_t sink = {w, NULL, NULL};
   ember__alloc_session_t *s = NULL;
   char err[512];
-  assert_int_equal(ember__alloc_start(pid, EMBER__ALLOC_PRELOAD, 0, &s, err, sizeof err), -ENOENT);
+  assert_int_equal(ember__alloc_start(pid, EMBER__ALLOC_PRELOAD, 0, &sink, &s, err, sizeof err),
+                   -ENOENT);
   assert_null(s);
+  ember__window_free(w);
   print_message("%s\n", err);
   assert_non_null(strstr(err, "LD_PRELOAD"));
   tu_kill(pid);
@@ -266,19 +304,29 @@ static void test_alloc_preload_absent(void **state) {
 
 static void test_alloc_bad_args(void **state) {
   (void)state;
+  ember__window_t *w = new_window();
+  ember__alloc_sink_t sink = {w, NULL, NULL}, nowin = {NULL, NULL, NULL};
   ember__alloc_session_t *s = NULL;
   char err[256];
-  assert_int_equal(ember__alloc_start(0, EMBER__ALLOC_UPROBE, 0, &s, err, sizeof err), -EINVAL);
-  assert_int_equal(ember__alloc_start(getpid(), (ember__alloc_method_t)7, 0, &s, err, sizeof err),
+  assert_int_equal(ember__alloc_start(0, EMBER__ALLOC_UPROBE, 0, &sink, &s, err, sizeof err),
                    -EINVAL);
-  assert_int_equal(ember__alloc_start(getpid(), EMBER__ALLOC_UPROBE, 0, NULL, err, sizeof err),
+  assert_int_equal(
+      ember__alloc_start(getpid(), (ember__alloc_method_t)7, 0, &sink, &s, err, sizeof err),
+      -EINVAL);
+  assert_int_equal(
+      ember__alloc_start(getpid(), EMBER__ALLOC_UPROBE, 0, &sink, NULL, err, sizeof err), -EINVAL);
+  /* No window to add to. */
+  assert_int_equal(ember__alloc_start(getpid(), EMBER__ALLOC_UPROBE, 0, NULL, &s, err, sizeof err),
                    -EINVAL);
+  assert_int_equal(
+      ember__alloc_start(getpid(), EMBER__ALLOC_UPROBE, 0, &nowin, &s, err, sizeof err), -EINVAL);
   /* A pid that cannot exist (above pid_max's ceiling). */
-  assert_int_equal(ember__alloc_start(4194305, EMBER__ALLOC_UPROBE, 0, &s, err, sizeof err),
+  assert_int_equal(ember__alloc_start(4194305, EMBER__ALLOC_UPROBE, 0, &sink, &s, err, sizeof err),
                    -ESRCH);
   assert_non_null(strstr(err, "does not exist"));
   assert_null(s);
-  assert_int_equal(ember__alloc_stop(NULL, NULL, NULL), 0);
+  assert_int_equal(ember__alloc_stop(NULL), 0);
+  ember__window_free(w);
 }
 
 /* A process that exits mid-session: poll says so, stop still hands out
@@ -289,16 +337,27 @@ static void test_alloc_uprobe_process_exits(void **state) {
   const char *argv[] = {ALLOC_PROG, "2", "5", NULL};
   pid_t pid = tu_spawn(argv, NULL, NULL);
   wait_ready(pid, false);
+  ember__window_t *w = new_window();
+  ember__alloc_sink_t sink = {w, NULL, NULL};
   ember__alloc_session_t *s = NULL;
   char err[512];
-  int rc = ember__alloc_start(pid, EMBER__ALLOC_UPROBE, 0, &s, err, sizeof err);
+  int rc = ember__alloc_start(pid, EMBER__ALLOC_UPROBE, 0, &sink, &s, err, sizeof err);
   if (rc != 0) fail_msg("start: %d %s", rc, err);
   assert_int_equal(tu_wait(pid, 10000), 0);
   assert_int_equal(ember__alloc_poll(s), -ESRCH);
   ember__alloc_stats_t st;
   ember__alloc_stats(s, &st);
   assert_true(st.samples > 100);
-  assert_int_equal(ember__alloc_stop(s, NULL, NULL), 0);
+  assert_int_equal(ember__alloc_stop(s), 0);
+  /* What was sampled stays in the window: uprobe counts are exact, one
+   * object per sample. */
+  size_t n = 0;
+  int64_t objects = 0;
+  const ember__window_stack_t *ws = ember__window_sorted(w, &n);
+  assert_true(n > 0);
+  for (size_t i = 0; i < n; i++) objects += ws[i].samples;
+  assert_true(objects >= (int64_t)st.samples);
+  ember__window_free(w);
 }
 
 /* The profiled process owns its control file and may cut it: the agent
@@ -311,9 +370,11 @@ static void test_alloc_preload_truncated(void **state) {
   pid_t pid = tu_spawn(argv, env, NULL);
   assert_true(pid > 0);
   wait_ready(pid, true);
+  ember__window_t *w = new_window();
+  ember__alloc_sink_t sink = {w, NULL, NULL};
   ember__alloc_session_t *s = NULL;
   char err[512];
-  int rc = ember__alloc_start(pid, EMBER__ALLOC_PRELOAD, 32 * 1024, &s, err, sizeof err);
+  int rc = ember__alloc_start(pid, EMBER__ALLOC_PRELOAD, 32 * 1024, &sink, &s, err, sizeof err);
   if (rc != 0) fail_msg("start: %d %s", rc, err);
   for (int i = 0; i < 6; i++) {
     sleep_ms(50);
@@ -333,9 +394,9 @@ static void test_alloc_preload_truncated(void **state) {
   ember__alloc_stats_t st;
   ember__alloc_stats(s, &st);
   assert_true(st.samples > 0);
-  size_t stacks = 0;
-  assert_int_equal(ember__alloc_stop(s, count_stack, &stacks), 0);
-  assert_true(stacks > 0);
+  assert_int_equal(ember__alloc_stop(s), 0);
+  assert_true(each_stack(w, pid, NULL, NULL) > 0);
+  ember__window_free(w);
   tu_kill(pid);
   ember__alloc_preload_sweep();
 }
@@ -349,9 +410,11 @@ static void test_alloc_preload_head_backwards(void **state) {
   pid_t pid = tu_spawn(argv, env, NULL);
   assert_true(pid > 0);
   wait_ready(pid, true);
+  ember__window_t *w = new_window();
+  ember__alloc_sink_t sink = {w, NULL, NULL};
   ember__alloc_session_t *s = NULL;
   char err[512];
-  int rc = ember__alloc_start(pid, EMBER__ALLOC_PRELOAD, 32 * 1024, &s, err, sizeof err);
+  int rc = ember__alloc_start(pid, EMBER__ALLOC_PRELOAD, 32 * 1024, &sink, &s, err, sizeof err);
   if (rc != 0) fail_msg("start: %d %s", rc, err);
   ember__alloc_stats_t st;
   for (int i = 0; i < 200; i++) {
@@ -378,7 +441,8 @@ static void test_alloc_preload_head_backwards(void **state) {
   assert_int_equal(ember__alloc_preload_faults(), faults + 1);
   ember__alloc_stats(s, &st);
   assert_int_equal(st.lost, lost);
-  assert_int_equal(ember__alloc_stop(s, NULL, NULL), 0);
+  assert_int_equal(ember__alloc_stop(s), 0);
+  ember__window_free(w);
   tu_kill(pid);
   ember__alloc_preload_sweep();
 }

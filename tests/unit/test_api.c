@@ -1053,6 +1053,9 @@ static void test_api_allow_headers(void **state) {
       {"PUT", "/api/v1/sessions/", "GET, HEAD, POST"},
       {"DELETE", "/api/v1/sessions/abc/cancel", "POST"},
       {"PUT", "/api/v1/sessions/abc", "GET, HEAD"},
+      {"DELETE", "/api/v1/alerts", "GET, HEAD"},
+      {"PUT", "/api/v1/rules", "GET, HEAD, POST"},
+      {"POST", "/api/v1/rules/cpu-hot", "DELETE"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     resp_t r = http(fx.port, cases[i].method, cases[i].path, "Content-Length: 0\r\n");

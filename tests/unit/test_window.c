@@ -1,7 +1,8 @@
-/* The window clock (agent/window.h): windows are labelled by when they
- * were really filled, whatever the timer's jitter, and never drift. The
- * timer, the clocks and the samples are simulated, so every case is
- * exact and the test costs no wall time. */
+/* agent/window.h: the window clock (windows are labelled by when they
+ * were really filled, whatever the timer's jitter, and never drift: the
+ * timer, the clocks and the samples are simulated, so every case is exact
+ * and costs no wall time) and the weighted adds of allocation sessions. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "ember/ember.h"
 #include "window.h"
 
 #define MS  1000000LL
@@ -174,6 +176,127 @@ static void test_window_clock_clock_steps(void **state) {
   assert_int_equal(wait, 800 * MS);
 }
 
+/* --- weighted adds (allocation sessions' 1/p weights) --- */
+
+/* The exact value of a double >= 2^-12 in units of 2^-64. */
+static __int128 q64(double v) { return (__int128)(v * 0x1p64); }
+
+static const ember__window_stack_t *only_stack(ember__window_t *w) {
+  size_t n = 0;
+  const ember__window_stack_t *s = ember__window_sorted(w, &n);
+  assert_int_equal(n, 1);
+  return &s[0];
+}
+
+/* A million samples of a Poisson sampler, weighted 1/p, into one stack
+ * (every rounding error in the same slot): the window's sum is the exact
+ * sum rounded, off by at most 0.5 plus 2^-33 per add, also past 2^53
+ * bytes, where a double slot no longer counts single bytes (bench_window
+ * measures double slots off by tens of bytes at 10^7 adds). */
+static void test_window_weighted_sum_within_rounding(void **state) {
+  (void)state;
+  ember__window_t *w = NULL;
+  assert_int_equal(ember__window_new(&w), 0);
+  const uint64_t ip = 0x401234;
+  const int adds = 1000000;
+  __int128 exact_o = 0, exact_b = 0;
+  for (int i = 0; i < adds; i++) {
+    /* p from 1/4099 to 1, sizes 1 B to 4 GiB: weights 1 to 4099, bytes up
+     * to ~1.8e13 an add and ~2e16 in all, past 2^53. */
+    double p = (double)(rnd(1, 4099)) / 4099.0;
+    double size = (double)rnd(1, (int64_t)1 << 32);
+    double wt = 1.0 / p, bytes = wt * size;
+    exact_o += q64(wt);
+    exact_b += q64(bytes);
+    assert_int_equal(ember__window_add_weighted(w, 9, &ip, 1, wt, bytes, NULL), 0);
+  }
+  const ember__window_stack_t *s = only_stack(w);
+  const __int128 one = (__int128)1 << 64;
+  const __int128 bound = one / 2 + (__int128)adds * (one >> 33);
+  __int128 off_o = (__int128)s->samples * one - exact_o;
+  __int128 off_b = (__int128)s->cpu_ns * one - exact_b;
+  print_message("objects %lld off %.6f, bytes %lld off %.6f\n", (long long)s->samples,
+                (double)off_o * 0x1p-64, (long long)s->cpu_ns, (double)off_b * 0x1p-64);
+  assert_true(off_o <= bound && off_o >= -bound);
+  assert_true(off_b <= bound && off_b >= -bound);
+  assert_true(s->cpu_ns > (int64_t)1 << 53); /* past where a double counts every byte */
+  ember__window_free(w);
+}
+
+/* Fractions carry into the whole units exactly, integer adds beside them
+ * stay exact, halves round up. */
+static void test_window_weighted_fractions_carry(void **state) {
+  (void)state;
+  ember__window_t *w = NULL;
+  assert_int_equal(ember__window_new(&w), 0);
+  const uint64_t ip = 7;
+  bool is_new = false;
+  assert_int_equal(ember__window_add_weighted(w, 1, &ip, 1, 0.25, 0.5, &is_new), 0);
+  assert_true(is_new);
+  assert_int_equal(ember__window_add_weighted(w, 1, &ip, 1, 0.25, 0.25, &is_new), 0);
+  assert_false(is_new);
+  /* 0.5 and 0.75: rounded, 1 and 1. */
+  assert_int_equal(only_stack(w)->samples, 1);
+  assert_int_equal(only_stack(w)->cpu_ns, 1);
+  assert_int_equal(ember__window_add_weighted(w, 1, &ip, 1, 0.5, 0.25, NULL), 0);
+  assert_int_equal(ember__window_add_values(w, 1, &ip, 1, 3, (int64_t)1 << 53, NULL), 0);
+  assert_int_equal(only_stack(w)->samples, 4);                     /* 1.0 + 3 */
+  assert_int_equal(only_stack(w)->cpu_ns, ((int64_t)1 << 53) + 1); /* 1.0 + 2^53 */
+  /* 2^-33 and less round away in one add (nearest 2^-32), never up. */
+  ember__window_reset(w);
+  for (int i = 0; i < 1000; i++)
+    assert_int_equal(ember__window_add_weighted(w, 1, &ip, 1, 0x1p-34, 0x1p-32, NULL), 0);
+  assert_int_equal(only_stack(w)->samples, 0);
+  assert_int_equal(only_stack(w)->cpu_ns, 0); /* 1000 * 2^-32 */
+  ember__window_free(w);
+}
+
+/* Huge byte counts saturate at INT64_MAX, never wrap, also with a
+ * fraction pending; negative and NaN weights are refused. */
+static void test_window_weighted_large_saturates(void **state) {
+  (void)state;
+  ember__window_t *w = NULL;
+  assert_int_equal(ember__window_new(&w), 0);
+  const uint64_t ip = 7;
+  assert_int_equal(ember__window_add_weighted(w, 1, &ip, 1, 1.5, 0x1p62, NULL), 0);
+  assert_int_equal(only_stack(w)->cpu_ns, (int64_t)1 << 62);
+  assert_int_equal(ember__window_add_weighted(w, 1, &ip, 1, 1.5, 0x1p62 + 0x1p40, NULL), 0);
+  assert_int_equal(only_stack(w)->cpu_ns, INT64_MAX);
+  assert_int_equal(only_stack(w)->samples, 3);
+  assert_int_equal(ember__window_add_weighted(w, 1, &ip, 1, 0.75, 1e300, NULL), 0);
+  assert_int_equal(ember__window_add_values(w, 1, &ip, 1, INT64_MAX, INT64_MAX, NULL), 0);
+  assert_int_equal(only_stack(w)->samples, INT64_MAX);
+  assert_int_equal(only_stack(w)->cpu_ns, INT64_MAX);
+  /* A pending fraction at INT64_MAX - 1 rounds up to INT64_MAX, no further. */
+  ember__window_reset(w);
+  assert_int_equal(ember__window_add_values(w, 1, &ip, 1, INT64_MAX - 1, 0, NULL), 0);
+  assert_int_equal(ember__window_add_weighted(w, 1, &ip, 1, 0.75, 0, NULL), 0);
+  assert_int_equal(only_stack(w)->samples, INT64_MAX);
+  assert_int_equal(ember__window_add_weighted(w, 1, &ip, 1, 0.75, 0, NULL), 0);
+  assert_int_equal(only_stack(w)->samples, INT64_MAX);
+  assert_int_equal(ember__window_add_weighted(w, 1, &ip, 1, -1, 0, NULL), -EINVAL);
+  assert_int_equal(ember__window_add_weighted(w, 1, &ip, 1, 0, __builtin_nan(""), NULL), -EINVAL);
+  assert_int_equal(ember__window_add_weighted(w, 1, &ip, 0, 1, 1, NULL), -EINVAL);
+  ember__window_free(w);
+}
+
+/* Weighted adds are bounded as every add: past max_stacks a new stack is
+ * dropped and counted, a known one still adds. */
+static void test_window_weighted_bounded(void **state) {
+  (void)state;
+  ember__window_t *w = NULL;
+  assert_int_equal(ember__window_new(&w), 0);
+  ember__window_set_max_stacks(w, 2);
+  uint64_t a = 1, b = 2, c = 3;
+  assert_int_equal(ember__window_add_weighted(w, 1, &a, 1, 1.5, 10, NULL), 0);
+  assert_int_equal(ember__window_add_weighted(w, 1, &b, 1, 1.5, 10, NULL), 0);
+  assert_int_equal(ember__window_add_weighted(w, 1, &c, 1, 1.5, 10, NULL), EMBER_ETOOBIG);
+  assert_int_equal(ember__window_add_weighted(w, 1, &a, 1, 1.5, 10, NULL), 0);
+  assert_int_equal(ember__window_nstacks(w), 2);
+  assert_int_equal(ember__window_dropped(w), 1);
+  ember__window_free(w);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_window_clock_early_and_late_timers),
@@ -181,6 +304,10 @@ int main(void) {
       cmocka_unit_test(test_window_clock_early_firing_waits),
       cmocka_unit_test(test_window_clock_stop_cut_is_never_empty),
       cmocka_unit_test(test_window_clock_clock_steps),
+      cmocka_unit_test(test_window_weighted_sum_within_rounding),
+      cmocka_unit_test(test_window_weighted_fractions_carry),
+      cmocka_unit_test(test_window_weighted_large_saturates),
+      cmocka_unit_test(test_window_weighted_bounded),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,376 @@
+/* The alert engine (collector/alerts.h) over a real store, one round per
+ * 10 s window written by the test: above, baseline and function rules,
+ * what changed, grouping, a restart in the middle of a firing alert, the
+ * rules' sources (file, API) and their errors, SIGHUP's reload, and the
+ * per-rule metrics. */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "alerts.h"
+#include "ember/ember.h"
+
+#define SEC  1000000000LL
+#define STEP (10 * SEC)
+#define T0   (1764460800LL * SEC) /* 2025-11-30T00:00:00Z, a multiple of 10 s */
+
+static char path[512], rules_path[512];
+static ember_store_t *store;
+
+static void remove_store(void) {
+  char lock[600];
+  snprintf(lock, sizeof lock, "%s-lock", path);
+  unlink(path);
+  unlink(lock);
+}
+
+static int setup(void **state) {
+  (void)state;
+  snprintf(path, sizeof path, "%s/alert_engine_%ld.lmdb", EMBER_TEST_TMP, (long)getpid());
+  snprintf(rules_path, sizeof rules_path, "%s/alert_rules_%ld.conf", EMBER_TEST_TMP,
+           (long)getpid());
+  remove_store();
+  ember_store_opts_t o = {.map_size = (size_t)256 << 20, .no_sync = true};
+  return ember_store_open(path, &o, &store, NULL, 0);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  ember_store_close(store);
+  store = NULL;
+  remove_store();
+  unlink(rules_path);
+  return 0;
+}
+
+/* Window i (T0 + i*10 s) of (worker, host): `cores` of CPU, a share
+ * `hot` of it in function burn and the rest in idle_loop. */
+static void window(const char *worker, const char *host, int i, double cores, double hot) {
+  ember_value_type_t vt = EMBER_VT_CPU_NS;
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(&vt, 1, &p), 0);
+  ember_labels_t l = {.worker = worker, .host = host};
+  assert_int_equal(ember_profile_set_labels(p, &l), 0);
+  int64_t start = T0 + i * STEP;
+  assert_int_equal(ember_profile_set_window(p, start, start + STEP), 0);
+  int64_t total = (int64_t)(cores * (double)STEP);
+  int64_t vb = (int64_t)((double)total * hot), vi = total - vb;
+  ember_frame_t burn[2] = {{.function = "burn", .module = "/app"},
+                           {.function = "main", .module = "/app"}};
+  ember_frame_t idle[2] = {{.function = "idle_loop", .module = "/app"},
+                           {.function = "main", .module = "/app"}};
+  if (vb > 0) assert_int_equal(ember_profile_add(p, burn, 2, &vb), 0);
+  if (vi > 0) assert_int_equal(ember_profile_add(p, idle, 2, &vi), 0);
+  assert_int_equal(ember_store_write(store, &p, 1, NULL), 0);
+  ember_profile_free(p);
+}
+
+static ember__alerts_t *engine(const char *rules_file, ember_metrics_t *m) {
+  ember__alerts_opts_t o = {
+      .store = store, .metrics = m, .rules_file = rules_file, .interval_ns = STEP, .delay_ns = SEC};
+  ember__alerts_t *a = NULL;
+  char err[512] = "";
+  int rc = ember__alerts_new(&o, &a, err, sizeof err);
+  if (rc != 0) fail_msg("ember__alerts_new: %d %s", rc, err);
+  return a;
+}
+
+static void add_rule(ember__alerts_t *a, const char *json) {
+  json_t *j = json_loads(json, 0, NULL);
+  assert_non_null(j);
+  char err[400] = "";
+  json_t *out = NULL;
+  int rc = ember__alerts_rule_add(a, j, &out, err, sizeof err);
+  if (rc != 0) fail_msg("%s: %d %s", json, rc, err);
+  assert_string_equal(json_string_value(json_object_get(out, "source")), "api");
+  json_decref(out);
+  json_decref(j);
+}
+
+static int rule_error(ember__alerts_t *a, const char *json, char *err, size_t n) {
+  json_t *j = json_loads(json, 0, NULL);
+  assert_non_null(j);
+  err[0] = '\0';
+  int rc = ember__alerts_rule_add(a, j, NULL, err, n);
+  json_decref(j);
+  return rc;
+}
+
+/* The alerts of `rule` (new reference). */
+static json_t *alerts(ember__alerts_t *a, const char *rule) {
+  json_t *d = ember__alerts_list(a, rule, NULL, NULL);
+  assert_non_null(d);
+  json_t *arr = json_incref(json_object_get(d, "alerts"));
+  json_decref(d);
+  return arr;
+}
+
+static const char *state_of(json_t *alert) {
+  return json_string_value(json_object_get(alert, "state"));
+}
+
+/* Round for the window ending at T0 + (i+1)*10 s. */
+static void round_at(ember__alerts_t *a, int i) {
+  assert_int_equal(ember__alerts_round(a, T0 + (i + 1) * STEP), 0);
+}
+
+static void test_above_pending_firing_resolved_and_restart(void **state) {
+  (void)state;
+  ember__alerts_t *a = engine(NULL, NULL);
+  add_rule(a, "{\"name\":\"hot\",\"worker\":\"w\",\"above\":0.5,\"for\":\"20s\"}");
+  int i = 0;
+  /* 6 windows at 5%, then a spike in burn. */
+  for (; i < 6; i++) {
+    window("w", "h1", i, 0.05, 0.1);
+    round_at(a, i);
+  }
+  json_t *l = alerts(a, "hot");
+  assert_int_equal(json_array_size(l), 0);
+  json_decref(l);
+  window("w", "h1", i, 1.0, 0.9);
+  round_at(a, i++);
+  l = alerts(a, "hot");
+  assert_int_equal(json_array_size(l), 1);
+  assert_string_equal(state_of(json_array_get(l, 0)), "pending");
+  json_decref(l);
+  window("w", "h1", i, 1.0, 0.9);
+  round_at(a, i++);
+  /* 20 s of breach: firing, at the end of the second window. */
+  l = alerts(a, "hot");
+  json_t *al = json_array_get(l, 0);
+  assert_string_equal(state_of(al), "firing");
+  int64_t started = json_integer_value(json_object_get(al, "started"));
+  int64_t fired = json_integer_value(json_object_get(al, "fired"));
+  assert_int_equal(started, (T0 + 6 * STEP) / 1000000);
+  assert_int_equal(fired - started, 20000);
+  assert_true(fabs(json_real_value(json_object_get(al, "value")) - 1.0) < 1e-6);
+  assert_true(json_real_value(json_object_get(al, "threshold")) == 0.5);
+  assert_string_equal(json_string_value(json_object_get(al, "unit")), "cores");
+  assert_string_equal(json_string_value(json_object_get(json_object_get(al, "labels"), "worker")),
+                      "w");
+  json_t *top = json_object_get(al, "top");
+  assert_true(json_array_size(top) >= 1);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(top, 0), "function")),
+                      "burn");
+  char id[32];
+  snprintf(id, sizeof id, "%s", json_string_value(json_object_get(al, "id")));
+  json_decref(l);
+
+  /* A restart while it fires: still firing, same id. */
+  ember__alerts_free(a);
+  a = engine(NULL, NULL);
+  json_t *doc = NULL;
+  assert_int_equal(ember__alerts_get(a, id, &doc), 0);
+  assert_string_equal(state_of(doc), "firing");
+  json_decref(doc);
+  window("w", "h1", i, 1.0, 0.9);
+  round_at(a, i++);
+  l = alerts(a, "hot");
+  assert_int_equal(json_array_size(l), 1);
+  assert_string_equal(state_of(json_array_get(l, 0)), "firing");
+  json_decref(l);
+
+  /* Load drops: resolved after resolve_for (= for, 20 s). */
+  window("w", "h1", i, 0.05, 0.1);
+  round_at(a, i++);
+  l = alerts(a, "hot");
+  assert_string_equal(state_of(json_array_get(l, 0)), "firing");
+  json_decref(l);
+  window("w", "h1", i, 0.05, 0.1);
+  round_at(a, i++);
+  l = alerts(a, "hot");
+  assert_string_equal(state_of(json_array_get(l, 0)), "resolved");
+  assert_string_equal(json_string_value(json_object_get(json_array_get(l, 0), "id")), id);
+  json_decref(l);
+  /* A window that never came (the agent died): no data is 0, no error. */
+  round_at(a, i + 3);
+  ember__alerts_free(a);
+}
+
+static void test_hysteresis_flapping_fires_once(void **state) {
+  (void)state;
+  ember__alerts_t *a = engine(NULL, NULL);
+  add_rule(a, "{\"name\":\"flap\",\"worker\":\"f\",\"above\":0.5,\"for\":\"10s\","
+              "\"resolve_for\":\"30s\"}");
+  /* Alternating just above and just below the threshold. */
+  for (int i = 0; i < 30; i++) {
+    window("f", "h1", i, i % 2 ? 0.48 : 0.55, 0.5);
+    round_at(a, i);
+  }
+  json_t *l = alerts(a, "flap");
+  size_t firing = 0;
+  for (size_t k = 0; k < json_array_size(l); k++)
+    firing += strcmp(state_of(json_array_get(l, k)), "pending") != 0;
+  assert_int_equal(firing, 1);
+  json_decref(l);
+  ember__alerts_free(a);
+}
+
+static void test_baseline_and_function_rules(void **state) {
+  (void)state;
+  ember__alerts_t *a = engine(NULL, NULL);
+  add_rule(a, "{\"name\":\"base\",\"worker\":\"b*\",\"baseline\":{\"factor\":3,\"period\":\"5m\","
+              "\"floor\":0.1},\"for\":\"10s\"}");
+  add_rule(a, "{\"name\":\"fn\",\"worker\":\"s\",\"function\":{\"name\":\"burn\",\"percent\":50},"
+              "\"for\":\"10s\"}");
+  int i = 0;
+  for (; i < 30; i++) {
+    window("b-rise", "h1", i, 0.3, 0.1);
+    window("b-flat", "h1", i, 0.3, 0.1);
+    window("s", "h1", i, 0.3, 0.2);
+    round_at(a, i);
+  }
+  json_t *l = alerts(a, "base");
+  assert_int_equal(json_array_size(l), 0);
+  json_decref(l);
+  l = alerts(a, "fn");
+  assert_int_equal(json_array_size(l), 0);
+  json_decref(l);
+  /* b-rise: 4x; s: burn passes 50% of the same total. */
+  for (int k = 0; k < 3; k++, i++) {
+    window("b-rise", "h1", i, 1.2, 0.8);
+    window("b-flat", "h1", i, 0.3, 0.1);
+    window("s", "h1", i, 0.3, 0.8);
+    round_at(a, i);
+  }
+  l = ember__alerts_list(a, "base", "firing", NULL);
+  json_t *arr = json_object_get(l, "alerts");
+  assert_int_equal(json_array_size(arr), 1); /* b-rise, not b-flat: one alert per worker */
+  json_t *al = json_array_get(arr, 0);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(al, "labels"), "worker")),
+                      "b-rise");
+  assert_true(fabs(json_real_value(json_object_get(al, "threshold")) - 0.9) < 1e-6);
+  json_decref(l);
+  l = ember__alerts_list(a, "fn", "firing", NULL);
+  al = json_array_get(json_object_get(l, "alerts"), 0);
+  assert_non_null(al);
+  assert_string_equal(json_string_value(json_object_get(al, "unit")), "percent");
+  assert_true(fabs(json_real_value(json_object_get(al, "value")) - 80) < 0.1);
+  json_decref(l);
+  ember__alerts_free(a);
+}
+
+static void test_group_by_host(void **state) {
+  (void)state;
+  ember__alerts_t *a = engine(NULL, NULL);
+  add_rule(a,
+           "{\"name\":\"g\",\"worker\":\"w\",\"group_by\":\"host\",\"above\":0.5,\"for\":\"0s\"}");
+  window("w", "h1", 0, 0.9, 0.5);
+  window("w", "h2", 0, 0.9, 0.5);
+  window("w", "h3", 0, 0.1, 0.5);
+  round_at(a, 0);
+  json_t *l = ember__alerts_list(a, "g", "firing", NULL);
+  json_t *arr = json_object_get(l, "alerts");
+  assert_int_equal(json_array_size(arr), 2);
+  const char *h0 =
+      json_string_value(json_object_get(json_object_get(json_array_get(arr, 0), "labels"), "host"));
+  const char *h1 =
+      json_string_value(json_object_get(json_object_get(json_array_get(arr, 1), "labels"), "host"));
+  assert_true((strcmp(h0, "h1") == 0 && strcmp(h1, "h2") == 0) ||
+              (strcmp(h0, "h2") == 0 && strcmp(h1, "h1") == 0));
+  json_decref(l);
+  ember__alerts_free(a);
+}
+
+static void write_file(const char *text) {
+  FILE *f = fopen(rules_path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void test_rules_sources_errors_reload_metrics(void **state) {
+  (void)state;
+  write_file("# team rules\n[rule from-file]\nworker = w\nabove = 2\nfor = 30s\n");
+  ember_metrics_t *m = NULL;
+  assert_int_equal(ember_metrics_new(&m), 0);
+  ember__alerts_t *a = engine(rules_path, m);
+  char err[400];
+  /* Bad rules: the field is named. */
+  assert_int_equal(rule_error(a, "{\"name\":\"x\",\"worker\":\"w\",\"above\":-1,\"for\":\"1s\"}",
+                              err, sizeof err),
+                   -EINVAL);
+  assert_non_null(strstr(err, "above"));
+  assert_int_equal(rule_error(a, "{\"name\":\"x\",\"worker\":\"w\",\"above\":1,\"for\":\"3x\"}",
+                              err, sizeof err),
+                   -EINVAL);
+  assert_non_null(strstr(err, "for"));
+  assert_int_equal(
+      rule_error(a, "{\"name\":\"x\",\"worker\":\"w\",\"above\":1,\"for\":\"1s\",\"colour\":1}",
+                 err, sizeof err),
+      -EINVAL);
+  assert_non_null(strstr(err, "colour"));
+  assert_int_equal(rule_error(a,
+                              "{\"name\":\"x\",\"worker\":\"w[0-9]\",\"above\":1,\"for\":\"1s\"}",
+                              err, sizeof err),
+                   -EINVAL);
+  assert_non_null(strstr(err, "worker"));
+  /* A name clash with the file's rule. */
+  assert_int_equal(
+      rule_error(a, "{\"name\":\"from-file\",\"worker\":\"w\",\"above\":1,\"for\":\"1s\"}", err,
+                 sizeof err),
+      -EEXIST);
+  add_rule(a, "{\"name\":\"api-rule\",\"worker\":\"w\",\"above\":1,\"for\":\"1s\"}");
+  /* File rules cannot be deleted through the API; API rules can. */
+  assert_int_equal(ember__alerts_rule_delete(a, "from-file", err, sizeof err), -EPERM);
+  assert_non_null(strstr(err, "rules file"));
+  assert_int_equal(ember__alerts_rule_delete(a, "nope", err, sizeof err), EMBER_ENOTFOUND);
+  json_t *rules = ember__alerts_rules_json(a);
+  assert_int_equal(json_array_size(json_object_get(rules, "rules")), 2);
+  json_decref(rules);
+  /* The API rule survives a restart; the file is read again. */
+  ember__alerts_free(a);
+  ember_metrics_free(m);
+  assert_int_equal(ember_metrics_new(&m), 0);
+  a = engine(rules_path, m);
+  rules = ember__alerts_rules_json(a);
+  assert_int_equal(json_array_size(json_object_get(rules, "rules")), 2);
+  json_decref(rules);
+  assert_int_equal(ember__alerts_rule_delete(a, "api-rule", err, sizeof err), 0);
+  /* A bad file on reload: the rules in force stay, the line is named. */
+  write_file("[rule from-file]\nworker = w\nabove = -2\nfor = 30s\n");
+  assert_int_equal(ember__alerts_reload(a, err, sizeof err), -EINVAL);
+  assert_non_null(strstr(err, ":3:"));
+  rules = ember__alerts_rules_json(a);
+  assert_int_equal(json_array_size(json_object_get(rules, "rules")), 1);
+  json_decref(rules);
+  /* A good one: a rule added, the old one changed. */
+  write_file("[rule from-file]\nworker = w\nabove = 0.5\nfor = 0s\n[rule second]\nworker = *\n"
+             "above = 5\nfor = 1m\n");
+  assert_int_equal(ember__alerts_reload(a, err, sizeof err), 0);
+  rules = ember__alerts_rules_json(a);
+  assert_int_equal(json_array_size(json_object_get(rules, "rules")), 2);
+  json_decref(rules);
+  /* ember_alerts_firing{rule=...} follows the alerts. */
+  window("w", "h1", 0, 0.9, 0.5);
+  round_at(a, 0);
+  ember_buf_t out;
+  ember_buf_init(&out, 1 << 20);
+  assert_int_equal(ember_metrics_render(m, &out), 0);
+  assert_non_null(strstr(out.data, "ember_alerts_firing{rule=\"from-file\"} 1\n"));
+  assert_non_null(strstr(out.data, "ember_alerts_firing{rule=\"second\"} 0\n"));
+  ember_buf_free(&out);
+  ember__alerts_free(a);
+  ember_metrics_free(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_above_pending_firing_resolved_and_restart, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_hysteresis_flapping_fires_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_baseline_and_function_rules, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_group_by_host, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rules_sources_errors_reload_metrics, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
