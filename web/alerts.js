@@ -15,7 +15,9 @@ import {
   navigate, option, setBusy, showError, timeline, withChanges,
 } from './ui.js';
 
-const BASELINE_MS = 10 * 60e3; // the diff's baseline: this long before the spike
+// The diff's baseline: this long before the spike (a baseline rule's own
+// period), as the engine computes `top`.
+const BASELINE_MS = 10 * 60e3;
 const LIST_EVERY_MS = 10000; // the list reloads itself this often
 const DETAIL_EVERY_MS = 5000; // an alert not resolved reloads this often
 const CAPTURE_EVERY_MS = 1000; // a capture session not finished, this often
@@ -23,6 +25,14 @@ const CAPTURE_EVERY_MS = 1000; // a capture session not finished, this often
 // Unix seconds for the API and for links (Explore's from/to are whole seconds).
 const secDown = (ms) => String(Math.floor(ms / 1000));
 const secUp = (ms) => String(Math.ceil(ms / 1000));
+
+// A duration as the API writes it ("90s", "10m", "1h") in ms; null if not one.
+function durationMs(text) {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)$/.exec(String(text ?? '').trim());
+  return m ? Number(m[1]) * { ms: 1, s: 1e3, m: 60e3, h: 3600e3, d: 86400e3 }[m[2]] : null;
+}
+
+const baselineMs = (a, rule) => (a.kind === 'baseline' && durationMs(rule?.baseline?.period)) || BASELINE_MS;
 
 export function fmtDuration(ms) {
   const s = Math.max(0, Math.round(ms / 1000));
@@ -242,12 +252,14 @@ export function alertsView() {
 
   let shown = null; // {id, diffKey, capKey}: what the detail's parts were loaded for
 
+  const ruleOf = (a) => (rules || []).find((r) => r.name === a.rule);
+
   function renderHead(a) {
     const unit = unitOf(a);
-    const sel = selectionOf(a, (rules || []).find((r) => r.name === a.rule));
+    const sel = selectionOf(a, ruleOf(a));
     const explore = withChanges(new URLSearchParams(), {
       worker: sel.worker, host: sel.host, actor: sel.actor, version: sel.version,
-      from: secDown(a.started - BASELINE_MS), to: secUp(endOf(a) + 60e3), range: '1h',
+      from: secDown(a.started - baselineMs(a, ruleOf(a))), to: secUp(endOf(a) + 60e3), range: '1h',
     });
     const times = [['started', a.started], ['fired', a.fired], ['resolved', a.resolved]]
       .filter(([, t]) => t).map(([k, t]) => `${k} ${fmtDateTime.format(t)}`);
@@ -280,7 +292,7 @@ export function alertsView() {
   }
 
   async function loadTimeline(a, sel, signal) {
-    const from = a.started - BASELINE_MS;
+    const from = a.started - baselineMs(a, ruleOf(a));
     const to = a.resolved ? a.resolved + 2 * 60e3 : Date.now() + 20e3;
     const data = await api('/api/v1/timeline', { ...sel, from: secDown(from), to: secUp(to), limit: 50 }, { signal });
     tl.set(data, []);
@@ -294,13 +306,14 @@ export function alertsView() {
   }
 
   async function loadDiff(a, sel, signal) {
+    const base = baselineMs(a, ruleOf(a));
     const q = {
       ...sel, type: 'cpu', max_nodes: MAX_NODES,
-      from: secDown(a.started - BASELINE_MS), to: secDown(a.started),
+      from: secDown(a.started - base), to: secDown(a.started),
       'vs.from': secDown(a.started), 'vs.to': secUp(endOf(a)),
     };
     diffTitle.querySelector('[data-testid="alert-diff-range"]').textContent =
-      ` the spike (${fmtTime.format(a.started)} – ${a.resolved ? fmtTime.format(a.resolved) : 'now'}) against the 10 minutes before it`;
+      ` the spike (${fmtTime.format(a.started)} – ${a.resolved ? fmtTime.format(a.resolved) : 'now'}) against the ${fmtDuration(base)} before it`;
     diff.loading('Loading the diff…');
     const tree = await api('/api/v1/diff', q, { signal });
     diff.show(tree, { emptyText: `No CPU profile of ${labelsText(sel)} around the spike.` });
@@ -311,9 +324,11 @@ export function alertsView() {
     clearTimeout(captureTimer);
     const c = a.capture;
     if (!c || !c.session) {
-      capHead.replaceChildren(h('strong', {}, 'Capture'), h('span', { class: 'hint' }, c && c.state ? ` ${c.state}` : ''));
+      // No session: the rule asks for none, or the engine did not start
+      // one (cooldown, cap, no isolate) and says why.
+      capHead.replaceChildren(h('strong', {}, 'Capture'), h('span', { class: 'hint', testid: 'alert-capture-state' }, c && c.state ? ` ${c.state}` : ''));
       capEmpty.hidden = false;
-      capEmpty.textContent = c && c.state ? `No capture session (${c.state}).` : 'No capture: the rule asks for none.';
+      capEmpty.textContent = c ? `No capture session${c.error ? `: ${c.error}` : ` (${c.state})`}.` : 'No capture: the rule asks for none.';
       capture.el.hidden = true;
       return;
     }
@@ -332,6 +347,22 @@ export function alertsView() {
       h('span', {}, ' session '), h('a', { href: hashOf('sessions', new URLSearchParams(), c.session), testid: 'alert-capture-link' }, c.session.slice(0, 8)),
       h('span', { class: `state ${state}`, testid: 'alert-capture-state' }, ` ${state}`),
       s ? h('span', { class: 'hint' }, ` · ${s.type} · ${(s.duration_ms / 1000).toFixed(1)} s` + (s.type === 'cpu' ? ` at ${s.hz} Hz` : '') + ` · ${s.samples} samples`) : null);
+    if (!s && !FINISHED.has(state)) {
+      // The collector forgot the session (a restart) before it finished as
+      // far as the alert knows: its result, if any, is in the store.
+      try {
+        const tree = await api(`/api/v1/sessions/${encodeURIComponent(c.session)}/profile`, { format: 'tree', max_nodes: MAX_NODES }, { signal });
+        capEmpty.hidden = true;
+        capture.el.hidden = false;
+        capture.show(tree, { emptyText: 'The capture finished with no samples (was the worker on a CPU then?).' });
+      } catch (e) {
+        if (e.name === 'AbortError') throw e;
+        capEmpty.hidden = false;
+        capEmpty.textContent = `The capture session is no longer known here and left no profile (${e.message}).`;
+        capture.el.hidden = true;
+      }
+      return;
+    }
     if (!FINISHED.has(state)) {
       capEmpty.hidden = false;
       capEmpty.textContent = `The capture is ${state}; its flamegraph follows when it is done.`;
@@ -341,7 +372,7 @@ export function alertsView() {
     }
     if (state !== 'done' && !(s && s.result)) {
       capEmpty.hidden = false;
-      capEmpty.textContent = `The capture ended ${state}: no profile.`;
+      capEmpty.textContent = `The capture ended ${state}: no profile${c.error ? ` (${c.error})` : ''}.`;
       capture.el.hidden = true;
       return;
     }
