@@ -440,7 +440,9 @@ export function timeline(onBrush, hint = 'drag to pick a range, double-click to 
       g.restore();
       g.fillStyle = ALERT_COLORS.firing;
       const tw = g.measureText(threshold.label).width;
-      g.fillText(threshold.label, w - PAD.r - tw - 2, yy - 4);
+      // Above the line, or below it where the marks' labels are.
+      const above = yy - 4 > PAD.t + 14 + 12 * marks.length;
+      g.fillText(threshold.label, w - PAD.r - tw - 2, above ? yy - 4 : yy + 12);
     }
     if (drag) {
       const a = Math.min(drag.x0, drag.x1), b = Math.max(drag.x0, drag.x1);
