@@ -613,7 +613,7 @@ await step('alerts', async () => {
   log(`alert ${alertId}`);
   const firstRow = page.locator(`${tid('alert-list')} ${tid('alert-row')}`).first();
   assert.equal(await firstRow.getAttribute('data-state'), 'firing', 'the list does not put firing alerts first');
-  assert.match(await row.first().locator(tid('alert-value')).textContent(), /\/ 0\.25 cores/);
+  assert.match(await row.first().locator(tid('alert-value')).textContent(), /\/ 0\.10 cores/);
 
   await row.first().click();
   await until('the hash to name the alert', (id) => location.hash.startsWith(`#/alerts/${id}`), alertId);
@@ -623,7 +623,7 @@ await step('alerts', async () => {
   await until('alert-timeline to draw with the threshold', (sel) => {
     const el = document.querySelector(sel);
     const c = el?.querySelector('canvas');
-    return el && el.dataset.threshold === '0.25' && c && c.width > 0;
+    return el && el.dataset.threshold === '0.1' && c && c.width > 0;
   }, tid('alert-timeline'));
   // The diff of the spike against the minutes before: spike_burn, first in
   // what changed.

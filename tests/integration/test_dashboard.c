@@ -3,7 +3,7 @@
  * windows at 199 Hz, selecting only this test's workers) profiles `burn`
  * (worker <tag>-burn, actor <tag>-room-1), two versions of `versioned`
  * (worker <tag>-app, versions 1.0 and 2.0) and `spike` (worker
- * <tag>-spike: idle, then one thread burning in spike_burn) through the
+ * <tag>-spike: idle, then three threads burning in spike_burn) through the
  * real broker. The collector's rules file holds <tag>-spike-hot, which
  * fires on the spike and captures a session. Once the store holds each
  * worker, tests/browser/dashboard.test.mjs drives Debian's headless
@@ -72,9 +72,11 @@ static void test_dashboard_views(void **state) {
   print_message("logs: %s\nscreenshots: %s/\n", log_path, shots);
   unsigned port = tu_free_port();
 
-  /* The alert the browser looks at: one spike thread is above a quarter of
-   * a core even on a loaded machine, idling is a twentieth. The capture
-   * starts once it fires. */
+  /* The alert the browser looks at. Idling is a twentieth of a core. On
+   * the loaded 2-core test machine (a full suite and CPU hogs beside it,
+   * the browser running) two burning threads got only 0.11 to 0.15 cores
+   * between them, so the spike burns three and the threshold is 0.1,
+   * twice the idle load. The capture starts once it fires. */
   char spike_w[160], rule[160], rules_path[700], a_rules[720];
   snprintf(spike_w, sizeof spike_w, "%s-spike", tag);
   snprintf(rule, sizeof rule, "%s-spike-hot", tag);
@@ -86,7 +88,7 @@ static void test_dashboard_views(void **state) {
           "# written by test_dashboard\n"
           "[rule %s]\n"
           "worker = %s\n"
-          "above = 0.25\n"
+          "above = 0.1\n"
           "for = 10s\n"
           "capture.type = cpu\n"
           "capture.duration_ms = 3000\n",
@@ -132,11 +134,11 @@ static void test_dashboard_views(void **state) {
   const char *v2_argv[] = {EMBER_TEST_PROGRAMS "/versioned", "v2", "300", NULL};
   const char *v2_env[] = {e_app, "EMBER_VERSION=2.0", NULL};
   v2 = tu_spawn(v2_argv, v2_env, NULL);
-  /* Idle for the baseline, then burn through the rest of the run: the
-   * alert must still be firing when the browser reaches it. */
+  /* Idle for the baseline, then burn (three threads) through the rest of
+   * the run: the alert must still be firing when the browser reaches it. */
   char e_spike[200];
   snprintf(e_spike, sizeof e_spike, "EMBER_WORKER=%s", spike_w);
-  const char *spike_argv[] = {EMBER_TEST_PROGRAMS "/spike", "idle:20", "burn:280x1", NULL};
+  const char *spike_argv[] = {EMBER_TEST_PROGRAMS "/spike", "idle:20", "burn:280x3", NULL};
   const char *spike_env[] = {e_spike, NULL};
   spike = tu_spawn(spike_argv, spike_env, NULL);
 
