@@ -3,22 +3,32 @@
 // a real agent and passes:
 //
 //   node dashboard.test.mjs --url=http://127.0.0.1:PORT/ --worker=W --app=A
-//        --actor=ACTOR --host=HOST --shots=DIR
+//        --actor=ACTOR --host=HOST --spike=S --rule=R --shots=DIR [--steps=a,b]
 //
 // W is a `burn` worker (burn_hot:burn_cold = 3:1) running as ACTOR, A a
 // worker with versions 1.0 (shared_work, old_path) and 2.0 (shared_work,
-// new_path), all on HOST. The steps: explore (worker list and filter,
+// new_path), all on HOST. S is a `spike` worker that idles, then burns in
+// spike_burn; R the rules file's rule that fires on it and captures a
+// session. The steps: explore (worker list and filter,
 // flamegraph, selects, top table), explore-zoom, explore-search,
 // explore-reload (the hash restores the view; refresh and live), explore-range (preset,
 // timeline brush, version, Back), explore-error (an API error reaches the
 // banner), explore-versions (1.0 and 2.0 chosen together add up), compare
 // (1.0 against 2.0: diff flamegraph and table; its link
 // in a new page), session (started from the page, its flamegraph,
-// downloads and link), session-error (a 404 reaches the banner). A failing step
+// downloads and link), session-error (a 404 reaches the banner), rules
+// (the rule editor: the file's rule read-only, a bad rule's 400 sentence
+// beside the form, a rule added and deleted), alerts (R's firing alert in
+// the list; its timeline, diff flamegraph with spike_burn, what changed,
+// and its capture's flamegraph), alert-marker (the alert on Explore's
+// timeline, which leads to it), alert-link (the alert's own link, as
+// webhooks carry it, in a new page). --steps runs only the steps named
+// (to work on one view). A failing step
 // saves DIR/failed-<step>.png and the run goes on with the next view (steps
 // that start from a failed one are skipped), so one run tells every broken
 // view. A full-page screenshot of each view goes to DIR (explore.png,
-// explore-zoom.png, explore-search.png, compare.png, session.png). Exit
+// explore-zoom.png, explore-search.png, compare.png, session.png,
+// rules.png, alerts.png). Exit
 // status 0 only when every step passed and the page threw nothing.
 import assert from 'node:assert/strict';
 import { mkdir } from 'node:fs/promises';
@@ -32,9 +42,9 @@ const args = Object.fromEntries(
     return [m[1], m[2]];
   }),
 );
-for (const k of ['url', 'worker', 'app', 'actor', 'host', 'shots']) {
+for (const k of ['url', 'worker', 'app', 'actor', 'host', 'spike', 'rule', 'shots']) {
   if (!args[k]) {
-    console.error(`usage: node dashboard.test.mjs --url= --worker= --app= --actor= --host= --shots= (missing --${k})`);
+    console.error(`usage: node dashboard.test.mjs --url= --worker= --app= --actor= --host= --spike= --rule= --shots= [--steps=] (missing --${k})`);
     process.exit(2);
   }
 }
@@ -180,11 +190,14 @@ async function waitOption(id, value) {
 const hash = () => page.evaluate(() => decodeURIComponent(location.hash));
 
 const results = [];
+const only = args.steps ? new Set(args.steps.split(',')) : null;
 // Run step `name`; `needs` names a step whose state it starts from, and
 // when that one failed this one is reported as skipped, not run.
 async function step(name, fn, needs) {
+  if (only && !only.has(name)) return;
   const s = Date.now();
   log(`--- ${name}`);
+  if (needs && only && !only.has(needs)) needs = null;
   if (needs && !results.some((r) => r[0] === needs && r[1] === 'ok')) {
     results.push([name, 'SKIPPED', 0]);
     log(`SKIPPED ${name}: it starts from ${needs}, which failed`);
@@ -518,6 +531,149 @@ await step('session-error', async () => {
   await banner.locator('button').first().click();
   await banner.waitFor({ state: 'hidden' });
 });
+
+// --- alerts ----------------------------------------------------------------
+
+// The rules as the API lists them.
+async function apiRules() {
+  const r = await page.request.get(new URL('/api/v1/rules', base).href);
+  assert.equal(r.status(), 200, `GET /api/v1/rules: ${r.status()}`);
+  return (await r.json()).rules;
+}
+
+const ruleRow = (name) => page.locator(`${tid('rule-list')} ${tid('rule-row')}[data-name="${name}"]`);
+
+await step('rules', async () => {
+  await page.goto(base.href);
+  await page.locator(tid('nav-alerts')).click();
+  await until('the hash to be #/alerts', () => location.hash.startsWith('#/alerts'));
+  await page.locator(tid('tab-rules')).click();
+  await until('the hash to hold tab=rules', () => location.hash.includes('tab=rules'));
+  // The rules file's rule is listed, read-only.
+  await ruleRow(args.rule).waitFor();
+  assert.equal(await ruleRow(args.rule).getAttribute('data-source'), 'file');
+  assert.equal(await ruleRow(args.rule).locator(tid('rule-delete')).count(), 0,
+    'the rules file\'s rule has a delete button');
+
+  // A bad rule: the server's sentence, naming the field, beside the form.
+  const bad = `${prefix}bad`;
+  await page.locator(tid('rule-name')).fill(bad);
+  await page.locator(tid('rule-worker')).fill(args.app);
+  await page.locator(tid('rule-kind')).selectOption('above');
+  await page.locator(tid('rule-above')).fill('1');
+  await page.locator(tid('rule-for')).fill('3x');
+  await page.locator(tid('rule-add')).click();
+  const error = page.locator(tid('rule-error'));
+  await error.waitFor({ state: 'visible' });
+  const text = (await error.textContent()).trim();
+  log(`rule-error: ${text}`);
+  assert.ok(text.includes('"for"') && text.includes('3x'), `the form's error does not name "for" and 3x: ${text}`);
+  assert.ok(!(await apiRules()).some((r) => r.name === bad), `the bad rule ${bad} was stored`);
+  await noVisibleError();
+
+  // A good one, of every part of the form: it appears, as the API's own.
+  const name = `${prefix}edit`;
+  await page.locator(tid('rule-name')).fill(name);
+  await page.locator(tid('rule-kind')).selectOption('baseline');
+  await page.locator(tid('rule-factor')).fill('4');
+  await page.locator(tid('rule-period')).fill('1h');
+  await page.locator(tid('rule-group-by')).selectOption('host');
+  await page.locator(tid('rule-for')).fill('1m');
+  await page.locator(tid('rule-capture')).check();
+  await page.locator(tid('rule-capture-ms')).fill('2000');
+  await page.locator(tid('rule-add')).click();
+  await ruleRow(name).waitFor();
+  assert.ok(await error.isHidden(), 'the form still shows an error after a good rule');
+  assert.equal(await ruleRow(name).getAttribute('data-source'), 'api');
+  const stored = (await apiRules()).find((r) => r.name === name);
+  log(`stored: ${JSON.stringify(stored)}`);
+  assert.ok(stored && stored.worker === args.app && stored.baseline?.factor === 4 &&
+    stored.group_by === 'host' && stored.for === '1m' && stored.capture?.duration_ms === 2000,
+  `the stored rule is not the form's: ${JSON.stringify(stored)}`);
+  await settled();
+  await shot('rules.png');
+
+  // Deleted (the button asks once more): it goes, from the page and the API.
+  await ruleRow(name).locator(tid('rule-delete')).click();
+  await ruleRow(name).locator(tid('rule-delete')).click();
+  await ruleRow(name).waitFor({ state: 'detached' });
+  assert.ok(!(await apiRules()).some((r) => r.name === name), `${name} is still stored`);
+  await settled();
+});
+
+let alertId = null;
+
+await step('alerts', async () => {
+  await page.goto(new URL('#/alerts', base).href);
+  // The spike fires R within its `for` and a window or two; the list
+  // reloads itself every 10 s.
+  const row = page.locator(`${tid('alert-list')} ${tid('alert-row')}[data-rule="${args.rule}"][data-state="firing"]`);
+  await row.first().waitFor({ timeout: 120000 });
+  alertId = await row.first().getAttribute('data-id');
+  log(`alert ${alertId}`);
+  const firstRow = page.locator(`${tid('alert-list')} ${tid('alert-row')}`).first();
+  assert.equal(await firstRow.getAttribute('data-state'), 'firing', 'the list does not put firing alerts first');
+  assert.match(await row.first().locator(tid('alert-value')).textContent(), /\/ 0\.10 cores/);
+
+  await row.first().click();
+  await until('the hash to name the alert', (id) => location.hash.startsWith(`#/alerts/${id}`), alertId);
+  await until('alert-detail-state to say firing', (sel) =>
+    /firing/i.test(document.querySelector(sel)?.textContent ?? ''), tid('alert-detail-state'));
+  // The timeline: the threshold drawn, CPU in it.
+  await until('alert-timeline to draw with the threshold', (sel) => {
+    const el = document.querySelector(sel);
+    const c = el?.querySelector('canvas');
+    return el && el.dataset.threshold === '0.1' && c && c.width > 0;
+  }, tid('alert-timeline'));
+  // The diff of the spike against the minutes before: spike_burn, first in
+  // what changed.
+  await flameWith('alert-diff-flame', ['spike_burn']);
+  const changed = await firstCells(`${tid('alert-top')} tbody`);
+  log(`what changed: ${changed.join(', ')}`);
+  assert.equal(changed[0], 'spike_burn', `what changed does not name spike_burn first: ${changed}`);
+  // The capture: done, and its flamegraph holds the burning function.
+  const state = await until('alert-capture-state to say done', (sel) => {
+    const t = document.querySelector(sel)?.textContent ?? '';
+    if (/failed|expired|cancelled/i.test(t)) return `ended: ${t}`;
+    return /done/i.test(t) && t;
+  }, tid('alert-capture-state'), 60000);
+  assert.ok(!state.startsWith('ended:'), `the capture did not complete: ${state}`);
+  await flameWith('alert-capture-flame', ['spike_burn']);
+  await settled();
+  await shot('alerts.png');
+}, 'rules');
+
+await step('alert-marker', async () => {
+  // The alert on Explore's timeline, and from there back to it.
+  await page.goto(new URL(`#/explore?worker=${encodeURIComponent(args.spike)}&range=15m`, base).href);
+  await flameWith('flame', ['spike_burn']);
+  const link = page.locator(`${tid('timeline')} ${tid('timeline-alert')}[data-id="${alertId}"]`);
+  await link.waitFor();
+  await settled();
+  await link.click();
+  await until('the marker to open the alert', (id) => location.hash.startsWith(`#/alerts/${id}`), alertId);
+  await flameWith('alert-diff-flame', ['spike_burn']);
+  await settled();
+}, 'alerts');
+
+await step('alert-link', async () => {
+  // The alert's own link (a webhook's generatorURL) in a new page.
+  const fresh = await context.newPage();
+  watch(fresh);
+  try {
+    await fresh.goto(new URL(`#/alerts/${alertId}`, base).href);
+    await fresh.waitForFunction((sel) => {
+      const el = document.querySelector(sel);
+      return el && el.flame && el.flame.frames().some((f) => f.name === 'spike_burn');
+    }, tid('alert-diff-flame'), { timeout: 20000 });
+    await fresh.waitForFunction((sel) => {
+      const el = document.querySelector(sel);
+      return el && el.flame && el.flame.frames().some((f) => f.name === 'spike_burn');
+    }, tid('alert-capture-flame'), { timeout: 20000 });
+  } finally {
+    await fresh.close();
+  }
+}, 'alerts');
 
 await browser.close();
 

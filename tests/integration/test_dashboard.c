@@ -1,12 +1,16 @@
-/* The dashboard (issue 6) in a real browser, every part a real process:
- * ember-collector serves web/ and the API; one ember-agent (2 s windows at
- * 199 Hz, selecting only this test's workers) profiles `burn` (worker
- * <tag>-burn, actor <tag>-room-1) and two versions of `versioned` (worker
- * <tag>-app, versions 1.0 and 2.0) through the real broker. Once the store
- * holds each of them, tests/browser/dashboard.test.mjs drives Debian's
- * headless chromium through the explore, compare and sessions views (a
- * session started from the page included) and saves a screenshot of each
- * in EMBER_TEST_TMP/screenshots-<tag>/. */
+/* The dashboard (issues 6 and 12) in a real browser, every part a real
+ * process: ember-collector serves web/ and the API; one ember-agent (2 s
+ * windows at 199 Hz, selecting only this test's workers) profiles `burn`
+ * (worker <tag>-burn, actor <tag>-room-1), two versions of `versioned`
+ * (worker <tag>-app, versions 1.0 and 2.0) and `spike` (worker
+ * <tag>-spike: idle, then three threads burning in spike_burn) through the
+ * real broker. The collector's rules file holds <tag>-spike-hot, which
+ * fires on the spike and captures a session. Once the store holds each
+ * worker, tests/browser/dashboard.test.mjs drives Debian's headless
+ * chromium through the explore, compare, sessions and alerts views (a
+ * session started from the page, the rule editor, the spike's alert with
+ * its diff and capture) and saves a screenshot of each in
+ * EMBER_TEST_TMP/screenshots-<tag>/. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -29,7 +33,7 @@
 static char tag[96], log_path[600];
 /* Every process the test starts, so a failure half-way still ends them
  * (teardown); -1 once stopped or never started. */
-static pid_t col = -1, agent = -1, burn = -1, v1 = -1, v2 = -1;
+static pid_t col = -1, agent = -1, burn = -1, v1 = -1, v2 = -1, spike = -1;
 
 /* Does `port` answer `path` with 200 and a body holding every string in
  * `needles` (NULL-terminated)? */
@@ -67,7 +71,31 @@ static void test_dashboard_views(void **state) {
   snprintf(shots, sizeof shots, "%s/screenshots-%s", EMBER_TEST_TMP, tag);
   print_message("logs: %s\nscreenshots: %s/\n", log_path, shots);
   unsigned port = tu_free_port();
-  const char *col_extra[] = {tu_command_key_arg(), NULL}; /* signs the page's session */
+
+  /* The alert the browser looks at. Idling is a twentieth of a core. On
+   * the loaded 2-core test machine (a full suite and CPU hogs beside it,
+   * the browser running) two burning threads got only 0.11 to 0.15 cores
+   * between them, so the spike burns three and the threshold is 0.1,
+   * twice the idle load. The capture starts once it fires. */
+  char spike_w[160], rule[160], rules_path[700], a_rules[720];
+  snprintf(spike_w, sizeof spike_w, "%s-spike", tag);
+  snprintf(rule, sizeof rule, "%s-spike-hot", tag);
+  snprintf(rules_path, sizeof rules_path, "%s/%s.rules", EMBER_TEST_TMP, tag);
+  snprintf(a_rules, sizeof a_rules, "alerts.rules=%s", rules_path);
+  FILE *rf = fopen(rules_path, "w");
+  if (rf == NULL) fail_msg("cannot write %s", rules_path);
+  fprintf(rf,
+          "# written by test_dashboard\n"
+          "[rule %s]\n"
+          "worker = %s\n"
+          "above = 0.1\n"
+          "for = 10s\n"
+          "capture.type = cpu\n"
+          "capture.duration_ms = 3000\n",
+          rule, spike_w);
+  if (fclose(rf) != 0) fail_msg("cannot write %s", rules_path);
+  const char *col_extra[] = {tu_command_key_arg(), /* signs the page's session and the capture */
+                             a_rules, NULL};
   col = tu_start_collector(brokers, dir, group, port, col_extra, log_path);
 
   char a_brokers[512], a_host[160], a_spool[700], a_sel[200];
@@ -106,22 +134,33 @@ static void test_dashboard_views(void **state) {
   const char *v2_argv[] = {EMBER_TEST_PROGRAMS "/versioned", "v2", "300", NULL};
   const char *v2_env[] = {e_app, "EMBER_VERSION=2.0", NULL};
   v2 = tu_spawn(v2_argv, v2_env, NULL);
+  /* Idle for the baseline, then burn (three threads) through the rest of
+   * the run: the alert must still be firing when the browser reaches it. */
+  char e_spike[200];
+  snprintf(e_spike, sizeof e_spike, "EMBER_WORKER=%s", spike_w);
+  const char *spike_argv[] = {EMBER_TEST_PROGRAMS "/spike", "idle:20", "burn:280x3", NULL};
+  const char *spike_env[] = {e_spike, NULL};
+  spike = tu_spawn(spike_argv, spike_env, NULL);
 
   /* Wait until the store has every function the browser will look for,
    * so the page never races the first windows. */
-  char p_burn[400], p_v1[400], p_v2[400];
+  char p_burn[400], p_v1[400], p_v2[400], p_spike[400];
   snprintf(p_burn, sizeof p_burn, "/api/v1/profile?worker=%s&from=-5m&format=top&limit=100",
            burn_w);
   snprintf(p_v1, sizeof p_v1, "/api/v1/profile?worker=%s&version=1.0&from=-5m&format=top&limit=100",
            app_w);
   snprintf(p_v2, sizeof p_v2, "/api/v1/profile?worker=%s&version=2.0&from=-5m&format=top&limit=100",
            app_w);
+  snprintf(p_spike, sizeof p_spike, "/api/v1/profile?worker=%s&from=-5m&format=top&limit=100",
+           spike_w);
   const char *n_burn[] = {"\"burn_hot\"", "\"burn_cold\"", NULL};
   const char *n_v1[] = {"\"shared_work\"", "\"old_path\"", NULL};
   const char *n_v2[] = {"\"shared_work\"", "\"new_path\"", NULL};
+  const char *n_spike[] = {"\"idle_work\"", NULL};
   bool ready = false;
   for (int t = 0; t < 600 && !ready; t++) {
-    ready = api_has(port, p_burn, n_burn) && api_has(port, p_v1, n_v1) && api_has(port, p_v2, n_v2);
+    ready = api_has(port, p_burn, n_burn) && api_has(port, p_v1, n_v1) &&
+            api_has(port, p_v2, n_v2) && api_has(port, p_spike, n_spike);
     if (!ready) usleep(100000);
   }
   if (!ready) fail_msg("the store had no profiles of %s-* after 60 s (log %s)", tag, log_path);
@@ -131,9 +170,9 @@ static void test_dashboard_views(void **state) {
   static char out[1 << 18];
   char cmd[4096];
   snprintf(cmd, sizeof cmd,
-           "cd %s && timeout -k 5 150 %s dashboard.test.mjs --url=http://127.0.0.1:%u/ "
-           "--worker=%s --app=%s --actor=%s --host=%s-host --shots=%s 2>&1",
-           BROWSER_DIR, node, port, burn_w, app_w, actor, tag, shots);
+           "cd %s && timeout -k 5 240 %s dashboard.test.mjs --url=http://127.0.0.1:%u/ "
+           "--worker=%s --app=%s --actor=%s --host=%s-host --spike=%s --rule=%s --shots=%s 2>&1",
+           BROWSER_DIR, node, port, burn_w, app_w, actor, tag, spike_w, rule, shots);
   int64_t b0 = ember_time_now_ns();
   int rc = tu_sh(cmd, out, sizeof out);
   /* print_message truncates long text: the script's output goes whole. */
@@ -142,8 +181,8 @@ static void test_dashboard_views(void **state) {
   print_message("-> exit %d after %.1f s\n", rc, (double)(ember_time_now_ns() - b0) / 1e9);
   fflush(stdout);
 
-  pid_t *progs[] = {&burn, &v1, &v2};
-  for (size_t i = 0; i < 3; i++) {
+  pid_t *progs[] = {&burn, &v1, &v2, &spike};
+  for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++) {
     tu_kill(*progs[i]);
     *progs[i] = -1;
   }
@@ -159,7 +198,7 @@ static void test_dashboard_views(void **state) {
 
 static int teardown(void **state) {
   (void)state;
-  pid_t *all[] = {&burn, &v1, &v2, &agent, &col};
+  pid_t *all[] = {&burn, &v1, &v2, &spike, &agent, &col};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
     tu_kill(*all[i]);
     *all[i] = -1;
