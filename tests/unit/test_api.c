@@ -705,6 +705,8 @@ static void test_api_dashboard(void **state) {
     const char *path, *ctype, *needle;
   } files[] = {{"/ui/app.js", "text/javascript", "import"},
                {"/ui/flame.js", "text/javascript", "export class FlameGraph"},
+               {"/ui/ui.js", "text/javascript", "export function h("},
+               {"/ui/alerts.js", "text/javascript", "export"},
                {"/ui/style.css", "text/css", "{"}};
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
     r = get(files[i].path);
