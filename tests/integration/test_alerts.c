@@ -247,15 +247,44 @@ static pid_t start_agent(void) {
   return tu_spawn(argv, NULL, log_path);
 }
 
-static pid_t start_collector(unsigned port) {
+/* rules_file: alerts.rules=FILE, or NULL. */
+static pid_t start_collector(unsigned port, const char *rules_file) {
+  static char rules_arg[900];
   static const char *extra[] = {"alerts.interval=2s",
                                 "alerts.eval_delay=2s",
                                 "alerts.webhook_retry_max=3s",
                                 "alerts.webhook_timeout=2s",
                                 NULL,
+                                NULL,
                                 NULL};
   extra[4] = tu_command_key_arg();
+  extra[5] = NULL;
+  if (rules_file != NULL) {
+    snprintf(rules_arg, sizeof rules_arg, "alerts.rules=%s", rules_file);
+    extra[5] = rules_arg;
+  }
   return tu_start_collector(brokers, dir, group, port, extra, log_path);
+}
+
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (f == NULL) fail_msg("cannot write %s", path);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* Does GET /api/v1/rules list `name`? */
+static bool has_rule(const char *name) {
+  char args[256], needle[128];
+  json_t *doc = NULL;
+  snprintf(args, sizeof args, "%s/api/v1/rules", server);
+  snprintf(needle, sizeof needle, "\"name\":\"%s\"", name);
+  if (api(args, &doc) != 200 || doc == NULL) return false;
+  char *s = json_dumps(doc, JSON_COMPACT);
+  bool found = s != NULL && strstr(s, needle) != NULL;
+  free(s);
+  json_decref(doc);
+  return found;
 }
 
 static pid_t spike(const char *worker, const char *const *phases) {
@@ -298,7 +327,7 @@ static void test_spike_fires_captures_notifies_survives_restart(void **state) {
   receiver_t am = {0}, plain = {0};
   receiver_start(&am, tu_free_port());
   unsigned plain_port = tu_free_port(); /* down at first */
-  pid_t col = start_collector(port);
+  pid_t col = start_collector(port, NULL);
   pid_t agent = start_agent();
 
   char worker[160], rule[2048];
@@ -388,7 +417,7 @@ static void test_spike_fires_captures_notifies_survives_restart(void **state) {
    * notification. */
   kill(col, SIGKILL);
   assert_true(tu_wait(col, 10000) != -1);
-  col = start_collector(port);
+  col = start_collector(port, NULL);
   json_t *again = wait_alert("hot", "firing", 20, NULL);
   if (again == NULL) fail_msg("the firing alert is gone after a restart (log %s)", log_path);
   assert_string_equal(str_at(again, "id"), id);
@@ -442,7 +471,28 @@ static void test_baseline_function_and_flapping(void **state) {
   setup_names("kinds");
   unsigned port = tu_free_port();
   snprintf(server, sizeof server, "http://127.0.0.1:%u", port);
-  pid_t col = start_collector(port);
+  /* A rules file, changed and read again on SIGHUP; a bad change keeps
+   * the rules in force. */
+  char rules_file[800];
+  snprintf(rules_file, sizeof rules_file, "%s.rules", dir);
+  write_text(rules_file, "[rule from-file]\nworker = nobody\nabove = 4\nfor = 1m\n");
+  pid_t col = start_collector(port, rules_file);
+  assert_true(has_rule("from-file"));
+  write_text(rules_file, "[rule from-file]\nworker = nobody\nabove = 4\nfor = 1m\n"
+                         "[rule second]\nworker = nobody\nabove = 2\nfor = 1m\n");
+  kill(col, SIGHUP);
+  bool reread = false;
+  for (int t = 0; t < 50 && !(reread = has_rule("second")); t++) usleep(100000);
+  assert_true(reread);
+  write_text(rules_file, "[rule second]\nworker = nobody\nabove = -2\nfor = 1m\n");
+  kill(col, SIGHUP);
+  sleep(1);
+  assert_true(has_rule("from-file") && has_rule("second"));
+  char text[4096];
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "grep -c 'SIGHUP: the rules stay as they were: .*rules:3:' %s",
+           log_path);
+  assert_int_equal(tu_sh(cmd, text, sizeof text), 0);
   pid_t agent = start_agent();
   char rule[1024];
   /* Worker "rise": ~0.05 cores for 30 s (a baseline of a minute needs a
