@@ -194,15 +194,45 @@ void ember__agroups_free(ember__agroup_t *g, size_t count) {
   ember_free(g);
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
+/* The k-th smallest of v[0..n) (k < n), v reordered so that v[0..k) are at
+ * most it and v(k..n) at least it: Hoare's selection, O(n) on average, with
+ * the median of three as the pivot (a baseline's values are CPU times,
+ * often long runs of near-equal values, which this handles in linear time). */
+static double select_kth(double *v, size_t n, size_t k) {
+  size_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    double a = v[lo], b = v[lo + (hi - lo) / 2], c = v[hi];
+    double pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
+    size_t i = lo, j = hi;
+    for (;;) {
+      while (v[i] < pivot) i++;
+      while (pivot < v[j]) j--;
+      if (i >= j) break;
+      double t = v[i];
+      v[i] = v[j];
+      v[j] = t;
+      i++;
+      j--;
+    }
+    /* v[lo..j] <= pivot <= v[j+1..hi]. */
+    if (k <= j) {
+      hi = j;
+    } else {
+      lo = j + 1;
+    }
+  }
+  return v[k];
 }
 
 double ember__median(double *v, size_t n) {
   if (n == 0) return (double)NAN;
-  qsort(v, n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  double hi = select_kth(v, n, n / 2);
+  if (n % 2) return hi;
+  /* The lower middle: the largest of the n/2 values below. */
+  double lo = v[0];
+  for (size_t i = 1; i < n / 2; i++)
+    if (v[i] > lo) lo = v[i];
+  return (lo + hi) / 2;
 }
 
 /* Per group while grouping: the sums per kept step (baseline rules). */

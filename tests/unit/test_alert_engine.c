@@ -2,7 +2,8 @@
  * 10 s window written by the test: above, baseline and function rules,
  * what changed, grouping, a restart in the middle of a firing alert, the
  * rules' sources (file, API) and their errors, SIGHUP's reload, and the
- * per-rule metrics. */
+ * per-rule metrics; and the baselines' median (a selection, checked against
+ * sorting). */
 #include <errno.h>
 #include <math.h>
 #include <setjmp.h>
@@ -16,6 +17,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "alert_eval.h"
 #include "alerts.h"
 #include "ember/ember.h"
 
@@ -363,8 +365,46 @@ static void test_rules_sources_errors_reload_metrics(void **state) {
   ember_metrics_free(m);
 }
 
+static int cmp_d(const void *x, const void *y) {
+  double p = *(const double *)x, q = *(const double *)y;
+  return (p > q) - (p < q);
+}
+
+static void test_median_matches_sorting(void **state) {
+  (void)state;
+  assert_true(isnan(ember__median(NULL, 0)));
+  double one[1] = {3.5};
+  assert_true(ember__median(one, 1) == 3.5);
+  double two[2] = {4, 1};
+  assert_true(ember__median(two, 2) == 2.5);
+  /* Random, sorted, reversed, constant and few-valued inputs of many sizes. */
+  double v[400], w[400];
+  uint64_t x = 88172645463325252ULL;
+  for (size_t n = 1; n <= 400; n += (n < 20 ? 1 : 37)) {
+    for (int shape = 0; shape < 5; shape++) {
+      for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        switch (shape) {
+        case 0: v[i] = (double)(x % 100000) / 7.0; break;
+        case 1: v[i] = (double)i; break;
+        case 2: v[i] = (double)(n - i); break;
+        case 3: v[i] = 0.25; break;
+        default: v[i] = (double)(x % 3); break;
+        }
+      }
+      memcpy(w, v, n * sizeof *v);
+      qsort(w, n, sizeof *w, cmp_d);
+      double want = n % 2 ? w[n / 2] : (w[n / 2 - 1] + w[n / 2]) / 2;
+      assert_true(ember__median(v, n) == want);
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_median_matches_sorting),
       cmocka_unit_test_setup_teardown(test_above_pending_firing_resolved_and_restart, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_hysteresis_flapping_fires_once, setup, teardown),
