@@ -27,6 +27,11 @@ struct ember__ahist {
   bool refill;      /* the next update reads every kept step */
   hseries_t *s;     /* by id */
   size_t n, scap;
+  /* The n series by worker (then id): a rule naming one worker reads only
+   * its series, and a worker's groups are made together. Rebuilt by every
+   * update (pointers into s). */
+  const hseries_t **byworker;
+  size_t bwcap;
 };
 
 static void series_clear(hseries_t *s) {
@@ -53,6 +58,7 @@ void ember__ahist_free(ember__ahist_t *h) {
   if (h == NULL) return;
   for (size_t i = 0; i < h->n; i++) series_clear(&h->s[i]);
   ember_free(h->s);
+  ember_free(h->byworker);
   ember_free(h);
 }
 
@@ -114,6 +120,12 @@ static hseries_t *find_or_add(ember__ahist_t *h, const ember_store_series_t *src
   return &h->s[lo];
 }
 
+static int by_worker(const void *x, const void *y) {
+  const hseries_t *a = *(const hseries_t *const *)x, *b = *(const hseries_t *const *)y;
+  int c = strcmp(a->worker, b->worker);
+  return c != 0 ? c : (a->id > b->id) - (a->id < b->id);
+}
+
 int ember__ahist_update(ember__ahist_t *h, ember_store_t *store, int64_t end_ns) {
   if (h == NULL || store == NULL || end_ns % h->step != 0) return -EINVAL;
   if (end_ns <= h->end && !h->refill) return 0;
@@ -158,6 +170,15 @@ int ember__ahist_update(ember__ahist_t *h, ember_store_t *store, int64_t end_ns)
       s->ring[slot(h, from + (int64_t)b * h->step)] = tl->cpu[i * tl->nbuckets + b];
   }
   ember_store_timelines_free(tl);
+  if (h->n > h->bwcap) {
+    const hseries_t **bw = ember_realloc(h->byworker, h->n * sizeof *bw);
+    if (bw == NULL) {
+      h->refill = true;
+      return -ENOMEM;
+    }
+    h->byworker = bw;
+    h->bwcap = h->n;
+  }
   /* Series without a window in the kept steps are forgotten. */
   size_t k = 0;
   for (size_t i = 0; i < h->n; i++) {
@@ -168,6 +189,8 @@ int ember__ahist_update(ember__ahist_t *h, ember_store_t *store, int64_t end_ns)
     }
   }
   h->n = k;
+  for (size_t i = 0; i < h->n; i++) h->byworker[i] = &h->s[i];
+  if (h->n > 1) qsort(h->byworker, h->n, sizeof *h->byworker, by_worker);
   h->end = end_ns;
   h->refill = false;
   return 0;
@@ -270,13 +293,34 @@ int ember__ahist_groups(const ember__ahist_t *h, const ember__alert_rule_t *rule
   size_t n = 0, cap = 0;
   int rc = 0;
   size_t newest = slot(h, h->end - h->step);
-  for (size_t i = 0; i < h->n && rc == 0; i++) {
-    const hseries_t *s = &h->s[i];
+  /* A literal worker: only its series (a binary search in byworker). */
+  size_t from = 0, to = h->n;
+  if (rule->worker != NULL && strchr(rule->worker, '*') == NULL) {
+    size_t lo = 0, hi = h->n;
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (strcmp(h->byworker[mid]->worker, rule->worker) < 0) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    from = lo;
+    while (lo < h->n && strcmp(h->byworker[lo]->worker, rule->worker) == 0) lo++;
+    to = lo;
+  }
+  const char *cur_worker = NULL;
+  size_t wfirst = 0; /* the first group of cur_worker: its groups are made together */
+  for (size_t i = from; i < to && rc == 0; i++) {
+    const hseries_t *s = h->byworker[i];
     if (!ember__alert_rule_selects(rule, s->worker, s->version, s->host, s->actor)) continue;
+    if (cur_worker == NULL || strcmp(cur_worker, s->worker) != 0) {
+      cur_worker = s->worker;
+      wfirst = n;
+    }
     const char *value = grouped ? group_label(rule, s) : NULL;
-    size_t j = 0;
+    size_t j = wfirst;
     for (; j < n; j++) {
-      if (strcmp(g[j].worker, s->worker) != 0) continue;
       if (!grouped) break;
       if ((g[j].value == NULL) == (value == NULL) &&
           (value == NULL || strcmp(g[j].value, value) == 0))

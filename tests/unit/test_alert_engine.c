@@ -269,6 +269,10 @@ static void test_group_by_host(void **state) {
   window("w", "h1", 0, 0.9, 0.5);
   window("w", "h2", 0, 0.9, 0.5);
   window("w", "h3", 0, 0.1, 0.5);
+  /* Workers around "w" in name order are not its series. */
+  window("v", "h1", 0, 0.9, 0.5);
+  window("w2", "h4", 0, 0.9, 0.5);
+  window("w-x", "h5", 0, 0.9, 0.5);
   round_at(a, 0);
   json_t *l = ember__alerts_list(a, "g", "firing", NULL);
   json_t *arr = json_object_get(l, "alerts");
