@@ -420,16 +420,38 @@ int ember__agroup_function_share(ember_store_t *store, const ember__alert_rule_t
   ember_profile_t *p = NULL;
   int rc = ember__query_profile(store, &sel, from_ns, to_ns, EMBER__Q_CPU, &p);
   if (rc != 0) return rc;
-  ember_top_entry_t *e = NULL;
-  size_t n = 0;
-  rc = ember_profile_top(p, 0, EMBER_TOP_BY_SELF, 0, &e, &n);
-  if (rc == 0) {
-    int64_t self = 0, total = ember_profile_total(p, 0);
-    for (size_t i = 0; i < n; i++)
-      if (strcmp(e[i].name, rule->function.name) == 0) self += e[i].self;
-    *percent = total > 0 ? 100.0 * (double)self / (double)total : 0;
+  /* The self value of the stacks whose leaf has that display name (as
+   * ember_profile_top keys functions, without building its whole table):
+   * each leaf frame's name is looked at once. */
+  size_t nframes = ember_profile_nframes(p);
+  uint8_t *match = nframes ? ember_calloc(nframes, 1) : NULL; /* 0 unseen, 1 yes, 2 no */
+  if (nframes && match == NULL) {
+    ember_profile_free(p);
+    return -ENOMEM;
   }
-  ember_top_free(e, n);
+  char name[EMBER__RULE_FUNC_MAX + 2];
+  int64_t self = 0, total = ember_profile_total(p, 0);
+  for (size_t i = 0; i < ember_profile_nstacks(p) && rc == 0; i++) {
+    const uint32_t *ids = NULL;
+    const int64_t *vals = NULL;
+    size_t depth = 0;
+    rc = ember_profile_stack(p, (uint32_t)i, &ids, &depth, &vals);
+    if (rc != 0 || depth == 0 || ids[0] >= nframes) continue;
+    if (match[ids[0]] == 0) {
+      const ember_frame_t *f = ember_profile_frame(p, ids[0]);
+      bool yes;
+      if (f->function != NULL && f->function[0] != '\0') {
+        yes = strcmp(f->function, rule->function.name) == 0;
+      } else {
+        size_t len = ember_frame_name(f, name, sizeof name);
+        yes = len < sizeof name && strcmp(name, rule->function.name) == 0;
+      }
+      match[ids[0]] = yes ? 1 : 2;
+    }
+    if (match[ids[0]] == 1) self += vals[0];
+  }
+  if (rc == 0) *percent = total > 0 ? 100.0 * (double)self / (double)total : 0;
+  ember_free(match);
   ember_profile_free(p);
   return rc;
 }

@@ -406,8 +406,57 @@ static void test_median_matches_sorting(void **state) {
   }
 }
 
+/* A function rule's share: stacks by their leaf's display name, as the
+ * dashboard's top table names functions (a frame without a function is
+ * "module-base+0xaddr"). */
+static void test_function_share_by_leaf_name(void **state) {
+  (void)state;
+  ember_value_type_t vt = EMBER_VT_CPU_NS;
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(&vt, 1, &p), 0);
+  ember_labels_t l = {.worker = "fs", .host = "h1"};
+  assert_int_equal(ember_profile_set_labels(p, &l), 0);
+  assert_int_equal(ember_profile_set_window(p, T0, T0 + STEP), 0);
+  ember_frame_t anon[2] = {{.module = "/srv/bin/app", .address = 0x10},
+                           {.function = "main", .module = "/srv/bin/app"}};
+  ember_frame_t hot[3] = {{.function = "hot", .module = "/srv/bin/app"},
+                          {.function = "burn", .module = "/srv/bin/app"},
+                          {.function = "main", .module = "/srv/bin/app"}};
+  ember_frame_t hot2[2] = {{.function = "hot", .module = "/lib/libc.so"},
+                           {.function = "main", .module = "/srv/bin/app"}};
+  ember_frame_t burn[2] = {{.function = "burn", .module = "/srv/bin/app"},
+                           {.function = "main", .module = "/srv/bin/app"}};
+  int64_t v1 = 100, v2 = 300, v3 = 200, v4 = 400;
+  assert_int_equal(ember_profile_add(p, anon, 2, &v1), 0);
+  assert_int_equal(ember_profile_add(p, hot, 3, &v2), 0);
+  assert_int_equal(ember_profile_add(p, hot2, 2, &v3), 0);
+  assert_int_equal(ember_profile_add(p, burn, 2, &v4), 0);
+  assert_int_equal(ember_store_write(store, &p, 1, NULL), 0);
+  ember_profile_free(p);
+  const char *names[] = {"hot", "app+0x10", "burn", "main", "nope"};
+  const double want[] = {50, 10, 40, 0, 0}; /* of 1000: self only, both modules */
+  for (size_t i = 0; i < 5; i++) {
+    char json[256], err[200];
+    snprintf(json, sizeof json,
+             "{\"name\":\"f\",\"worker\":\"fs\",\"function\":{\"name\":\"%s\","
+             "\"percent\":10},\"for\":\"0s\"}",
+             names[i]);
+    json_t *j = json_loads(json, 0, NULL);
+    ember__alert_rule_t *r = NULL;
+    assert_int_equal(ember__alert_rule_from_json(j, &r, err, sizeof err), 0);
+    json_decref(j);
+    char wname[] = "fs";
+    ember__agroup_t g = {.worker = wname};
+    double pct = -1;
+    assert_int_equal(ember__agroup_function_share(store, r, &g, T0, T0 + STEP, &pct), 0);
+    assert_true(fabs(pct - want[i]) < 1e-9);
+    ember__alert_rule_free(r);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_function_share_by_leaf_name, setup, teardown),
       cmocka_unit_test(test_median_matches_sorting),
       cmocka_unit_test_setup_teardown(test_above_pending_firing_resolved_and_restart, setup,
                                       teardown),
