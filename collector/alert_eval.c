@@ -27,6 +27,11 @@ struct ember__ahist {
   bool refill;      /* the next update reads every kept step */
   hseries_t *s;     /* by id */
   size_t n, scap;
+  /* The n series by worker (then id): a rule naming one worker reads only
+   * its series, and a worker's groups are made together. Rebuilt by every
+   * update (pointers into s). */
+  const hseries_t **byworker;
+  size_t bwcap;
 };
 
 static void series_clear(hseries_t *s) {
@@ -53,6 +58,7 @@ void ember__ahist_free(ember__ahist_t *h) {
   if (h == NULL) return;
   for (size_t i = 0; i < h->n; i++) series_clear(&h->s[i]);
   ember_free(h->s);
+  ember_free(h->byworker);
   ember_free(h);
 }
 
@@ -114,6 +120,12 @@ static hseries_t *find_or_add(ember__ahist_t *h, const ember_store_series_t *src
   return &h->s[lo];
 }
 
+static int by_worker(const void *x, const void *y) {
+  const hseries_t *a = *(const hseries_t *const *)x, *b = *(const hseries_t *const *)y;
+  int c = strcmp(a->worker, b->worker);
+  return c != 0 ? c : (a->id > b->id) - (a->id < b->id);
+}
+
 int ember__ahist_update(ember__ahist_t *h, ember_store_t *store, int64_t end_ns) {
   if (h == NULL || store == NULL || end_ns % h->step != 0) return -EINVAL;
   if (end_ns <= h->end && !h->refill) return 0;
@@ -158,6 +170,15 @@ int ember__ahist_update(ember__ahist_t *h, ember_store_t *store, int64_t end_ns)
       s->ring[slot(h, from + (int64_t)b * h->step)] = tl->cpu[i * tl->nbuckets + b];
   }
   ember_store_timelines_free(tl);
+  if (h->n > h->bwcap) {
+    const hseries_t **bw = ember_realloc(h->byworker, h->n * sizeof *bw);
+    if (bw == NULL) {
+      h->refill = true;
+      return -ENOMEM;
+    }
+    h->byworker = bw;
+    h->bwcap = h->n;
+  }
   /* Series without a window in the kept steps are forgotten. */
   size_t k = 0;
   for (size_t i = 0; i < h->n; i++) {
@@ -168,6 +189,8 @@ int ember__ahist_update(ember__ahist_t *h, ember_store_t *store, int64_t end_ns)
     }
   }
   h->n = k;
+  for (size_t i = 0; i < h->n; i++) h->byworker[i] = &h->s[i];
+  if (h->n > 1) qsort(h->byworker, h->n, sizeof *h->byworker, by_worker);
   h->end = end_ns;
   h->refill = false;
   return 0;
@@ -194,15 +217,45 @@ void ember__agroups_free(ember__agroup_t *g, size_t count) {
   ember_free(g);
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
+/* The k-th smallest of v[0..n) (k < n), v reordered so that v[0..k) are at
+ * most it and v(k..n) at least it: Hoare's selection, O(n) on average, with
+ * the median of three as the pivot (a baseline's values are CPU times,
+ * often long runs of near-equal values, which this handles in linear time). */
+static double select_kth(double *v, size_t n, size_t k) {
+  size_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    double a = v[lo], b = v[lo + (hi - lo) / 2], c = v[hi];
+    double pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
+    size_t i = lo, j = hi;
+    for (;;) {
+      while (v[i] < pivot) i++;
+      while (pivot < v[j]) j--;
+      if (i >= j) break;
+      double t = v[i];
+      v[i] = v[j];
+      v[j] = t;
+      i++;
+      j--;
+    }
+    /* v[lo..j] <= pivot <= v[j+1..hi]. */
+    if (k <= j) {
+      hi = j;
+    } else {
+      lo = j + 1;
+    }
+  }
+  return v[k];
 }
 
 double ember__median(double *v, size_t n) {
   if (n == 0) return (double)NAN;
-  qsort(v, n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  double hi = select_kth(v, n, n / 2);
+  if (n % 2) return hi;
+  /* The lower middle: the largest of the n/2 values below. */
+  double lo = v[0];
+  for (size_t i = 1; i < n / 2; i++)
+    if (v[i] > lo) lo = v[i];
+  return (lo + hi) / 2;
 }
 
 /* Per group while grouping: the sums per kept step (baseline rules). */
@@ -240,13 +293,34 @@ int ember__ahist_groups(const ember__ahist_t *h, const ember__alert_rule_t *rule
   size_t n = 0, cap = 0;
   int rc = 0;
   size_t newest = slot(h, h->end - h->step);
-  for (size_t i = 0; i < h->n && rc == 0; i++) {
-    const hseries_t *s = &h->s[i];
+  /* A literal worker: only its series (a binary search in byworker). */
+  size_t from = 0, to = h->n;
+  if (rule->worker != NULL && strchr(rule->worker, '*') == NULL) {
+    size_t lo = 0, hi = h->n;
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (strcmp(h->byworker[mid]->worker, rule->worker) < 0) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    from = lo;
+    while (lo < h->n && strcmp(h->byworker[lo]->worker, rule->worker) == 0) lo++;
+    to = lo;
+  }
+  const char *cur_worker = NULL;
+  size_t wfirst = 0; /* the first group of cur_worker: its groups are made together */
+  for (size_t i = from; i < to && rc == 0; i++) {
+    const hseries_t *s = h->byworker[i];
     if (!ember__alert_rule_selects(rule, s->worker, s->version, s->host, s->actor)) continue;
+    if (cur_worker == NULL || strcmp(cur_worker, s->worker) != 0) {
+      cur_worker = s->worker;
+      wfirst = n;
+    }
     const char *value = grouped ? group_label(rule, s) : NULL;
-    size_t j = 0;
+    size_t j = wfirst;
     for (; j < n; j++) {
-      if (strcmp(g[j].worker, s->worker) != 0) continue;
       if (!grouped) break;
       if ((g[j].value == NULL) == (value == NULL) &&
           (value == NULL || strcmp(g[j].value, value) == 0))
@@ -346,16 +420,38 @@ int ember__agroup_function_share(ember_store_t *store, const ember__alert_rule_t
   ember_profile_t *p = NULL;
   int rc = ember__query_profile(store, &sel, from_ns, to_ns, EMBER__Q_CPU, &p);
   if (rc != 0) return rc;
-  ember_top_entry_t *e = NULL;
-  size_t n = 0;
-  rc = ember_profile_top(p, 0, EMBER_TOP_BY_SELF, 0, &e, &n);
-  if (rc == 0) {
-    int64_t self = 0, total = ember_profile_total(p, 0);
-    for (size_t i = 0; i < n; i++)
-      if (strcmp(e[i].name, rule->function.name) == 0) self += e[i].self;
-    *percent = total > 0 ? 100.0 * (double)self / (double)total : 0;
+  /* The self value of the stacks whose leaf has that display name (as
+   * ember_profile_top keys functions, without building its whole table):
+   * each leaf frame's name is looked at once. */
+  size_t nframes = ember_profile_nframes(p);
+  uint8_t *match = nframes ? ember_calloc(nframes, 1) : NULL; /* 0 unseen, 1 yes, 2 no */
+  if (nframes && match == NULL) {
+    ember_profile_free(p);
+    return -ENOMEM;
   }
-  ember_top_free(e, n);
+  char name[EMBER__RULE_FUNC_MAX + 2];
+  int64_t self = 0, total = ember_profile_total(p, 0);
+  for (size_t i = 0; i < ember_profile_nstacks(p) && rc == 0; i++) {
+    const uint32_t *ids = NULL;
+    const int64_t *vals = NULL;
+    size_t depth = 0;
+    rc = ember_profile_stack(p, (uint32_t)i, &ids, &depth, &vals);
+    if (rc != 0 || depth == 0 || ids[0] >= nframes) continue;
+    if (match[ids[0]] == 0) {
+      const ember_frame_t *f = ember_profile_frame(p, ids[0]);
+      bool yes;
+      if (f->function != NULL && f->function[0] != '\0') {
+        yes = strcmp(f->function, rule->function.name) == 0;
+      } else {
+        size_t len = ember_frame_name(f, name, sizeof name);
+        yes = len < sizeof name && strcmp(name, rule->function.name) == 0;
+      }
+      match[ids[0]] = yes ? 1 : 2;
+    }
+    if (match[ids[0]] == 1) self += vals[0];
+  }
+  if (rc == 0) *percent = total > 0 ? 100.0 * (double)self / (double)total : 0;
+  ember_free(match);
   ember_profile_free(p);
   return rc;
 }

@@ -85,7 +85,8 @@ int ember__agroup_function_share(ember_store_t *store, const ember__alert_rule_t
                                  const ember__agroup_t *g, int64_t from_ns, int64_t to_ns,
                                  double *percent);
 
-/* The median of `n` values (sorted in place); NaN when n is 0. */
+/* The median of `n` values (reordered in place, not sorted: a selection,
+ * linear on average); NaN when n is 0. Values must not be NaN. */
 double ember__median(double *v, size_t n);
 
 #endif
