@@ -445,103 +445,104 @@ static void test_alertmanager_resend(void **state) {
   ember__notify_free(n, 1000);
   ember__alerts_free(a);
   MHD_stop_daemon(d);
+}
 
-  static int cmp_d(const void *x, const void *y) {
-    double p = *(const double *)x, q = *(const double *)y;
-    return (p > q) - (p < q);
-  }
+static int cmp_d(const void *x, const void *y) {
+  double p = *(const double *)x, q = *(const double *)y;
+  return (p > q) - (p < q);
+}
 
-  static void test_median_matches_sorting(void **state) {
-    (void)state;
-    assert_true(isnan(ember__median(NULL, 0)));
-    double one[1] = {3.5};
-    assert_true(ember__median(one, 1) == 3.5);
-    double two[2] = {4, 1};
-    assert_true(ember__median(two, 2) == 2.5);
-    /* Random, sorted, reversed, constant and few-valued inputs of many sizes. */
-    double v[400], w[400];
-    uint64_t x = 88172645463325252ULL;
-    for (size_t n = 1; n <= 400; n += (n < 20 ? 1 : 37)) {
-      for (int shape = 0; shape < 5; shape++) {
-        for (size_t i = 0; i < n; i++) {
-          x ^= x << 13;
-          x ^= x >> 7;
-          x ^= x << 17;
-          switch (shape) {
-          case 0: v[i] = (double)(x % 100000) / 7.0; break;
-          case 1: v[i] = (double)i; break;
-          case 2: v[i] = (double)(n - i); break;
-          case 3: v[i] = 0.25; break;
-          default: v[i] = (double)(x % 3); break;
-          }
+static void test_median_matches_sorting(void **state) {
+  (void)state;
+  assert_true(isnan(ember__median(NULL, 0)));
+  double one[1] = {3.5};
+  assert_true(ember__median(one, 1) == 3.5);
+  double two[2] = {4, 1};
+  assert_true(ember__median(two, 2) == 2.5);
+  /* Random, sorted, reversed, constant and few-valued inputs of many sizes. */
+  double v[400], w[400];
+  uint64_t x = 88172645463325252ULL;
+  for (size_t n = 1; n <= 400; n += (n < 20 ? 1 : 37)) {
+    for (int shape = 0; shape < 5; shape++) {
+      for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        switch (shape) {
+        case 0: v[i] = (double)(x % 100000) / 7.0; break;
+        case 1: v[i] = (double)i; break;
+        case 2: v[i] = (double)(n - i); break;
+        case 3: v[i] = 0.25; break;
+        default: v[i] = (double)(x % 3); break;
         }
-        memcpy(w, v, n * sizeof *v);
-        qsort(w, n, sizeof *w, cmp_d);
-        double want = n % 2 ? w[n / 2] : (w[n / 2 - 1] + w[n / 2]) / 2;
-        assert_true(ember__median(v, n) == want);
       }
+      memcpy(w, v, n * sizeof *v);
+      qsort(w, n, sizeof *w, cmp_d);
+      double want = n % 2 ? w[n / 2] : (w[n / 2 - 1] + w[n / 2]) / 2;
+      assert_true(ember__median(v, n) == want);
     }
   }
+}
 
-  /* A function rule's share: stacks by their leaf's display name, as the
-   * dashboard's top table names functions (a frame without a function is
-   * "module-base+0xaddr"). */
-  static void test_function_share_by_leaf_name(void **state) {
-    (void)state;
-    ember_value_type_t vt = EMBER_VT_CPU_NS;
-    ember_profile_t *p = NULL;
-    assert_int_equal(ember_profile_new(&vt, 1, &p), 0);
-    ember_labels_t l = {.worker = "fs", .host = "h1"};
-    assert_int_equal(ember_profile_set_labels(p, &l), 0);
-    assert_int_equal(ember_profile_set_window(p, T0, T0 + STEP), 0);
-    ember_frame_t anon[2] = {{.module = "/srv/bin/app", .address = 0x10},
-                             {.function = "main", .module = "/srv/bin/app"}};
-    ember_frame_t hot[3] = {{.function = "hot", .module = "/srv/bin/app"},
-                            {.function = "burn", .module = "/srv/bin/app"},
-                            {.function = "main", .module = "/srv/bin/app"}};
-    ember_frame_t hot2[2] = {{.function = "hot", .module = "/lib/libc.so"},
-                             {.function = "main", .module = "/srv/bin/app"}};
-    ember_frame_t burn[2] = {{.function = "burn", .module = "/srv/bin/app"},
-                             {.function = "main", .module = "/srv/bin/app"}};
-    int64_t v1 = 100, v2 = 300, v3 = 200, v4 = 400;
-    assert_int_equal(ember_profile_add(p, anon, 2, &v1), 0);
-    assert_int_equal(ember_profile_add(p, hot, 3, &v2), 0);
-    assert_int_equal(ember_profile_add(p, hot2, 2, &v3), 0);
-    assert_int_equal(ember_profile_add(p, burn, 2, &v4), 0);
-    assert_int_equal(ember_store_write(store, &p, 1, NULL), 0);
-    ember_profile_free(p);
-    const char *names[] = {"hot", "app+0x10", "burn", "main", "nope"};
-    const double want[] = {50, 10, 40, 0, 0}; /* of 1000: self only, both modules */
-    for (size_t i = 0; i < 5; i++) {
-      char json[256], err[200];
-      snprintf(json, sizeof json,
-               "{\"name\":\"f\",\"worker\":\"fs\",\"function\":{\"name\":\"%s\","
-               "\"percent\":10},\"for\":\"0s\"}",
-               names[i]);
-      json_t *j = json_loads(json, 0, NULL);
-      ember__alert_rule_t *r = NULL;
-      assert_int_equal(ember__alert_rule_from_json(j, &r, err, sizeof err), 0);
-      json_decref(j);
-      char wname[] = "fs";
-      ember__agroup_t g = {.worker = wname};
-      double pct = -1;
-      assert_int_equal(ember__agroup_function_share(store, r, &g, T0, T0 + STEP, &pct), 0);
-      assert_true(fabs(pct - want[i]) < 1e-9);
-      ember__alert_rule_free(r);
-    }
+/* A function rule's share: stacks by their leaf's display name, as the
+ * dashboard's top table names functions (a frame without a function is
+ * "module-base+0xaddr"). */
+static void test_function_share_by_leaf_name(void **state) {
+  (void)state;
+  ember_value_type_t vt = EMBER_VT_CPU_NS;
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(&vt, 1, &p), 0);
+  ember_labels_t l = {.worker = "fs", .host = "h1"};
+  assert_int_equal(ember_profile_set_labels(p, &l), 0);
+  assert_int_equal(ember_profile_set_window(p, T0, T0 + STEP), 0);
+  ember_frame_t anon[2] = {{.module = "/srv/bin/app", .address = 0x10},
+                           {.function = "main", .module = "/srv/bin/app"}};
+  ember_frame_t hot[3] = {{.function = "hot", .module = "/srv/bin/app"},
+                          {.function = "burn", .module = "/srv/bin/app"},
+                          {.function = "main", .module = "/srv/bin/app"}};
+  ember_frame_t hot2[2] = {{.function = "hot", .module = "/lib/libc.so"},
+                           {.function = "main", .module = "/srv/bin/app"}};
+  ember_frame_t burn[2] = {{.function = "burn", .module = "/srv/bin/app"},
+                           {.function = "main", .module = "/srv/bin/app"}};
+  int64_t v1 = 100, v2 = 300, v3 = 200, v4 = 400;
+  assert_int_equal(ember_profile_add(p, anon, 2, &v1), 0);
+  assert_int_equal(ember_profile_add(p, hot, 3, &v2), 0);
+  assert_int_equal(ember_profile_add(p, hot2, 2, &v3), 0);
+  assert_int_equal(ember_profile_add(p, burn, 2, &v4), 0);
+  assert_int_equal(ember_store_write(store, &p, 1, NULL), 0);
+  ember_profile_free(p);
+  const char *names[] = {"hot", "app+0x10", "burn", "main", "nope"};
+  const double want[] = {50, 10, 40, 0, 0}; /* of 1000: self only, both modules */
+  for (size_t i = 0; i < 5; i++) {
+    char json[256], err[200];
+    snprintf(json, sizeof json,
+             "{\"name\":\"f\",\"worker\":\"fs\",\"function\":{\"name\":\"%s\","
+             "\"percent\":10},\"for\":\"0s\"}",
+             names[i]);
+    json_t *j = json_loads(json, 0, NULL);
+    ember__alert_rule_t *r = NULL;
+    assert_int_equal(ember__alert_rule_from_json(j, &r, err, sizeof err), 0);
+    json_decref(j);
+    char wname[] = "fs";
+    ember__agroup_t g = {.worker = wname};
+    double pct = -1;
+    assert_int_equal(ember__agroup_function_share(store, r, &g, T0, T0 + STEP, &pct), 0);
+    assert_true(fabs(pct - want[i]) < 1e-9);
+    ember__alert_rule_free(r);
   }
+}
 
-  int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_function_share_by_leaf_name, setup, teardown),
-        cmocka_unit_test(test_median_matches_sorting),
-        cmocka_unit_test_setup_teardown(test_above_pending_firing_resolved_and_restart, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_hysteresis_flapping_fires_once, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_baseline_and_function_rules, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_group_by_host, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rules_sources_errors_reload_metrics, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_alertmanager_resend, setup, teardown),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-  }
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_function_share_by_leaf_name, setup, teardown),
+      cmocka_unit_test(test_median_matches_sorting),
+      cmocka_unit_test_setup_teardown(test_above_pending_firing_resolved_and_restart, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_hysteresis_flapping_fires_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_baseline_and_function_rules, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_group_by_host, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rules_sources_errors_reload_metrics, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_alertmanager_resend, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
