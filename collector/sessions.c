@@ -23,7 +23,6 @@
 #define ACTIVE_NS       (60LL * 1000 * MS_NS) /* a target seen this recently is active */
 #define COMMAND_TTL_MS  30000u
 #define EXPIRE_AFTER_NS (30LL * 1000 * MS_NS) /* past ends_ms, unless configured */
-#define RESULT_GRACE_NS (10LL * 1000 * MS_NS) /* after the last host answered */
 #define MAX_SEEN        64                    /* result (agent, seq) kept per host */
 #define ID_HEX          32
 
@@ -411,7 +410,12 @@ static void settle(ember__csessions_t *s, session_t *x, int64_t now_ns) {
       finish(s, x, S_CANCELLED, now_ns);
     } else if (done == 0) {
       finish(s, x, S_FAILED, now_ns);
-    } else if (complete == done || now_ns - x->answered_ns >= RESULT_GRACE_NS) {
+    } else if (complete == done || now_ns - x->answered_ns >= s->answer_timeout_ns) {
+      /* Waiting as long as hosts may take to answer: a loaded collector
+       * stores a result well after its host's DONE (13 s once, in an ASan
+       * build beside CPU hogs, when a 10 s grace served an empty profile);
+       * until issue 13's fleet view, results ingested by another instance
+       * only cost this wait. */
       finish(s, x, S_DONE, now_ns);
     }
     return;
