@@ -42,7 +42,46 @@ const char *tu_bootstrap(void) {
   return addr;
 }
 
+/* Children still running when the test program ends (a failed assertion
+ * jumps past the test's own cleanup) are killed at exit, so a failed test
+ * never leaves daemons behind to load the machine for the tests after it. */
+#define TU_MAX_SPAWNED 512
+static pid_t spawned[TU_MAX_SPAWNED];
+static size_t nspawned;
+
+static void forget(pid_t pid) {
+  for (size_t i = 0; i < nspawned; i++)
+    if (spawned[i] == pid) spawned[i] = spawned[--nspawned];
+}
+
+/* Is pid still our child? (It may have been reaped by a plain waitpid and
+ * its number reused.) */
+static bool our_child(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return false;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *rp = strrchr(buf, ')');
+  int ppid = -1;
+  char st;
+  return rp != NULL && sscanf(rp + 1, " %c %d", &st, &ppid) == 2 && ppid == (int)getpid();
+}
+
+static void kill_leftovers(void) {
+  for (size_t i = 0; i < nspawned; i++) {
+    if (!our_child(spawned[i])) continue;
+    kill(spawned[i], SIGKILL);
+    waitpid(spawned[i], NULL, 0);
+  }
+  nspawned = 0;
+}
+
 pid_t tu_spawn(const char *const *argv, const char *const *env, const char *log_path) {
+  static bool registered;
+  if (!registered) registered = atexit(kill_leftovers) == 0;
   char *envp[64];
   size_t n = 0;
   static char path_env[4096], home_env[1024];
@@ -62,6 +101,7 @@ pid_t tu_spawn(const char *const *argv, const char *const *env, const char *log_
   int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)(uintptr_t)argv, envp);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) fail_msg("cannot start %s: %s", argv[0], strerror(rc));
+  if (nspawned < TU_MAX_SPAWNED) spawned[nspawned++] = pid;
   return pid;
 }
 
@@ -71,6 +111,7 @@ int tu_wait_cpu(pid_t pid, int timeout_ms, double *cpu_seconds) {
     struct rusage ru;
     pid_t r = wait4(pid, &status, WNOHANG, &ru);
     if (r == pid) {
+      forget(pid);
       if (cpu_seconds != NULL)
         *cpu_seconds = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
                        (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
@@ -88,6 +129,7 @@ void tu_kill(pid_t pid) {
   if (pid <= 0) return;
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
+  forget(pid);
 }
 
 /* Read `topic` from the start in a fresh group; fn says whether a message
