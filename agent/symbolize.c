@@ -409,7 +409,7 @@ static int module_for(ember__symbolizer_t *s, const ember__procmaps_t *pm,
                                .root_safe = ember__procmaps_uid(pm) > 0,
                                /* One module's DWARF may not take over the
                                 * cache: a quarter of it at most. */
-                               .dwarf_max_bytes = s->max_bytes / 4};
+                               .dwarf_max_bytes = s->max_bytes >= 4 ? s->max_bytes / 4 : 1};
     rc = ember__elfmod_build(&f, have_id ? hex : NULL, &eo, &elf);
     if (root >= 0) close(root);
     if (rc == 0) s->stats.module_loads++;
