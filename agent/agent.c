@@ -442,6 +442,11 @@ static void process_job(agent_t *a, job_t *j) {
     }
     if (jp != NULL && jp->worker != NULL) {
       int rc = publish_pid(a, j, jp, stacks + i, e - i, frames, EMBER_MAX_STACK_DEPTH, &buf);
+      /* The profile copied the frames' strings: modules evicted while
+       * symbolizing this pid can go now, not at the end of the window
+       * (a window of many processes could otherwise hold every module it
+       * evicted, far past symbol_cache_memory). */
+      ember__symbolizer_forget(a->sym, 0);
       if (rc == 0) {
         atomic_fetch_add(&a->profiles_sent, 1);
       } else {
@@ -1110,9 +1115,9 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
   rc = ember_config_get_bool(cfg, "netlink", true, &netlink, err, sizeof err);
   if (rc == 0) rc = ember_config_get_bool(cfg, "kernel_stacks", true, &kernel, err, sizeof err);
   bool dwarf_files = false;
-  uint64_t sym_mem = 32u << 20;
+  uint64_t sym_mem = 24u << 20;
   if (rc == 0)
-    rc = ember_config_get_u64(cfg, "symbol_cache_memory", 32u << 20, 1u << 20, 1ull << 34, &sym_mem,
+    rc = ember_config_get_u64(cfg, "symbol_cache_memory", 24u << 20, 1u << 20, 1ull << 34, &sym_mem,
                               err, sizeof err);
   if (rc == 0) rc = ember_config_get_bool(cfg, "dwarf", true, &dwarf, err, sizeof err);
   if (rc == 0)

@@ -27,7 +27,7 @@
 #include "strarena.h"
 
 #define DEFAULT_MAX_MODULES 512u
-#define DEFAULT_MAX_BYTES   (32u << 20)
+#define DEFAULT_MAX_BYTES   (24u << 20)
 #define PID_BUCKETS         256u
 /* perf callchains carry PERF_CONTEXT_* markers at the top of the address
  * space (-4095 and up); they are not code. */

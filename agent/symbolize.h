@@ -54,7 +54,7 @@ typedef struct ember__symbolizer_opts {
   size_t max_modules;       /* cached ELF modules; 0 = 512 */
   /* Memory of the cached modules (symbol tables, names, kept DWARF and
    * what libdw decoded of it), least recently used evicted past it; a
-   * module's DWARF over a quarter of it is not kept. 0 = 32 MiB. */
+   * module's DWARF over a quarter of it is not kept. 0 = 24 MiB. */
   uint64_t max_bytes;
   bool dwarf; /* file/line and inline frames from DWARF */
   /* Do not read DWARF from detached debug files (/usr/lib/debug, e.g.
