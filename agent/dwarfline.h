@@ -5,12 +5,15 @@
  * innermost inlined call first, with file and line from the line table.
  *
  * The ELF handle is kept in memory: mapped when the file is root's and
- * nobody else may write it (elfsym.c decides), otherwise read whole,
- * bounded per file and process-wide (a file the profiled process may cut
- * would raise SIGBUS in a mapping).
+ * nobody else may write it (elfsym.c decides), otherwise its debug
+ * sections are read into memory, bounded per file and process-wide (a file
+ * the profiled process may cut would raise SIGBUS in a mapping). What a
+ * handle holds is reported (ember__dwarfline_bytes) for the symbolizer's
+ * budget.
  *
  * Thread-safety: one handle is used by one thread at a time (the
- * symbolizer's); the process-wide budget of whole-file copies is atomic.
+ * symbolizer's); the process-wide budget of debug-section copies is
+ * atomic.
  * Errors: 0 or a negative errno; a file without usable DWARF is not an
  * error, its lookups just find nothing. */
 #ifndef EMBER_AGENT_DWARFLINE_H
