@@ -2,6 +2,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -43,6 +44,7 @@ const char *const ember__agent_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                 "unwind",
                                                 "unwind_stack_bytes",
                                                 "unwind_table_memory",
+                                                "symbol_cache_memory",
                                                 "dwarf_debug_files",
                                                 "debug_dirs",
                                                 "max_stacks_per_window",
@@ -171,10 +173,10 @@ typedef struct agent {
         *events_failed, *sym_hits, *sym_loads, *unresolved, *targets, *cpu, *rss, *stacks_dropped,
         *idle, *unreadable, *unw_results[EMBER__UNWIND_NRESULTS], *unw_fp_steps, *unw_sig_steps,
         *unw_tables, *unw_bytes, *unw_builds, *unw_build_s, *unw_no_cfi, *unw_evictions, *unw_cfi,
-        *debug_files, *minidebug, *debug_refused;
+        *debug_files, *minidebug, *debug_refused, *sym_bytes, *debug_bytes, *sym_evictions;
   } m;
   atomic_uint_fast64_t profiles_sent, profile_errors, windows_dropped, unresolved, sym_hits,
-      sym_loads, debug_files, minidebug, debug_refused;
+      sym_loads, debug_files, minidebug, debug_refused, sym_bytes, debug_bytes, sym_evictions;
 } agent_t;
 
 /* --- pid table (loop thread) --- */
@@ -440,6 +442,11 @@ static void process_job(agent_t *a, job_t *j) {
     }
     if (jp != NULL && jp->worker != NULL) {
       int rc = publish_pid(a, j, jp, stacks + i, e - i, frames, EMBER_MAX_STACK_DEPTH, &buf);
+      /* The profile copied the frames' strings: modules evicted while
+       * symbolizing this pid can go now, not at the end of the window
+       * (a window of many processes could otherwise hold every module it
+       * evicted, far past symbol_cache_memory). */
+      ember__symbolizer_forget(a->sym, 0);
       if (rc == 0) {
         atomic_fetch_add(&a->profiles_sent, 1);
       } else {
@@ -468,6 +475,14 @@ static void process_job(agent_t *a, job_t *j) {
   atomic_store(&a->debug_files, st.debug_files);
   atomic_store(&a->minidebug, st.minidebug);
   atomic_store(&a->debug_refused, st.debug_refused);
+  atomic_store(&a->sym_bytes, st.bytes);
+  atomic_store(&a->debug_bytes, st.debug_bytes);
+  atomic_store(&a->sym_evictions, st.evictions);
+  /* What the window's symbolization freed (evicted modules, libdw's line
+   * tables, the frames) sits in malloc's free lists, in this thread's
+   * arena: give whole free pages back to the kernel. A few ms per
+   * window; see docs/internals/agent.md, "Memory". */
+  malloc_trim(0);
   ember_buf_free(&buf);
   ember_free(frames);
   /* The profiles are with the publisher (queued or spooled): only now is
@@ -846,6 +861,9 @@ static void on_metrics_timer(uv_timer_t *t) {
   ember_metric_set(a->m.debug_files, (double)atomic_load(&a->debug_files));
   ember_metric_set(a->m.minidebug, (double)atomic_load(&a->minidebug));
   ember_metric_set(a->m.debug_refused, (double)atomic_load(&a->debug_refused));
+  ember_metric_set(a->m.sym_bytes, (double)atomic_load(&a->sym_bytes));
+  ember_metric_set(a->m.debug_bytes, (double)atomic_load(&a->debug_bytes));
+  ember_metric_set(a->m.sym_evictions, (double)atomic_load(&a->sym_evictions));
   ember__discovery_stats_t ds;
   ember__discovery_stats(a->disc, &ds);
   ember_metric_set(a->m.targets, (double)ds.selected);
@@ -930,6 +948,15 @@ static void register_metrics(agent_t *a) {
   a->m.debug_refused = ember_metrics_counter(
       m, "ember_agent_debug_refused_total",
       "Debug file candidates refused: wrong build-id or CRC, unsafe, corrupt");
+  a->m.sym_bytes = ember_metrics_gauge(
+      m, "ember_agent_symbol_cache_bytes",
+      "Memory of the symbol cache's modules (symbols, DWARF; bounded by symbol_cache_memory)");
+  a->m.debug_bytes = ember_metrics_gauge(m, "ember_agent_debug_bytes",
+                                         "Of the symbol cache, the DWARF kept for lines (estimated "
+                                         "for libdw's own allocations)");
+  a->m.sym_evictions =
+      ember_metrics_counter(m, "ember_agent_symbol_cache_evictions_total",
+                            "Modules evicted from the symbol cache (symbol_cache_memory)");
   a->m.targets = ember_metrics_gauge(m, "ember_agent_targets", "Processes selected as targets");
   a->m.unreadable = ember_metrics_counter(m, "ember_agent_proc_unreadable_total",
                                           "Processes whose /proc entries could not be read");
@@ -1088,6 +1115,10 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
   rc = ember_config_get_bool(cfg, "netlink", true, &netlink, err, sizeof err);
   if (rc == 0) rc = ember_config_get_bool(cfg, "kernel_stacks", true, &kernel, err, sizeof err);
   bool dwarf_files = false;
+  uint64_t sym_mem = 24u << 20;
+  if (rc == 0)
+    rc = ember_config_get_u64(cfg, "symbol_cache_memory", 24u << 20, 1u << 20, 1ull << 34, &sym_mem,
+                              err, sizeof err);
   if (rc == 0) rc = ember_config_get_bool(cfg, "dwarf", true, &dwarf, err, sizeof err);
   if (rc == 0)
     rc = ember_config_get_bool(cfg, "dwarf_debug_files", false, &dwarf_files, err, sizeof err);
@@ -1098,6 +1129,7 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
   if (rc != 0) goto cleanup;
   ember__discovery_scan(a->disc);
   ember__symbolizer_opts_t sopt = {.dwarf = dwarf,
+                                   .max_bytes = sym_mem,
                                    .no_detached_dwarf = !dwarf_files,
                                    .debug_dirs = ember_config_get(cfg, "debug_dirs")};
   rc = ember__symbolizer_new(&sopt, &a->sym);

@@ -7,6 +7,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include <gelf.h>
 
 #include "array.h"
 #include "demangle.h"
@@ -14,13 +16,26 @@
 #include "strarena.h"
 
 /* A file the profiled process may rewrite is read with pread instead of a
- * mapping (a mapping of a file truncated meanwhile raises SIGBUS); DWARF,
- * which needs the whole file in memory then, is kept only up to this. */
+ * mapping (a mapping of a file truncated meanwhile raises SIGBUS); its
+ * debug sections, which libdw then holds in memory, are kept only up to
+ * this per file (the caller may ask for less: the symbolizer's budget)... */
 #define MAX_READ_DWARF_SIZE (256ull << 20)
-/* ... and all such whole-file copies together, process-wide, up to this
- * (512 modules of 256 MB each would be 128 GB): past it, later modules get
+/* ... and all such copies together, process-wide, up to this (512
+ * modules of 256 MB each would be 128 GB): past it, later modules get
  * function names but no DWARF lines until earlier ones are evicted. */
 #define MAX_READ_DWARF_TOTAL (256ull << 20)
+
+/* What libdw allocates for us, estimated for the memory accounting
+ * (ember__dwarfline_bytes): per compilation unit it has read the header
+ * and abbreviations of, and per row and per file of a line table it has
+ * decoded (dwarf_getsrclines: one Dwarf_Line of ~40 bytes per row, a
+ * sorted copy, the file table). Measured with mallinfo2 on libdw 0.188
+ * over this project's RelWithDebInfo and ASan binaries
+ * (docs/internals/symbolize.md, "Memory"). */
+#define LIBDW_HANDLE_BYTES (40u * 1024u) /* libelf's and libdw's handles */
+#define LIBDW_CU_BYTES     512u
+#define LIBDW_LINE_BYTES   56u
+#define LIBDW_FILE_BYTES   64u
 
 static atomic_uint_fast64_t dwarf_read_bytes;
 
@@ -48,6 +63,7 @@ typedef struct cu_info {
   dnode_t *nodes; /* sorted by lo; a node before the nodes it holds */
   size_t n;
   bool indexed;
+  bool lines_counted; /* its line table's estimate is in libdw_bytes */
 } cu_info_t;
 
 typedef struct cu_range {
@@ -55,11 +71,15 @@ typedef struct cu_range {
   size_t cu; /* index in module.cu_list */
 } cu_range_t;
 
-/* dw_elf is kept (mapped, no fd) while the module lives; the Dwarf handle
- * and the CU table are made on the first lookup that needs them. */
+/* dw_elf is kept (mapped, or read with its fd let go) while the module
+ * lives; the Dwarf handle of a mapped file and the CU table are made on the
+ * first lookup that needs them. */
 struct ember__dwarfline {
   Elf *dw_elf;
-  uint64_t dw_bytes; /* of dwarf_read_bytes: dw_elf is a whole-file copy */
+  uint64_t dw_bytes;    /* of dwarf_read_bytes: debug sections read into memory */
+  uint64_t heap_bytes;  /* sections libdw decompressed, of a mapped file */
+  uint64_t libdw_bytes; /* estimated: CUs and line tables libdw holds */
+  uint64_t node_bytes;  /* our CU indexes */
   Dwarf *dw;
   bool dw_tried;
   cu_range_t *cus; /* sorted by lo */
@@ -72,19 +92,57 @@ struct ember__dwarfline {
   ember__strarena_t names;
 };
 
-int ember__dwarfline_open(int fd, Elf **elf, bool mapped, uint64_t size, bool demangle,
+/* The debug sections' sizes in memory: `all` of them, and those libdw
+ * must decompress (held in the heap even when the file is mapped); a
+ * compressed section counts for its inflated size only. .zdebug
+ * (GNU's old format) does not say its size in the header: 3x, a guess. */
+static void debug_bytes(Elf *elf, uint64_t *all, uint64_t *decompressed) {
+  *all = *decompressed = 0;
+  size_t shstrndx;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return;
+  for (Elf_Scn *scn = elf_nextscn(elf, NULL); scn != NULL; scn = elf_nextscn(elf, scn)) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == NULL || sh.sh_type == SHT_NOBITS) continue;
+    const char *n = elf_strptr(elf, shstrndx, sh.sh_name);
+    if (n == NULL) continue;
+    uint64_t inflated = 0;
+    if (strncmp(n, ".zdebug", 7) == 0) {
+      inflated = sh.sh_size > UINT64_MAX / 3 ? UINT64_MAX / 3 : 3 * sh.sh_size;
+    } else if (strncmp(n, ".debug", 6) != 0) {
+      continue;
+    } else if ((sh.sh_flags & SHF_COMPRESSED) != 0) {
+      GElf_Chdr ch;
+      if (gelf_getchdr(scn, &ch) != NULL) inflated = ch.ch_size;
+    }
+    /* libelf lets go of the compressed bytes once it has inflated them. */
+    uint64_t add = inflated != 0 ? inflated : sh.sh_size;
+    /* Saturating: section sizes come from the file. */
+    *all = *all + add < *all ? UINT64_MAX : *all + add;
+    *decompressed =
+        *decompressed + inflated < *decompressed ? UINT64_MAX : *decompressed + inflated;
+  }
+}
+
+int ember__dwarfline_open(int fd, Elf **elf, bool mapped, uint64_t max_bytes, bool demangle,
                           ember__dwarfline_t **out) {
   *out = NULL;
-  if (!mapped && size > MAX_READ_DWARF_SIZE) return 0;
+  if (max_bytes == 0 || max_bytes > MAX_READ_DWARF_SIZE) max_bytes = MAX_READ_DWARF_SIZE;
+  uint64_t want = 0, inflated = 0;
+  debug_bytes(*elf, &want, &inflated);
+  /* Over the bound, the module keeps its symbols and goes without lines. */
+  if (mapped ? inflated > max_bytes : want > max_bytes) return 0;
   ember__dwarfline_t *d = ember_calloc(1, sizeof *d);
   if (d == NULL) return -ENOMEM;
   d->demangle = demangle;
   if (!mapped) {
-    /* A file read, not mapped: FDREAD reads it whole into memory, but
-     * libelf (0.188) then loses the section data it had already read into
-     * the handle, so a fresh handle is read whole instead. Reserved from
-     * the process-wide budget first. */
-    uint64_t want = size, cur = atomic_load(&dwarf_read_bytes);
+    /* A file read, not mapped: a fresh handle of our own reads only what
+     * libdw asks for (the debug sections, as dwarf_begin_elf starts) with
+     * pread; then libelf lets go of the descriptor (FDDONE: holding one per
+     * module could exhaust the agent's fd limit), the sections it read
+     * staying in the handle. The caller's handle is left alone: libelf
+     * (0.188) loses section data already read into a handle on FDREAD.
+     * Reserved from the process-wide budget first. */
+    uint64_t cur = atomic_load(&dwarf_read_bytes);
     bool reserved = false;
     while (cur <= MAX_READ_DWARF_TOTAL && want <= MAX_READ_DWARF_TOTAL - cur) {
       if (atomic_compare_exchange_weak(&dwarf_read_bytes, &cur, cur + want)) {
@@ -92,12 +150,15 @@ int ember__dwarfline_open(int fd, Elf **elf, bool mapped, uint64_t size, bool de
         break;
       }
     }
-    Elf *whole = reserved ? elf_begin(fd, ELF_C_READ, NULL) : NULL;
-    if (whole != NULL && elf_cntl(whole, ELF_C_FDREAD) == 0) {
-      d->dw_elf = whole;
+    Elf *own = reserved ? elf_begin(fd, ELF_C_READ, NULL) : NULL;
+    Dwarf *dw = own != NULL ? dwarf_begin_elf(own, DWARF_C_READ, NULL) : NULL;
+    if (dw != NULL && elf_cntl(own, ELF_C_FDDONE) == 0) {
+      d->dw_elf = own;
+      d->dw = dw;
       d->dw_bytes = want;
     } else {
-      if (whole != NULL) elf_end(whole);
+      if (dw != NULL) dwarf_end(dw);
+      if (own != NULL) elf_end(own);
       if (reserved) atomic_fetch_sub(&dwarf_read_bytes, want);
     }
   } else {
@@ -106,6 +167,7 @@ int ember__dwarfline_open(int fd, Elf **elf, bool mapped, uint64_t size, bool de
      * module could exhaust the agent's fd limit. */
     if (elf_cntl(*elf, ELF_C_FDREAD) == 0) {
       d->dw_elf = *elf;
+      d->heap_bytes = inflated;
       *elf = NULL;
     }
   }
@@ -117,6 +179,13 @@ int ember__dwarfline_open(int fd, Elf **elf, bool mapped, uint64_t size, bool de
   return 0;
 }
 
+uint64_t ember__dwarfline_bytes(const ember__dwarfline_t *d) {
+  if (d == NULL) return 0;
+  return sizeof *d + LIBDW_HANDLE_BYTES + d->dw_bytes + d->heap_bytes + d->libdw_bytes +
+         d->node_bytes + d->cus_cap * sizeof *d->cus + d->cu_list_cap * sizeof *d->cu_list +
+         d->names.bytes;
+}
+
 void ember__dwarfline_strip(ember__dwarfline_t *d) {
   if (d == NULL) return;
   ember_free(d->cus);
@@ -125,6 +194,7 @@ void ember__dwarfline_strip(ember__dwarfline_t *d) {
   d->cus = NULL;
   d->cu_list = NULL;
   d->ncus = d->cus_cap = d->ncu_list = d->cu_list_cap = 0;
+  d->node_bytes = 0;
 }
 
 void ember__dwarfline_free(ember__dwarfline_t *d) {
@@ -148,14 +218,16 @@ static int cu_cmp(const void *a, const void *b) {
  * DWARF) or -ENOMEM. */
 static int dwarf_cus(ember__dwarfline_t *d) {
   if (d->dw_tried || d->dw_elf == NULL) return 0;
-  d->dw = dwarf_begin_elf(d->dw_elf, DWARF_C_READ, NULL);
+  if (d->dw == NULL) d->dw = dwarf_begin_elf(d->dw_elf, DWARF_C_READ, NULL);
   if (d->dw == NULL) {
     d->dw_tried = true;
     return 0;
   }
   Dwarf_Off off = 0, next = 0;
   size_t hsize = 0;
+  uint64_t ncu = 0;
   while (dwarf_nextcu(d->dw, off, &next, &hsize, NULL, NULL, NULL) == 0) {
+    ncu++;
     Dwarf_Die cu;
     if (dwarf_offdie(d->dw, off + hsize, &cu) != NULL) {
       bool listed = false;
@@ -179,6 +251,7 @@ static int dwarf_cus(ember__dwarfline_t *d) {
     off = next;
   }
   ember__sort_array(d->cus, d->ncus, sizeof *d->cus, cu_cmp);
+  d->libdw_bytes += ncu * LIBDW_CU_BYTES;
   d->dw_tried = true;
   return 0;
 nomem:
@@ -331,6 +404,7 @@ static int cu_index(ember__dwarfline_t *d, cu_info_t *cu) {
   cu->nodes = b.v;
   cu->n = b.n;
   cu->indexed = true;
+  d->node_bytes += b.cap * sizeof *b.v;
   b.v = NULL;
 cleanup:
   ember_free(remap);
@@ -379,6 +453,17 @@ int ember__dwarfline_frames(ember__dwarfline_t *d, uint64_t a, const char *sym_n
     int l = 0;
     file = dwarf_linesrc(ln, NULL, NULL);
     if (dwarf_lineno(ln, &l) == 0 && l > 0) line = (uint32_t)l;
+  }
+  if (!cu->lines_counted) {
+    /* The CU's line table is decoded now (by the lookup above, or the
+     * index's call files) and held by libdw until the handle ends. */
+    Dwarf_Lines *lines;
+    Dwarf_Files *files;
+    size_t nl = 0, nf = 0;
+    if (dwarf_getsrclines(&cu->die, &lines, &nl) != 0) nl = 0;
+    if (dwarf_getsrcfiles(&cu->die, &files, &nf) != 0) nf = 0;
+    d->libdw_bytes += (uint64_t)nl * LIBDW_LINE_BYTES + (uint64_t)nf * LIBDW_FILE_BYTES;
+    cu->lines_counted = true;
   }
   bool outer = false;
   for (const dnode_t *n = cu_innermost(cu, a); n != NULL && !outer;

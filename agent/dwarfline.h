@@ -5,12 +5,15 @@
  * innermost inlined call first, with file and line from the line table.
  *
  * The ELF handle is kept in memory: mapped when the file is root's and
- * nobody else may write it (elfsym.c decides), otherwise read whole,
- * bounded per file and process-wide (a file the profiled process may cut
- * would raise SIGBUS in a mapping).
+ * nobody else may write it (elfsym.c decides), otherwise its debug
+ * sections are read into memory, bounded per file and process-wide (a file
+ * the profiled process may cut would raise SIGBUS in a mapping). What a
+ * handle holds is reported (ember__dwarfline_bytes) for the symbolizer's
+ * budget.
  *
  * Thread-safety: one handle is used by one thread at a time (the
- * symbolizer's); the process-wide budget of whole-file copies is atomic.
+ * symbolizer's); the process-wide budget of debug-section copies is
+ * atomic.
  * Errors: 0 or a negative errno; a file without usable DWARF is not an
  * error, its lookups just find nothing. */
 #ifndef EMBER_AGENT_DWARFLINE_H
@@ -23,16 +26,23 @@
 typedef struct ember__dwarfline ember__dwarfline_t;
 
 /* Keep the DWARF of the open ELF file (`fd`, its handle *elf, whether
- * libelf maps it, its size) for later lookups. A mapped file's handle is
- * taken (*elf set to NULL: libelf lets go of the fd); a read one is read
- * whole into a fresh handle, if it is under the per-file bound and the
- * process-wide budget has room, and *elf stays the caller's. With
- * `demangle`, functions and inlined calls that have a C++ or Rust linkage
- * name are named by it, demangled (once per CU, as it is indexed). Returns
- * 0 with *out set, 0 with *out NULL when the DWARF is not kept (over a
- * bound, unreadable), or -ENOMEM. */
-int ember__dwarfline_open(int fd, Elf **elf, bool mapped, uint64_t size, bool demangle,
+ * libelf maps it) for later lookups. A mapped file's handle is taken (*elf
+ * set to NULL: libelf lets go of the fd); of a read one, a handle of our
+ * own reads the debug sections (libdw then holds them in memory) if they
+ * are at most `max_bytes` (0: 256 MiB) and the process-wide budget has
+ * room, and *elf stays the caller's. With `demangle`, functions and
+ * inlined calls that have a C++ or Rust linkage name are named by it,
+ * demangled (once per CU, as it is indexed). Returns 0 with *out set, 0
+ * with *out NULL when the DWARF is not kept (over a bound, unreadable), or
+ * -ENOMEM. */
+int ember__dwarfline_open(int fd, Elf **elf, bool mapped, uint64_t max_bytes, bool demangle,
                           ember__dwarfline_t **out);
+
+/* The memory the handle holds, in bytes: debug sections read or
+ * decompressed into memory, our indexes and names, and an estimate of
+ * libdw's own (its CUs and decoded line tables), which grows with the
+ * lookups. Not the pages of a mapped file (clean, reclaimable). */
+uint64_t ember__dwarfline_bytes(const ember__dwarfline_t *d);
 
 /* Drop the indexes (what only lookups need) but keep the DWARF handle,
  * which the strings of earlier frames point into. */

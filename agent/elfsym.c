@@ -324,10 +324,11 @@ int ember__elfmod_build(ember__elf_file_t *f, const char *build_id, const ember_
   if (rc == 0) rc = finish_symbols(mod, &raw, !opts.no_demangle);
   if (rc != 0) goto cleanup;
   if (main_debug) {
-    rc = ember__dwarfline_open(f->fd, &f->elf, f->mapped, f->size, !opts.no_demangle, &mod->dwarf);
-  } else if (dwarf && opts.dwarf_detached && dbg.elf != NULL && has_debug_info(dbg.elf)) {
-    rc = ember__dwarfline_open(dbg.fd, &dbg.elf, dbg.mapped, dbg.size, !opts.no_demangle,
+    rc = ember__dwarfline_open(f->fd, &f->elf, f->mapped, opts.dwarf_max_bytes, !opts.no_demangle,
                                &mod->dwarf);
+  } else if (dwarf && opts.dwarf_detached && dbg.elf != NULL && has_debug_info(dbg.elf)) {
+    rc = ember__dwarfline_open(dbg.fd, &dbg.elf, dbg.mapped, opts.dwarf_max_bytes,
+                               !opts.no_demangle, &mod->dwarf);
   }
   if (rc != 0) goto cleanup;
   *out = mod;
@@ -369,3 +370,13 @@ const ember__elfsym_t *ember__elfmod_sym(const ember__elfmod_t *mod, uint64_t a)
 const char *ember__elfmod_build_id(const ember__elfmod_t *m) { return m->build_id; }
 
 ember__dwarfline_t *ember__elfmod_dwarf(const ember__elfmod_t *m) { return m->dwarf; }
+
+uint64_t ember__elfmod_bytes(const ember__elfmod_t *m) {
+  if (m == NULL) return 0;
+  return sizeof *m + m->nsyms * sizeof *m->syms + m->nloads * sizeof *m->loads + m->arena.bytes +
+         ember__dwarfline_bytes(m->dwarf);
+}
+
+uint64_t ember__elfmod_debug_bytes(const ember__elfmod_t *m) {
+  return m == NULL ? 0 : ember__dwarfline_bytes(m->dwarf);
+}

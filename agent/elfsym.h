@@ -79,6 +79,9 @@ typedef struct ember__elfmod_opts {
   const char *path;
   int root_fd;
   bool root_safe;
+  /* DWARF whose debug sections would take more memory than this is not
+   * kept (symbols only); 0 = dwarfline.h's own bound. */
+  uint64_t dwarf_max_bytes;
 } ember__elfmod_opts_t;
 
 /* Parse the open file `f` (stays the caller's; a mapped file's handle may
@@ -104,5 +107,10 @@ bool ember__elfmod_translate(const ember__elfmod_t *m, uint64_t file_off, uint64
 const ember__elfsym_t *ember__elfmod_sym(const ember__elfmod_t *m, uint64_t a);
 /* The module's DWARF, NULL when none was kept. Borrowed from the module. */
 ember__dwarfline_t *ember__elfmod_dwarf(const ember__elfmod_t *m);
+/* The memory the module holds (symbols, names, segments, its DWARF: see
+ * ember__dwarfline_bytes), and of that its DWARF's. NULL is 0. Grows with
+ * DWARF lookups. */
+uint64_t ember__elfmod_bytes(const ember__elfmod_t *m);
+uint64_t ember__elfmod_debug_bytes(const ember__elfmod_t *m);
 
 #endif

@@ -4,10 +4,19 @@
  *
  * Flags after the file override it. See docs/internals/agent.md for the
  * keys. */
+#include <malloc.h>
+
 #include "agent.h"
 #include "ember/log.h"
 
 int main(int argc, char **argv) {
+  /* A fixed mmap threshold (setting it turns off glibc's dynamic one,
+   * which rises to the largest block freed so far): the agent's large,
+   * long-lived but evictable blocks (debug sections, symbol and unwind
+   * tables) are then mappings of their own that go back to the kernel
+   * when freed, not holes in an arena. ~10% less RSS under churn, no
+   * CPU change measured (bench/RESULTS.md, 2026-12-01). */
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   ember_config_t *cfg = NULL;
   int status = ember_config_daemon_args("ember-agent",
                                         "usage: ember-agent [--config FILE] [key=value ...]\n",

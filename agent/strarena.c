@@ -21,6 +21,7 @@ char *ember__strarena_dup(ember__strarena_t *a, const char *str, size_t len) {
     if (n == NULL) return NULL;
     n->size = size;
     n->used = 0;
+    a->bytes += sizeof *n + size;
     if (c != NULL && size != CHUNK) {
       /* A large string gets a chunk of its own behind the head, so the
        * head's free space is not abandoned. */
@@ -47,4 +48,5 @@ void ember__strarena_free(ember__strarena_t *a) {
     c = next;
   }
   a->head = NULL;
+  a->bytes = 0;
 }

@@ -15,6 +15,7 @@ typedef struct ember__strarena_chunk ember__strarena_chunk_t;
 /* Zero-initialised ({0} or calloc) is an empty arena. */
 typedef struct ember__strarena {
   ember__strarena_chunk_t *head;
+  size_t bytes; /* allocated for the chunks, for memory accounting */
 } ember__strarena_t;
 
 /* Copy len bytes of str (which need not be NUL-terminated) and a NUL into

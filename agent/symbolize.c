@@ -27,6 +27,7 @@
 #include "strarena.h"
 
 #define DEFAULT_MAX_MODULES 512u
+#define DEFAULT_MAX_BYTES   (24u << 20)
 #define PID_BUCKETS         256u
 /* perf callchains carry PERF_CONTEXT_* markers at the top of the address
  * space (-4095 and up); they are not code. */
@@ -41,6 +42,7 @@ typedef struct module {
   ember__elfmod_t *elf;
   ember__strarena_t arena; /* alias paths */
   bool shared;             /* from a file only root can write: shared by build-id */
+  uint64_t bytes, debug;   /* charged to the cache's budget (module_charge) */
 } module_t;
 
 /* A file as one process maps it: (dev, inode, path) -> module. Several
@@ -79,6 +81,9 @@ struct ember__symbolizer {
   bool perf_map_dir_set;
   uint64_t epoch; /* bumped by each forget: perf maps refresh once per epoch */
   size_t max_modules;
+  uint64_t max_bytes; /* budget of the modules' memory, LRU-evicted past it */
+  uint64_t bytes;     /* charged by the modules in the LRU list */
+  uint64_t debug_bytes;
   bool dwarf;
   bool dwarf_detached;
   bool no_demangle;
@@ -124,6 +129,7 @@ int ember__symbolizer_new(const ember__symbolizer_opts_t *opts, ember__symbolize
   }
   s->perf_map_dir_set = o.perf_map_dir != NULL;
   s->max_modules = o.max_modules ? o.max_modules : DEFAULT_MAX_MODULES;
+  s->max_bytes = o.max_bytes ? o.max_bytes : DEFAULT_MAX_BYTES;
   s->dwarf = o.dwarf;
   s->dwarf_detached = !o.no_detached_dwarf;
   s->no_demangle = o.no_demangle;
@@ -145,6 +151,8 @@ static void pidmap_free(pidmap_t *pm) {
   ember__perfmap_free(pm->pm);
   ember_free(pm);
 }
+
+static void trim_to_budget(ember__symbolizer_t *s, const struct module *keep);
 
 static void grave_flush(ember__symbolizer_t *s) {
   while (s->grave != NULL) {
@@ -194,12 +202,16 @@ void ember__symbolizer_forget(ember__symbolizer_t *s, pid_t pid) {
     }
     pp = &(*pp)->next;
   }
+  trim_to_budget(s, NULL);
   grave_flush(s);
 }
 
 void ember__symbolizer_stats(const ember__symbolizer_t *s, ember__symbolizer_stats_t *out) {
   if (s == NULL || out == NULL) return;
   *out = s->stats;
+  out->bytes = s->bytes;
+  out->debug_bytes = s->debug_bytes;
+  out->evictions = s->evictions;
   ember__debuginfo_stats_t d;
   ember__debuginfo_stats(s->debuginfo, &d);
   out->debug_files = d.by_build_id + d.by_link;
@@ -262,6 +274,8 @@ static void evict_one(ember__symbolizer_t *s) {
   if (m == NULL) return;
   lru_unlink(s, m);
   s->nmodules--;
+  s->bytes -= m->bytes;
+  s->debug_bytes -= m->debug;
   size_t k = 0;
   for (size_t i = 0; i < s->naliases; i++) {
     if (s->aliases[i].mod != m) s->aliases[k++] = s->aliases[i];
@@ -271,6 +285,24 @@ static void evict_one(ember__symbolizer_t *s) {
   m->grave_next = s->grave;
   s->grave = m;
   s->evictions++;
+}
+
+/* Bring the module's charge up to date: its DWARF grows with lookups (CUs
+ * indexed, line tables decoded). */
+static void module_charge(ember__symbolizer_t *s, module_t *m) {
+  uint64_t bytes = sizeof *m + m->arena.bytes + ember__elfmod_bytes(m->elf);
+  uint64_t debug = ember__elfmod_debug_bytes(m->elf);
+  s->bytes = s->bytes - m->bytes + bytes;
+  s->debug_bytes = s->debug_bytes - m->debug + debug;
+  m->bytes = bytes;
+  m->debug = debug;
+}
+
+/* Evict least recently used modules, but not `keep`, while the cache is
+ * over its budget. Their memory is released at the next forget (frames of
+ * this batch may point into it). */
+static void trim_to_budget(ember__symbolizer_t *s, const module_t *keep) {
+  while (s->bytes > s->max_bytes && s->lru_tail != NULL && s->lru_tail != keep) evict_one(s);
 }
 
 /* The first alias index with key >= (dev, ino). */
@@ -374,7 +406,10 @@ static int module_for(ember__symbolizer_t *s, const ember__procmaps_t *pm,
                                .debuginfo = s->debuginfo,
                                .path = mp->deleted ? NULL : mp->path,
                                .root_fd = root >= 0 || root == AT_FDCWD ? root : -1,
-                               .root_safe = ember__procmaps_uid(pm) > 0};
+                               .root_safe = ember__procmaps_uid(pm) > 0,
+                               /* One module's DWARF may not take over the
+                                * cache: a quarter of it at most. */
+                               .dwarf_max_bytes = s->max_bytes >= 4 ? s->max_bytes / 4 : 1};
     rc = ember__elfmod_build(&f, have_id ? hex : NULL, &eo, &elf);
     if (root >= 0) close(root);
     if (rc == 0) s->stats.module_loads++;
@@ -392,12 +427,18 @@ static int module_for(ember__symbolizer_t *s, const ember__procmaps_t *pm,
   mod->shared = trusted;
   elf = NULL;
   if (s->nmodules >= s->max_modules) evict_one(s);
+  /* Charged before it joins the list, so making room cannot evict it (nor
+   * move an alias a caller holds: aliases are added after). */
+  module_charge(s, mod);
+  trim_to_budget(s, NULL);
   lru_push(s, mod);
   s->nmodules++;
   rc = alias_add(s, mp, mod, out);
   if (rc != 0) {
     lru_unlink(s, mod);
     s->nmodules--;
+    s->bytes -= mod->bytes;
+    s->debug_bytes -= mod->debug;
     goto cleanup;
   }
   mod = NULL;
@@ -551,8 +592,11 @@ static bool emit_dwarf(void *ctx, const char *function, const char *file, uint32
   return emit(e->c, &f);
 }
 
-static int resolve_module(call_t *c, const ember__elfmod_t *mod, const char *module_name,
-                          const ember__mapping_t *mp, uint64_t ip, uint64_t a) {
+/* `cached` is mod's entry in the cache (NULL for the vdso), charged for
+ * what the DWARF lookup made. */
+static int resolve_module(call_t *c, const ember__elfmod_t *mod, module_t *cached,
+                          const char *module_name, const ember__mapping_t *mp, uint64_t ip,
+                          uint64_t a) {
   ember_frame_t f = {.module = module_name, .kind = EMBER_FRAME_NATIVE};
   f.address = ip - mp->start + mp->offset;
   if (mod == NULL) {
@@ -573,6 +617,7 @@ static int resolve_module(call_t *c, const ember__elfmod_t *mod, const char *mod
     bool done = false;
     dwarf_emit_t e = {c, &base};
     int rc = ember__dwarfline_frames(dw, vaddr, sym ? sym->name : NULL, emit_dwarf, &e, &done);
+    if (cached != NULL) module_charge(c->s, cached);
     if (rc != 0 || done) return rc;
   }
   if (sym != NULL) {
@@ -630,7 +675,7 @@ static int resolve(call_t *c, uint64_t ip, uint64_t a) {
     ember__elfmod_t *mod = NULL;
     rc = vdso_module(s, &mod);
     if (rc != 0) return rc;
-    return resolve_module(c, mod, "[vdso]", mp, ip, a);
+    return resolve_module(c, mod, NULL, "[vdso]", mp, ip, a);
   }
   if (mp->kind == EMBER__MAP_SPECIAL) {
     const char *name = intern_name(s, mp->path);
@@ -649,7 +694,7 @@ static int resolve(call_t *c, uint64_t ip, uint64_t a) {
     emit(c, &f);
     return 0;
   }
-  return resolve_module(c, al->mod->elf, al->path, mp, ip, a);
+  return resolve_module(c, al->mod->elf, al->mod, al->path, mp, ip, a);
 }
 
 int ember__symbolize(ember__symbolizer_t *s, pid_t pid, const ember__procmaps_t *maps,

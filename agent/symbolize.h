@@ -52,7 +52,11 @@ typedef struct ember__symbolizer_opts {
   const char *perf_map_dir; /* NULL = "/tmp" */
   const char *kallsyms;     /* NULL = "/proc/kallsyms" */
   size_t max_modules;       /* cached ELF modules; 0 = 512 */
-  bool dwarf;               /* file/line and inline frames from DWARF */
+  /* Memory of the cached modules (symbol tables, names, kept DWARF and
+   * what libdw decoded of it), least recently used evicted past it; a
+   * module's DWARF over a quarter of it is not kept. 0 = 24 MiB. */
+  uint64_t max_bytes;
+  bool dwarf; /* file/line and inline frames from DWARF */
   /* Do not read DWARF from detached debug files (/usr/lib/debug, e.g.
    * libc6-dbg): they still give symbol tables, but their DWARF costs tens
    * of MiB of memory per library once decompressed. */
@@ -79,6 +83,9 @@ typedef struct ember__symbolizer_stats {
   uint64_t debug_files;    /* separate debug files found (build-id, debuglink) */
   uint64_t minidebug;      /* MiniDebugInfo images read */
   uint64_t debug_refused;  /* debug candidates refused (ember__debuginfo_stats_t) */
+  uint64_t bytes;          /* memory of the cached modules now (max_bytes) */
+  uint64_t debug_bytes;    /* ... of which their DWARF */
+  uint64_t evictions;      /* modules evicted (max_modules, max_bytes) */
 } ember__symbolizer_stats_t;
 
 /* Returns 0, -ENOMEM, or -EINVAL for a debug_dirs entry that is not an

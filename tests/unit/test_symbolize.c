@@ -783,6 +783,55 @@ static void test_symbolize_lru_eviction(void **state) {
   assert_string_equal(fr[0].function, "beta_middle");
 }
 
+/* symbol_cache_memory: modules are charged for what they hold (DWARF
+ * too, growing with lookups) and the least recently used go past the
+ * budget; a module's DWARF over a quarter of it is not kept. */
+static void test_symbolize_byte_budget(void **state) {
+  state_t *st = *state;
+  start_one(st);
+  const fixture_t *fx = &st->fx[0];
+  uint64_t a[] = {fx->v[K_RET_ALPHA]};
+  uint64_t b[] = {fx->v[K_GETPID] + 1};
+  ember_frame_t fr[4];
+  ember__symbolizer_stats_t stats;
+  /* The default budget holds both. */
+  ember__symbolizer_opts_t o = {.dwarf = true};
+  assert_int_equal(ember__symbolizer_new(&o, &st->sym), 0);
+  assert_int_equal(symbolize(st->sym, fx->pid, st->maps[0], a, 1, fr, 4), 1);
+  assert_true(ends_with(fr[0].file, "/symfix.c"));
+  ember__symbolizer_stats(st->sym, &stats);
+  uint64_t one = stats.bytes;
+  assert_true(stats.debug_bytes > 0);
+  assert_true(stats.debug_bytes < stats.bytes);
+  assert_int_equal(symbolize(st->sym, fx->pid, st->maps[0], b, 1, fr, 4), 1);
+  ember__symbolizer_forget(st->sym, 0);
+  ember__symbolizer_stats(st->sym, &stats);
+  assert_true(stats.bytes > one);
+  assert_int_equal(stats.evictions, 0);
+  ember__symbolizer_free(st->sym);
+  /* A budget of one byte: no DWARF is kept, and each new module evicts
+   * the last; strings stay valid until the next forget. */
+  o.max_bytes = 1;
+  assert_int_equal(ember__symbolizer_new(&o, &st->sym), 0);
+  assert_int_equal(symbolize(st->sym, fx->pid, st->maps[0], a, 1, fr, 4), 1);
+  assert_string_equal(fr[0].function, "beta_middle");
+  assert_null(fr[0].file);
+  const char *name = fr[0].function, *module = fr[0].module;
+  ember__symbolizer_stats(st->sym, &stats);
+  assert_int_equal(stats.debug_bytes, 0);
+  assert_int_equal(symbolize(st->sym, fx->pid, st->maps[0], b, 1, fr, 4), 1);
+  ember__symbolizer_stats(st->sym, &stats);
+  assert_int_equal(stats.evictions, 1);
+  assert_string_equal(name, "beta_middle");
+  assert_true(ends_with(module, "/symfix"));
+  ember__symbolizer_forget(st->sym, 0);
+  ember__symbolizer_stats(st->sym, &stats);
+  assert_int_equal(stats.evictions, 2);
+  assert_int_equal(stats.bytes, 0);
+  assert_int_equal(symbolize(st->sym, fx->pid, st->maps[0], a, 1, fr, 4), 1);
+  assert_string_equal(fr[0].function, "beta_middle");
+}
+
 /* Find `name` in an in-memory ELF image (the vdso) and return its offset
  * from the image's start. */
 static uint64_t vdso_symbol(uintptr_t base, const char *name) {
@@ -1510,6 +1559,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_symbolize_after_exit, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_module_cache_shared, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_cap_cuts_stack, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_symbolize_byte_budget, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_lru_eviction, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_vdso, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_alloc_failures, setup, teardown),
