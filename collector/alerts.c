@@ -384,6 +384,17 @@ static void on_sent(void *ctx, bool delivered) {
   ember_free(s);
 }
 
+/* The rule's webhook, else alerts.webhook, into *t; false when neither is
+ * set. `ar` may be NULL (the rule is gone). */
+static bool receiver_of(const ember__alerts_t *a, const arule_t *ar, ember__notify_target_t *t) {
+  bool own = ar != NULL && ar->r->webhook_url != NULL;
+  const char *url = own ? ar->r->webhook_url : a->webhook;
+  ember__webhook_format_t f = own ? ar->r->webhook_format : a->o.webhook_format;
+  t->url = url;
+  t->format = f == EMBER__WEBHOOK_JSON ? EMBER__NOTIFY_JSON : EMBER__NOTIFY_ALERTMANAGER;
+  return url != NULL && *url != '\0';
+}
+
 static void notify(ember__alerts_t *a, arule_t *ar, alert_t *al, bool resolved, bool kafka) {
   const char *status = resolved ? "resolved" : "firing";
   if (!resolved) al->sent_ns = ember_time_now_ns();
@@ -392,18 +403,13 @@ static void notify(ember__alerts_t *a, arule_t *ar, alert_t *al, bool resolved, 
   const char *worker = json_string_value(json_object_get(al->labels, "worker"));
   if (a->notify != NULL && kafka)
     ember__notify_publish(a->notify, worker ? worker : "", status, doc);
-  const char *url = ar && ar->r->webhook_url ? ar->r->webhook_url : a->webhook;
-  ember__webhook_format_t f =
-      ar && ar->r->webhook_url ? ar->r->webhook_format : a->o.webhook_format;
+  ember__notify_target_t t;
   bool queued = false;
-  if (a->notify != NULL && url != NULL && *url != '\0') {
+  if (a->notify != NULL && receiver_of(a, ar, &t)) {
     sent_t *s = ember_calloc(1, sizeof *s);
     if (s != NULL) {
       *s = (sent_t){.a = a, .resolved = resolved};
       memcpy(s->id, al->id, sizeof s->id);
-      ember__notify_target_t t = {.url = url,
-                                  .format = f == EMBER__WEBHOOK_JSON ? EMBER__NOTIFY_JSON
-                                                                     : EMBER__NOTIFY_ALERTMANAGER};
       int rc = ember__notify_send(a->notify, &t, status, doc, on_sent, s);
       if (rc == 0) {
         queued = true;
@@ -852,13 +858,10 @@ static void resend(ember__alerts_t *a, alert_t *al, int64_t now) {
       now - al->sent_ns < a->o.resend_ns)
     return;
   arule_t *ar = rule_find(a, al->rule);
-  const char *url = ar && ar->r->webhook_url ? ar->r->webhook_url : a->webhook;
-  ember__webhook_format_t f =
-      ar && ar->r->webhook_url ? ar->r->webhook_format : a->o.webhook_format;
+  ember__notify_target_t t;
   al->sent_ns = now;
-  if (url == NULL || *url == '\0' || f != EMBER__WEBHOOK_ALERTMANAGER) return;
+  if (!receiver_of(a, ar, &t) || t.format != EMBER__NOTIFY_ALERTMANAGER) return;
   json_t *doc = alert_doc(al);
-  ember__notify_target_t t = {.url = url, .format = EMBER__NOTIFY_ALERTMANAGER};
   if (doc != NULL) ember__notify_send(a->notify, &t, "firing", doc, NULL, NULL);
   json_decref(doc);
 }
