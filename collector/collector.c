@@ -30,6 +30,7 @@
 #include "health.h"
 #include "notify.h"
 #include "sessions.h"
+#include "shards.h"
 #include "ember/codec.h"
 #include "ember/log.h"
 #include "ember/metrics.h"
@@ -40,6 +41,7 @@
 const char *const ember__collector_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                     "data_dir",
                                                     "group_id",
+                                                    "collector_id",
                                                     "store.map_size",
                                                     "store.max_size",
                                                     "store.sync",
@@ -64,6 +66,7 @@ typedef struct item {
   ember_profile_t *profile; /* NULL: malformed, goes to the DLQ */
   char *reason;             /* why it is malformed (owned) */
   bool stored;              /* written on its own while isolating a bad profile */
+  ember_store_source_t src; /* its partition, offset and run (shards.h) */
   atomic_int dlq_status;    /* 1 pending, 0 delivered, else -rd_kafka_resp_err */
 } item_t;
 
@@ -89,6 +92,8 @@ struct ember__collector {
   metrics_set_t m;
   ember__api_t *api;
   ember__registry_t *registry;
+  ember__shards_t *shards;
+  int fault_kill_after, fault_batches; /* EMBER_TEST_FAULT=kill_after_store:N */
   ember__csessions_t *sessions;
   ember__csessions_opts_t session_opts;
   ember__alerts_t *alerts;
@@ -228,7 +233,8 @@ static void store_ok(ember__collector_t *c) {
  * fit, so a batch larger than what is left never wedges ingest. Returns 0
  * when all are stored, else the error of the smallest part (EMBER_EMAPFULL
  * when not even one window fits). */
-static int store_split(ember__collector_t *c, ember_profile_t **ps, size_t left) {
+static int store_split(ember__collector_t *c, ember_profile_t **ps, ember_store_source_t *srcs,
+                       size_t left) {
   batch_t *b = &c->batch;
   size_t part = (left + 1) / 2;
   ember_metric_add(c->m.splits, 1);
@@ -239,10 +245,13 @@ static int store_split(ember__collector_t *c, ember_profile_t **ps, size_t left)
   for (;;) {
     size_t k = 0;
     for (size_t i = 0; i < b->n && k < part; i++)
-      if (b->items[i].profile != NULL && !b->items[i].stored) ps[k++] = b->items[i].profile;
+      if (b->items[i].profile != NULL && !b->items[i].stored) {
+        srcs[k] = b->items[i].src;
+        ps[k++] = b->items[i].profile;
+      }
     if (k == 0) return 0;
     ember_store_write_result_t res = {0};
-    int rc = ember_store_write(c->store, ps, k, &res);
+    int rc = ember_store_write_from(c->store, ps, srcs, k, &res);
     if (rc == EMBER_EMAPFULL && part > 1) {
       part = (part + 1) / 2;
       continue;
@@ -262,7 +271,12 @@ static int store_split(ember__collector_t *c, ember_profile_t **ps, size_t left)
 static int store_batch(ember__collector_t *c) {
   batch_t *b = &c->batch;
   ember_profile_t **ps = ember_malloc((b->n ? b->n : 1) * sizeof *ps);
-  if (ps == NULL) return -ENOMEM;
+  ember_store_source_t *srcs = ember_malloc((b->n ? b->n : 1) * sizeof *srcs);
+  if (ps == NULL || srcs == NULL) {
+    ember_free(ps);
+    ember_free(srcs);
+    return -ENOMEM;
+  }
   int backoff_ms = 100;
   int rc;
   for (;;) {
@@ -291,19 +305,22 @@ static int store_batch(ember__collector_t *c) {
         b->items[i].stored = true;
     n = 0;
     for (size_t i = 0; i < b->n; i++)
-      if (b->items[i].profile != NULL && !b->items[i].stored) ps[n++] = b->items[i].profile;
+      if (b->items[i].profile != NULL && !b->items[i].stored) {
+        srcs[n] = b->items[i].src;
+        ps[n++] = b->items[i].profile;
+      }
     if (n == 0) {
       rc = 0;
       break;
     }
     ember_store_write_result_t res = {0};
-    rc = ember_store_write(c->store, ps, n, &res);
+    rc = ember_store_write_from(c->store, ps, srcs, n, &res);
     if (rc == 0) {
       count_result(c, ps, n, &res);
       break;
     }
     if (rc == EMBER_EMAPFULL && n > 1) {
-      rc = store_split(c, ps, n);
+      rc = store_split(c, ps, srcs, n);
       if (rc == 0) continue; /* all stored: the loop finds nothing left */
     }
     if (is_input_error(rc)) {
@@ -313,7 +330,7 @@ static int store_batch(ember__collector_t *c) {
       for (size_t i = 0; i < b->n; i++) {
         item_t *it = &b->items[i];
         if (it->profile == NULL || it->stored) continue;
-        rc = ember_store_write(c->store, &it->profile, 1, &res);
+        rc = ember_store_write_from(c->store, &it->profile, &it->src, 1, &res);
         if (rc == 0) {
           count_result(c, &it->profile, 1, &res);
           it->stored = true;
@@ -339,6 +356,7 @@ static int store_batch(ember__collector_t *c) {
   }
   if (rc == 0) store_ok(c);
   ember_free(ps);
+  ember_free(srcs);
   return rc;
 }
 
@@ -404,6 +422,7 @@ static void commit_batch(ember__collector_t *c) {
     if (tp->offset < m->offset + 1) tp->offset = m->offset + 1;
   }
   rd_kafka_resp_err_t err = rd_kafka_commit(c->consumer, l, 0);
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) ember__shards_committed(c->shards, l);
   if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     /* Stored and safe: the messages will be read again and found duplicate. */
     ember_metric_add(c->m.commit_errors, 1);
@@ -413,11 +432,27 @@ static void commit_batch(ember__collector_t *c) {
   rd_kafka_topic_partition_list_destroy(l);
 }
 
+/* The test-only fault hook (docs/internals/fleet.md): with
+ * EMBER_TEST_FAULT=kill_after_store:N the process kills itself right after
+ * its Nth stored batch, between the store's commit and Kafka's, to show a
+ * crash there stores nothing twice in the fleet. */
+static void fault_after_store(ember__collector_t *c) {
+  if (c->fault_kill_after <= 0) return;
+  if (++c->fault_batches >= c->fault_kill_after) {
+    EMBER_WARN("collector", "EMBER_TEST_FAULT: killing this process after stored batch %d",
+               c->fault_batches);
+    raise(SIGKILL);
+  }
+}
+
 static void flush_batch(ember__collector_t *c) {
   batch_t *b = &c->batch;
   if (b->n == 0) return;
   int64_t t0 = ember_time_mono_ns();
-  if (store_batch(c) == 0 && dlq_batch(c) == 0) commit_batch(c);
+  if (store_batch(c) == 0) {
+    fault_after_store(c);
+    if (dlq_batch(c) == 0) commit_batch(c);
+  }
   ember_metric_add(c->m.batches, 1);
   ember_metric_add(c->m.batch_seconds, (double)(ember_time_mono_ns() - t0) / 1e9);
   batch_clear(b);
@@ -440,6 +475,7 @@ static void take(ember__collector_t *c, rd_kafka_message_t *m) {
     return;
   }
   item_t *it = &c->batch.items[c->batch.n - 1];
+  ember__shards_source(c->shards, m, &it->src);
   char err[256] = "";
   if (m->payload == NULL || m->len == 0) {
     set_malformed(c, it, "empty message");
@@ -462,6 +498,7 @@ static void rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
   bool cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
   if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
     EMBER_INFO("collector", "assigned %d partition(s) of %s", parts->cnt, EMBER_TOPIC_PROFILES);
+    ember__shards_assign(c->shards, rk, parts, 5000);
     if (cooperative)
       rd_kafka_error_destroy(rd_kafka_incremental_assign(rk, parts));
     else
@@ -469,6 +506,7 @@ static void rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
   } else {
     /* Store and commit what we hold before another member takes over. */
     flush_batch(c);
+    ember__shards_revoke(c->shards, parts);
     EMBER_INFO("collector", "released %d partition(s) of %s", parts->cnt, EMBER_TOPIC_PROFILES);
     if (cooperative)
       rd_kafka_error_destroy(rd_kafka_incremental_unassign(rk, parts));
@@ -749,6 +787,40 @@ static int start_notify(ember__collector_t *c, const ember_config_t *cfg, char *
   return rc;
 }
 
+/* This collector's id (`collector_id`, default "HOST:API-PORT"), the
+ * shards, and the test-only fault hook. */
+static int start_shards(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
+  char id[320];
+  const char *cid = ember_config_get(cfg, "collector_id");
+  if (cid != NULL && *cid != '\0') {
+    snprintf(id, sizeof id, "%s", cid);
+  } else {
+    char host[256] = "localhost";
+    gethostname(host, sizeof host - 1);
+    snprintf(id, sizeof id, "%s:%u", host, ember__api_port(c->api));
+  }
+  int rc = ember__shards_new(c->store, c->metrics, id, &c->shards);
+  if (rc != 0) {
+    snprintf(err, n, "out of memory");
+    return rc;
+  }
+  const char *fault = getenv("EMBER_TEST_FAULT");
+  const char *pfx = "kill_after_store:";
+  if (fault != NULL && strncmp(fault, pfx, strlen(pfx)) == 0) {
+    int64_t k = 0;
+    if (ember_parse_i64(fault + strlen(pfx), 1, 1000000, &k) != 0) {
+      snprintf(err, n, "EMBER_TEST_FAULT: expected kill_after_store:N with N a positive number");
+      return EMBER_ECONFIG;
+    }
+    c->fault_kill_after = (int)k;
+    EMBER_WARN("collector",
+               "EMBER_TEST_FAULT is set: this process kills itself after stored "
+               "batch %d (a test-only hook)",
+               c->fault_kill_after);
+  }
+  return 0;
+}
+
 static int open_store(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
   const char *dir = ember_config_get_str(cfg, "data_dir", "./ember-data");
   if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
@@ -899,6 +971,7 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
                  ember__api_port(c->api), ao.token && *ao.token ? ", token required" : "");
   }
   if (rc == 0) rc = start_notify(c, cfg, errbuf, errbuf_size);
+  if (rc == 0) rc = start_shards(c, cfg, errbuf, errbuf_size);
   if (rc == 0) {
     c->ingest_started = pthread_create(&c->ingest_thread, NULL, ingest_main, c) == 0;
     c->registry_started = pthread_create(&c->registry_thread, NULL, registry_main, c) == 0;
@@ -957,6 +1030,7 @@ void ember__collector_stop(ember__collector_t *c) {
   if (c->own_kafka) ember_kafka_free(c->kafka);
   ember__csessions_free(c->sessions);
   ember__registry_free(c->registry);
+  ember__shards_free(c->shards);
   ember_metrics_free(c->metrics);
   EMBER_INFO("collector", "stopped");
   ember_free(c);
