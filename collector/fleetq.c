@@ -10,13 +10,8 @@
 #include "ember/buf.h"
 #include "ember/log.h"
 
-void ember__fleet_members_free(ember__fleet_member_t *m, size_t n) {
-  for (size_t i = 0; m != NULL && i < n; i++) ember_collector_info_clear(&m[i].info);
-  ember_free(m);
-}
-
 /* Does member `m` hold windows that start in [from, to)? */
-static bool holds(const ember__fleet_member_t *m, int64_t from, int64_t to) {
+static bool holds(const ember__peer_t *m, int64_t from, int64_t to) {
   for (size_t i = 0; i < m->info.nruns; i++) {
     const ember_collector_run_t *r = &m->info.runs[i];
     if (r->windows > 0 && r->tmin_ns < to && r->tmax_ns >= from) return true;
@@ -25,7 +20,7 @@ static bool holds(const ember__fleet_member_t *m, int64_t from, int64_t to) {
 }
 
 /* Is every member of `group` that holds data for the range live? */
-static bool group_complete(const ember__fleet_member_t *m, size_t n, const char *group,
+static bool group_complete(const ember__peer_t *m, size_t n, const char *group,
                            int64_t from, int64_t to) {
   bool any = false;
   for (size_t i = 0; i < n; i++) {
@@ -38,7 +33,7 @@ static bool group_complete(const ember__fleet_member_t *m, size_t n, const char 
 
 /* Every partition `group` holds for the range is held by a member of
  * `other` too (the replica has the same partitions' windows). */
-static bool covers(const ember__fleet_member_t *m, size_t n, const char *group, const char *other,
+static bool covers(const ember__peer_t *m, size_t n, const char *group, const char *other,
                    int64_t from, int64_t to) {
   for (size_t i = 0; i < n; i++) {
     if (strcmp(m[i].info.group_id, group) != 0) continue;
@@ -61,7 +56,7 @@ static bool covers(const ember__fleet_member_t *m, size_t n, const char *group, 
 
 /* Append the missing members of `group` (not live, holding data for the
  * range) and their partitions to `out`. */
-static void describe_missing(const ember__fleet_member_t *m, size_t n, const char *group,
+static void describe_missing(const ember__peer_t *m, size_t n, const char *group,
                              int64_t from, int64_t to, char *out, size_t size) {
   ember_buf_t b;
   ember_buf_init(&b, size > 0 ? size - 1 : 0);
@@ -113,16 +108,16 @@ static char *dup_str(const char *s) {
 int ember__fleetq_ask(const ember__fleetq_t *f, int64_t from_ns, int64_t to_ns,
                       const char *path_query, ember__fleet_ask_t *out) {
   memset(out, 0, sizeof *out);
-  ember__fleet_member_t *m = NULL;
+  ember__peer_t *m = NULL;
   size_t n = 0;
-  int rc = f->o.members(f->o.ctx, &m, &n);
+  int rc = ember__peers_list(f->o.peers, ember_time_now_ns(), &m, &n);
   if (rc != 0) return rc;
   const char *own = NULL;
   for (size_t i = 0; i < n && own == NULL; i++)
     if (m[i].self) own = m[i].info.group_id;
   if (own == NULL) {
     /* Not announced yet: this store alone. */
-    ember__fleet_members_free(m, n);
+    ember__peers_list_free(m, n);
     out->self = true;
     return 0;
   }
@@ -164,7 +159,7 @@ int ember__fleetq_ask(const ember__fleetq_t *f, int64_t from_ns, int64_t to_ns,
     out->fetch[out->n].url = out->urls[out->n];
     out->n++;
   }
-  ember__fleet_members_free(m, n);
+  ember__peers_list_free(m, n);
   if (rc == 0)
     rc = ember__fanout_get(out->fetch, out->n, f->o.token, f->o.timeout_ms, f->o.max_body);
   if (rc != 0) {

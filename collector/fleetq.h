@@ -28,23 +28,10 @@
 #include "ember/profile.h"
 #include "ember/store.h"
 #include "fanout.h"
-
-/* A collector of the fleet as its announcement says, and what this
- * collector knows of it. */
-typedef struct ember__fleet_member {
-  ember_collector_info_t info; /* owned */
-  bool live;                   /* announced lately, not stopping */
-  bool self;                   /* this collector */
-} ember__fleet_member_t;
-
-/* A snapshot of the members (self included), owned by the caller:
- * ember__fleet_members_free. Returns 0 or -ENOMEM. */
-typedef int (*ember__fleet_members_fn)(void *ctx, ember__fleet_member_t **out, size_t *n);
-void ember__fleet_members_free(ember__fleet_member_t *m, size_t n);
+#include "peers.h"
 
 typedef struct ember__fleetq_opts {
-  ember__fleet_members_fn members;
-  void *ctx;
+  ember__peers_t *peers; /* the peer table (peers.h), self included; borrowed */
   const char *token; /* api.token, sent to peers (borrowed for the life) */
   int timeout_ms;    /* fleet.peer_timeout: one query's wait for its peers */
   size_t max_body;   /* the largest peer answer */

@@ -16,10 +16,10 @@ set_property(TEST test_collector_shards APPEND PROPERTY
 
 # Several collectors as one fleet: fan-out queries, a replica group, a
 # crash between the store's commit and Kafka's (docs/internals/fleet.md).
-ember_test(integration test_fleet integration)
-add_dependencies(test_fleet ember-collector)
-set_tests_properties(test_fleet PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 500)
-set_property(TEST test_fleet APPEND PROPERTY
+ember_test(integration test_fleet_query integration)
+add_dependencies(test_fleet_query ember-collector)
+set_tests_properties(test_fleet_query PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 500)
+set_property(TEST test_fleet_query APPEND PROPERTY
   ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
 
 # Agent + collector + `ember query` + go tool pprof, all real processes.
