@@ -119,7 +119,7 @@ static int read_assigned(ember__fleet_t *f, int32_t **out, size_t *count) {
     if (strcmp(l->elems[i].topic, EMBER_TOPIC_PROFILES) == 0) v[n++] = l->elems[i].partition;
   rd_kafka_topic_partition_list_destroy(l);
   if (rc != 0) return rc;
-  qsort(v, n, sizeof *v, cmp_i32);
+  if (n > 1) qsort(v, n, sizeof *v, cmp_i32);
   size_t k = 0;
   for (size_t i = 0; i < n; i++)
     if (k == 0 || v[k - 1] != v[i]) v[k++] = v[i];
