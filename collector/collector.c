@@ -27,6 +27,8 @@
 #include "alerts.h"
 #include "api.h"
 #include "collector.h"
+#include "fleet.h"
+#include "follow.h"
 #include "health.h"
 #include "notify.h"
 #include "sessions.h"
@@ -56,6 +58,7 @@ const char *const ember__collector_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                     EMBER__CSESSION_CONFIG_KEYS,
                                                     EMBER__ALERTS_CONFIG_KEYS,
                                                     "alerts.dashboard_url",
+                                                    EMBER__FLEET_CONFIG_KEYS,
                                                     NULL};
 
 /* One consumed message and what became of it. */
@@ -89,6 +92,8 @@ struct ember__collector {
   metrics_set_t m;
   ember__api_t *api;
   ember__registry_t *registry;
+  ember__follow_t *registry_follow; /* ember.targets -> registry */
+  ember__fleet_t *fleet;            /* ember.collectors: announcements and peers */
   ember__csessions_t *sessions;
   ember__csessions_opts_t session_opts;
   ember__alerts_t *alerts;
@@ -96,9 +101,9 @@ struct ember__collector {
   ember__notify_t *notify;
   ember__notify_opts_t notify_opts;
   /* dlq also carries the session commands (ember.commands). */
-  rd_kafka_t *consumer, *dlq, *targets, *events;
-  pthread_t ingest_thread, registry_thread, events_thread;
-  bool ingest_started, registry_started, events_started;
+  rd_kafka_t *consumer, *dlq, *events;
+  pthread_t ingest_thread, events_thread;
+  bool ingest_started, events_started;
   atomic_bool stop;
 
   size_t batch_max, batch_max_bytes;
@@ -570,28 +575,50 @@ static void *ingest_main(void *arg) {
   return NULL;
 }
 
-/* ---- registry thread ------------------------------------------------- */
+/* ---- registry: ember.targets followed whole (follow.h) ----------------- */
 
-static void *registry_main(void *arg) {
-  ember__collector_t *c = arg;
-  while (!atomic_load(&c->stop)) {
-    rd_kafka_message_t *m = rd_kafka_consumer_poll(c->targets, 200);
-    if (m == NULL) continue;
-    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-      char err[256] = "";
-      ember_metric_add(c->m.target_messages, 1);
-      if (ember__registry_apply(c->registry, m->key, m->key_len, m->payload, m->len, err,
-                                sizeof err) != 0) {
-        ember_metric_add(c->m.target_errors, 1);
-        EMBER_WARN_LIMITED("collector", "skipped target %s[%" PRId32 "]@%" PRId64 ": %s",
-                           rd_kafka_topic_name(m->rkt), m->partition, m->offset, err);
-      }
-    } else {
-      EMBER_WARN_LIMITED("collector", "targets consumer: %s", rd_kafka_message_errstr(m));
-    }
-    rd_kafka_message_destroy(m);
-  }
-  return NULL;
+static int registry_apply(void *ctx, const rd_kafka_message_t *m, char *err, size_t n) {
+  ember__collector_t *c = ctx;
+  return ember__registry_apply(c->registry, m->key, m->key_len, m->payload, m->len, err, n);
+}
+
+static int start_registry(ember__collector_t *c, char *err, size_t n) {
+  ember__follow_opts_t fo = {.kafka = c->kafka,
+                             .topic = EMBER_TOPIC_TARGETS,
+                             .group_prefix = "ember-registry",
+                             .what = "target",
+                             .apply = registry_apply,
+                             .ctx = c,
+                             .messages = c->m.target_messages,
+                             .errors = c->m.target_errors};
+  return ember__follow_start(&fo, &c->registry_follow, err, n);
+}
+
+/* ---- fleet: announcements and peers (fleet.h) -------------------------- */
+
+/* TODO(issue 13): this collector's runs from the store, through
+ * ember_store_runs (being added to store.h): each ember_store_run_t maps
+ * field for field onto an ember_collector_run_t. Until then it announces
+ * none. */
+static int collector_runs(void *ctx, ember_collector_run_t **out, size_t *count) {
+  (void)ctx;
+  *out = NULL;
+  *count = 0;
+  return 0;
+}
+
+/* Once the API's port is known: the defaults of collector_id and
+ * fleet.advertise_url are made from it. */
+static int start_fleet(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
+  ember__fleet_opts_t fo = {.kafka = c->kafka,
+                            .producer = c->dlq,
+                            .consumer = c->consumer,
+                            .group_id = ember_config_get_str(cfg, "group_id", "ember-collector"),
+                            .runs = collector_runs,
+                            .runs_ctx = c};
+  int rc = ember__fleet_read_config(cfg, ember__api_port(c->api), &fo.config, err, n);
+  if (rc == 0) rc = ember__fleet_start(c->fleet, &fo, err, n);
+  return rc;
 }
 
 /* ---- sessions thread ------------------------------------------------- */
@@ -806,18 +833,6 @@ static int make_consumers(ember__collector_t *c, const ember_config_t *cfg, char
   rc = ember_kafka_consumer_new(c->kafka, group, conf, profiles, 1, &c->consumer, err, n);
   if (rc != 0) return rc;
 
-  /* The registry reads every partition of ember.targets from the start in
-   * a group of its own: each collector needs the whole registry. Nothing is
-   * ever committed for it. */
-  char rgroup[160];
-  char host[64] = "host";
-  gethostname(host, sizeof host - 1);
-  snprintf(rgroup, sizeof rgroup, "ember-registry.%s.%d.%lld", host, (int)getpid(),
-           (long long)(ember_time_now_ns() / 1000000));
-  const char *targets[] = {EMBER_TOPIC_TARGETS};
-  rc = ember_kafka_consumer_new(c->kafka, rgroup, NULL, targets, 1, &c->targets, err, n);
-  if (rc != 0) return rc;
-
   rd_kafka_conf_t *pconf = NULL;
   rc = ember_kafka_producer_conf(c->kafka, &pconf, err, n);
   if (rc != 0) return rc;
@@ -833,6 +848,8 @@ static int make_consumers(ember__collector_t *c, const ember_config_t *cfg, char
    * instead of at "latest", which would skip the DONE events produced
    * meanwhile (a session then expired with its result stored; seen with a
    * 10 s broker stall in CI beside CPU hogs). */
+  char host[64] = "host";
+  gethostname(host, sizeof host - 1);
   char egroup[160];
   snprintf(egroup, sizeof egroup, "ember-events.%s.%d.%lld", host, (int)getpid(),
            (long long)(ember_time_now_ns() / 1000000));
@@ -865,6 +882,9 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
   if (rc == 0) rc = ember_metrics_new(&c->metrics);
   if (rc == 0) {
     register_metrics(c);
+    rc = ember__fleet_new(c->metrics, &c->fleet);
+  }
+  if (rc == 0) {
     if (kafka == NULL) {
       rc = ember_kafka_new(cfg, &c->kafka, errbuf, errbuf_size);
       c->own_kafka = rc == 0;
@@ -890,6 +910,7 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
                             .registry = c->registry,
                             .sessions = c->sessions,
                             .alerts = c->alerts,
+                            .fleet = c->fleet,
                             .ready = collector_ready,
                             .ready_ctx = c};
     rc = ember__api_read_config(cfg, &ao, errbuf, errbuf_size);
@@ -899,11 +920,12 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
                  ember__api_port(c->api), ao.token && *ao.token ? ", token required" : "");
   }
   if (rc == 0) rc = start_notify(c, cfg, errbuf, errbuf_size);
+  if (rc == 0) rc = start_registry(c, errbuf, errbuf_size);
+  if (rc == 0) rc = start_fleet(c, cfg, errbuf, errbuf_size);
   if (rc == 0) {
     c->ingest_started = pthread_create(&c->ingest_thread, NULL, ingest_main, c) == 0;
-    c->registry_started = pthread_create(&c->registry_thread, NULL, registry_main, c) == 0;
     c->events_started = pthread_create(&c->events_thread, NULL, events_main, c) == 0;
-    if (!c->ingest_started || !c->registry_started || !c->events_started) {
+    if (!c->ingest_started || !c->events_started) {
       snprintf(errbuf, errbuf_size, "cannot start the collector's threads");
       rc = -EAGAIN;
     }
@@ -932,16 +954,15 @@ void ember__collector_stop(ember__collector_t *c) {
   ember__alerts_free(c->alerts);
   atomic_store(&c->stop, true);
   if (c->ingest_started) pthread_join(c->ingest_thread, NULL);
-  if (c->registry_started) pthread_join(c->registry_thread, NULL);
+  /* The last batch is stored: the last record says so, while the ingest
+   * consumer (whose assignment the fleet reads) still exists. */
+  ember__fleet_stop(c->fleet, 5000);
+  ember__follow_stop(c->registry_follow);
   if (c->events_started) pthread_join(c->events_thread, NULL);
   if (c->consumer != NULL) {
     /* Leaves the group; the revoke callback finds the batch already empty. */
     rd_kafka_consumer_close(c->consumer);
     rd_kafka_destroy(c->consumer);
-  }
-  if (c->targets != NULL) {
-    rd_kafka_consumer_close(c->targets);
-    rd_kafka_destroy(c->targets);
   }
   if (c->events != NULL) {
     rd_kafka_consumer_close(c->events);
@@ -956,6 +977,7 @@ void ember__collector_stop(ember__collector_t *c) {
   ember_store_close(c->store);
   if (c->own_kafka) ember_kafka_free(c->kafka);
   ember__csessions_free(c->sessions);
+  ember__fleet_free(c->fleet);
   ember__registry_free(c->registry);
   ember_metrics_free(c->metrics);
   EMBER_INFO("collector", "stopped");
