@@ -2,8 +2,8 @@
  * token, /healthz, /metrics and the dashboard's files, served through
  * Ember's HTTP layer (src/http.h), which owns the daemon, the connections
  * and the responses. The endpoints of docs/api.md are in the handler files
- * (api_series.c, api_profiles.c, api_sessions.c), which share the request
- * helpers of api_req.h. */
+ * (api_series.c, api_profiles.c, api_sessions.c, api_alerts.c,
+ * api_fleet.c), which share the request helpers of api_req.h. */
 #include <errno.h>
 #include <stdlib.h>
 #include <stdbool.h>
@@ -83,6 +83,7 @@ static const ember__api_route_t *const route_tables[] = {
     ember__api_profile_routes,
     ember__api_session_routes,
     ember__api_alert_routes,
+    ember__api_fleet_routes,
 };
 
 /* The route of `url` and, in *rest, what follows its path; NULL if none. */
@@ -296,6 +297,8 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
   api->env.registry = opts->registry;
   api->env.sessions = opts->sessions;
   api->env.alerts = opts->alerts;
+  api->env.fleet = opts->fleet;
+  api->env.fleetq = opts->fleetq;
   api->ready = opts->ready;
   api->ready_ctx = opts->ready_ctx;
   api->env.max_response = opts->max_response ? opts->max_response : EMBER__HTTP_DEFAULT_RESPONSE;

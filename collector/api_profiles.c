@@ -44,7 +44,7 @@ static int fleet_merge(void *ctx, const ember_store_selector_t *sel, int64_t fro
                        ember_value_type_t vt, ember_profile_t **out) {
   ember__req_t *r = ctx;
   char partial[sizeof r->partial];
-  int rc = ember__fleetq_merge(r->env->fleet, r->env->store, sel, from_ns, to_ns, vt, out, partial,
+  int rc = ember__fleetq_merge(r->env->fleetq, r->env->store, sel, from_ns, to_ns, vt, out, partial,
                                sizeof partial);
   if (rc == 0) ember__req_partial(r, partial);
   return rc;

@@ -1,5 +1,5 @@
 /* The contract between the API's HTTP layer (api.c) and its handler files
- * (api_series.c, api_profiles.c, api_sessions.c, ...): the request a
+ * (api_series.c, api_profiles.c, api_sessions.c, api_fleet.c, ...): the request a
  * handler gets, the helpers every handler uses to check parameters and
  * bodies and to answer (JSON or an error sentence), and the route tables
  * each handler file provides.
@@ -46,9 +46,10 @@ typedef struct ember__api_env {
   ember__registry_t *registry;  /* NULL: /api/v1/targets answers an empty list */
   ember__csessions_t *sessions; /* NULL: session routes answer 503 */
   struct ember__alerts *alerts; /* NULL: rule and alert routes answer 503 */
+  struct ember__fleet *fleet;   /* NULL: /api/v1/collectors answers an empty list */
   /* NULL: this store alone; else queries without local=1 answer for the
    * whole fleet (fleetq.h). */
-  const struct ember__fleetq *fleet;
+  const struct ember__fleetq *fleetq;
   size_t max_response;
 } ember__api_env_t;
 
@@ -111,6 +112,7 @@ extern const ember__api_route_t ember__api_series_routes[];
 extern const ember__api_route_t ember__api_profile_routes[];
 extern const ember__api_route_t ember__api_session_routes[];
 extern const ember__api_route_t ember__api_alert_routes[];
+extern const ember__api_route_t ember__api_fleet_routes[];
 
 /* ------------------------------------------------------------ errors -- */
 
@@ -187,7 +189,7 @@ void ember__req_partial(ember__req_t *r, const char *what);
 /* Should this request be answered for the fleet (a fleet is configured and
  * the request is not a peer's local=1)? */
 static inline bool ember__req_fleet(const ember__req_t *r) {
-  return r->env->fleet != NULL && !r->local;
+  return r->env->fleetq != NULL && !r->local;
 }
 
 /* Nanoseconds to milliseconds, rounding down (also below zero). */

@@ -107,7 +107,7 @@ static unsigned get_series_list(ember__req_t *r, const ember_store_selector_t *s
   int rc;
   if (ember__req_fleet(r)) {
     char partial[sizeof r->partial];
-    rc = ember__fleetq_series(r->env->fleet, r->env->store, sel, from, to, s, n, partial,
+    rc = ember__fleetq_series(r->env->fleetq, r->env->store, sel, from, to, s, n, partial,
                               sizeof partial);
     if (rc == 0) ember__req_partial(r, partial);
   } else {
@@ -343,7 +343,7 @@ static unsigned h_timeline(ember__req_t *r) {
   int rc;
   if (ember__req_fleet(r)) {
     char partial[sizeof r->partial];
-    rc = ember__fleetq_timelines(r->env->fleet, r->env->store, &sel, from, to, step,
+    rc = ember__fleetq_timelines(r->env->fleetq, r->env->store, &sel, from, to, step,
                                  TIMELINE_MAX_CELLS, &tl, partial, sizeof partial);
     if (rc == 0) ember__req_partial(r, partial);
   } else {

@@ -24,13 +24,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
+
 #include "alerts.h"
 #include "api.h"
 #include "collector.h"
+#include "fleet.h"
+#include "follow.h"
 #include "health.h"
 #include "notify.h"
 #include "sessions.h"
 #include "shards.h"
+#include "fleetq.h"
 #include "ember/codec.h"
 #include "ember/log.h"
 #include "ember/metrics.h"
@@ -41,7 +46,7 @@
 const char *const ember__collector_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                     "data_dir",
                                                     "group_id",
-                                                    "collector_id",
+                                                    "fleet.peer_timeout",
                                                     "store.map_size",
                                                     "store.max_size",
                                                     "store.sync",
@@ -58,6 +63,7 @@ const char *const ember__collector_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                     EMBER__CSESSION_CONFIG_KEYS,
                                                     EMBER__ALERTS_CONFIG_KEYS,
                                                     "alerts.dashboard_url",
+                                                    EMBER__FLEET_CONFIG_KEYS,
                                                     NULL};
 
 /* One consumed message and what became of it. */
@@ -92,7 +98,12 @@ struct ember__collector {
   metrics_set_t m;
   ember__api_t *api;
   ember__registry_t *registry;
+  ember__follow_t *registry_follow; /* ember.targets -> registry */
+  ember__fleet_t *fleet;            /* ember.collectors: announcements and peers */
   ember__shards_t *shards;
+  ember__fleetq_t fleetq; /* fleet queries over the fleet's peer table */
+  char *token;            /* api.token, sent to peers */
+  bool curl_inited;
   int fault_kill_after, fault_batches; /* EMBER_TEST_FAULT=kill_after_store:N */
   ember__csessions_t *sessions;
   ember__csessions_opts_t session_opts;
@@ -101,9 +112,9 @@ struct ember__collector {
   ember__notify_t *notify;
   ember__notify_opts_t notify_opts;
   /* dlq also carries the session commands (ember.commands). */
-  rd_kafka_t *consumer, *dlq, *targets, *events;
-  pthread_t ingest_thread, registry_thread, events_thread;
-  bool ingest_started, registry_started, events_started;
+  rd_kafka_t *consumer, *dlq, *events;
+  pthread_t ingest_thread, events_thread;
+  bool ingest_started, events_started;
   atomic_bool stop;
 
   size_t batch_max, batch_max_bytes;
@@ -608,28 +619,112 @@ static void *ingest_main(void *arg) {
   return NULL;
 }
 
-/* ---- registry thread ------------------------------------------------- */
+/* ---- registry: ember.targets followed whole (follow.h) ----------------- */
 
-static void *registry_main(void *arg) {
-  ember__collector_t *c = arg;
-  while (!atomic_load(&c->stop)) {
-    rd_kafka_message_t *m = rd_kafka_consumer_poll(c->targets, 200);
-    if (m == NULL) continue;
-    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-      char err[256] = "";
-      ember_metric_add(c->m.target_messages, 1);
-      if (ember__registry_apply(c->registry, m->key, m->key_len, m->payload, m->len, err,
-                                sizeof err) != 0) {
-        ember_metric_add(c->m.target_errors, 1);
-        EMBER_WARN_LIMITED("collector", "skipped target %s[%" PRId32 "]@%" PRId64 ": %s",
-                           rd_kafka_topic_name(m->rkt), m->partition, m->offset, err);
-      }
-    } else {
-      EMBER_WARN_LIMITED("collector", "targets consumer: %s", rd_kafka_message_errstr(m));
+static int registry_apply(void *ctx, const rd_kafka_message_t *m, char *err, size_t n) {
+  ember__collector_t *c = ctx;
+  return ember__registry_apply(c->registry, m->key, m->key_len, m->payload, m->len, err, n);
+}
+
+static int start_registry(ember__collector_t *c, char *err, size_t n) {
+  ember__follow_opts_t fo = {.kafka = c->kafka,
+                             .topic = EMBER_TOPIC_TARGETS,
+                             .group_prefix = "ember-registry",
+                             .what = "target",
+                             .apply = registry_apply,
+                             .ctx = c,
+                             .messages = c->m.target_messages,
+                             .errors = c->m.target_errors};
+  return ember__follow_start(&fo, &c->registry_follow, err, n);
+}
+
+/* ---- fleet: announcements and peers (fleet.h) -------------------------- */
+
+/* TODO(issue 13): this collector's runs from the store, through
+ * ember_store_runs (being added to store.h): each ember_store_run_t maps
+ * field for field onto an ember_collector_run_t. Until then it announces
+ * none. */
+/* Apply the shards' rule (shards.h) to this store's pending windows
+ * against the runs the other members of this collector's group announce
+ * (another group's copies are replicas, not duplicates). */
+static void reconcile(ember__collector_t *c) {
+  ember__peer_t *peers = NULL;
+  size_t np = 0, nr = 0;
+  if (ember__fleet_list(c->fleet, ember_time_now_ns(), &peers, &np) != 0) return;
+  const char *group = NULL;
+  for (size_t i = 0; i < np && group == NULL; i++)
+    if (peers[i].self) group = peers[i].info.group_id;
+  for (size_t i = 0; i < np; i++)
+    if (!peers[i].self && group != NULL && strcmp(peers[i].info.group_id, group) == 0)
+      nr += peers[i].info.nruns;
+  ember__foreign_run_t *fr = nr ? ember_malloc(nr * sizeof *fr) : NULL;
+  size_t k = 0;
+  for (size_t i = 0; fr != NULL && i < np; i++) {
+    if (peers[i].self || strcmp(peers[i].info.group_id, group) != 0) continue;
+    for (size_t j = 0; j < peers[i].info.nruns; j++) {
+      const ember_collector_run_t *r = &peers[i].info.runs[j];
+      fr[k++] = (ember__foreign_run_t){.collector = peers[i].info.id,
+                                       .partition = r->partition,
+                                       .start = r->start,
+                                       .stored_end = r->stored_end,
+                                       .committed = r->committed,
+                                       .started_ns = r->started_ns};
     }
-    rd_kafka_message_destroy(m);
   }
-  return NULL;
+  uint64_t undone = 0;
+  int rc = k > 0 ? ember__shards_reconcile(c->shards, fr, k, &undone) : 0;
+  if (rc != 0)
+    EMBER_WARN_LIMITED("collector", "cannot undo this store's copies of other collectors' "
+                                    "windows: %s (tried again at the next announcement)",
+                       ember_store_strerror(rc));
+  ember_free(fr);
+  ember__peers_list_free(peers, np);
+}
+
+/* The fleet's runs callback, on its thread once per announcement: first
+ * the rule against what the peers announced, then this store's runs. */
+static int collector_runs(void *ctx, ember_collector_run_t **out, size_t *count) {
+  ember__collector_t *c = ctx;
+  *out = NULL;
+  *count = 0;
+  reconcile(c);
+  ember_store_run_t *runs = NULL;
+  size_t n = 0;
+  int rc = ember_store_runs(c->store, &runs, &n);
+  if (rc != 0) return rc;
+  ember_collector_run_t *v = n ? ember_malloc(n * sizeof *v) : NULL;
+  if (n > 0 && v == NULL) rc = -ENOMEM;
+  for (size_t i = 0; rc == 0 && i < n; i++)
+    v[i] = (ember_collector_run_t){.partition = runs[i].partition,
+                                   .start = runs[i].start,
+                                   .stored_end = runs[i].stored_end,
+                                   .committed = runs[i].committed,
+                                   .started_ns = runs[i].started_ns,
+                                   .tmin_ns = runs[i].tmin_ns,
+                                   .tmax_ns = runs[i].tmax_ns,
+                                   .windows = runs[i].windows,
+                                   .pending = runs[i].pending};
+  ember_store_runs_free(runs);
+  if (rc != 0) return rc;
+  *out = v;
+  *count = n;
+  return 0;
+}
+
+/* Once the API's port is known: the defaults of collector_id and
+ * fleet.advertise_url are made from it. */
+static int start_fleet(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
+  ember__fleet_opts_t fo = {.kafka = c->kafka,
+                            .producer = c->dlq,
+                            .consumer = c->consumer,
+                            .group_id = ember_config_get_str(cfg, "group_id", "ember-collector"),
+                            .runs = collector_runs,
+                            .runs_ctx = c};
+  int rc = ember__fleet_read_config(cfg, ember__api_port(c->api), &fo.config, err, n);
+  /* The shards before the fleet's thread, which calls collector_runs. */
+  if (rc == 0) rc = start_shards(c, fo.config.id, err, n);
+  if (rc == 0) rc = ember__fleet_start(c->fleet, &fo, err, n);
+  return rc;
 }
 
 /* ---- sessions thread ------------------------------------------------- */
@@ -787,18 +882,32 @@ static int start_notify(ember__collector_t *c, const ember_config_t *cfg, char *
   return rc;
 }
 
-/* This collector's id (`collector_id`, default "HOST:API-PORT"), the
- * shards, and the test-only fault hook. */
-static int start_shards(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
-  char id[320];
-  const char *cid = ember_config_get(cfg, "collector_id");
-  if (cid != NULL && *cid != '\0') {
-    snprintf(id, sizeof id, "%s", cid);
-  } else {
-    char host[256] = "localhost";
-    gethostname(host, sizeof host - 1);
-    snprintf(id, sizeof id, "%s:%u", host, ember__api_port(c->api));
+/* Fleet queries (fleetq.h) over the fleet's peer table: made before the
+ * API, which answers through them. */
+static int init_fleetq(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
+  int64_t timeout = 5 * NS_PER_S;
+  const char *v = ember_config_get(cfg, "fleet.peer_timeout");
+  if (v != NULL && (ember_parse_duration_ns(v, NS_PER_S, &timeout) != 0 ||
+                    timeout < 100 * 1000000LL || timeout > 600 * NS_PER_S)) {
+    snprintf(err, n, "fleet.peer_timeout: \"%.64s\" is not a duration from 100ms to 10m", v);
+    return EMBER_ECONFIG;
   }
+  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    snprintf(err, n, "cannot initialise libcurl");
+    return -ENOMEM;
+  }
+  c->curl_inited = true;
+  const char *token = ember_config_get(cfg, "api.token");
+  if (token != NULL && *token != '\0' && (c->token = ember_strdup(token)) == NULL) return -ENOMEM;
+  c->fleetq.o = (ember__fleetq_opts_t){.peers = ember__fleet_peers(c->fleet),
+                                       .token = c->token,
+                                       .timeout_ms = (int)(timeout / 1000000),
+                                       .max_body = (size_t)1 << 30};
+  return 0;
+}
+
+/* The shards under this collector's id, and the test-only fault hook. */
+static int start_shards(ember__collector_t *c, const char *id, char *err, size_t n) {
   int rc = ember__shards_new(c->store, c->metrics, id, &c->shards);
   if (rc != 0) {
     snprintf(err, n, "out of memory");
@@ -878,18 +987,6 @@ static int make_consumers(ember__collector_t *c, const ember_config_t *cfg, char
   rc = ember_kafka_consumer_new(c->kafka, group, conf, profiles, 1, &c->consumer, err, n);
   if (rc != 0) return rc;
 
-  /* The registry reads every partition of ember.targets from the start in
-   * a group of its own: each collector needs the whole registry. Nothing is
-   * ever committed for it. */
-  char rgroup[160];
-  char host[64] = "host";
-  gethostname(host, sizeof host - 1);
-  snprintf(rgroup, sizeof rgroup, "ember-registry.%s.%d.%lld", host, (int)getpid(),
-           (long long)(ember_time_now_ns() / 1000000));
-  const char *targets[] = {EMBER_TOPIC_TARGETS};
-  rc = ember_kafka_consumer_new(c->kafka, rgroup, NULL, targets, 1, &c->targets, err, n);
-  if (rc != 0) return rc;
-
   rd_kafka_conf_t *pconf = NULL;
   rc = ember_kafka_producer_conf(c->kafka, &pconf, err, n);
   if (rc != 0) return rc;
@@ -905,6 +1002,8 @@ static int make_consumers(ember__collector_t *c, const ember_config_t *cfg, char
    * instead of at "latest", which would skip the DONE events produced
    * meanwhile (a session then expired with its result stored; seen with a
    * 10 s broker stall in CI beside CPU hogs). */
+  char host[64] = "host";
+  gethostname(host, sizeof host - 1);
   char egroup[160];
   snprintf(egroup, sizeof egroup, "ember-events.%s.%d.%lld", host, (int)getpid(),
            (long long)(ember_time_now_ns() / 1000000));
@@ -937,6 +1036,10 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
   if (rc == 0) rc = ember_metrics_new(&c->metrics);
   if (rc == 0) {
     register_metrics(c);
+    rc = ember__fleet_new(c->metrics, &c->fleet);
+  }
+  if (rc == 0) rc = init_fleetq(c, cfg, errbuf, errbuf_size);
+  if (rc == 0) {
     if (kafka == NULL) {
       rc = ember_kafka_new(cfg, &c->kafka, errbuf, errbuf_size);
       c->own_kafka = rc == 0;
@@ -962,6 +1065,8 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
                             .registry = c->registry,
                             .sessions = c->sessions,
                             .alerts = c->alerts,
+                            .fleet = c->fleet,
+                            .fleetq = &c->fleetq,
                             .ready = collector_ready,
                             .ready_ctx = c};
     rc = ember__api_read_config(cfg, &ao, errbuf, errbuf_size);
@@ -971,12 +1076,12 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
                  ember__api_port(c->api), ao.token && *ao.token ? ", token required" : "");
   }
   if (rc == 0) rc = start_notify(c, cfg, errbuf, errbuf_size);
-  if (rc == 0) rc = start_shards(c, cfg, errbuf, errbuf_size);
+  if (rc == 0) rc = start_registry(c, errbuf, errbuf_size);
+  if (rc == 0) rc = start_fleet(c, cfg, errbuf, errbuf_size);
   if (rc == 0) {
     c->ingest_started = pthread_create(&c->ingest_thread, NULL, ingest_main, c) == 0;
-    c->registry_started = pthread_create(&c->registry_thread, NULL, registry_main, c) == 0;
     c->events_started = pthread_create(&c->events_thread, NULL, events_main, c) == 0;
-    if (!c->ingest_started || !c->registry_started || !c->events_started) {
+    if (!c->ingest_started || !c->events_started) {
       snprintf(errbuf, errbuf_size, "cannot start the collector's threads");
       rc = -EAGAIN;
     }
@@ -1005,16 +1110,15 @@ void ember__collector_stop(ember__collector_t *c) {
   ember__alerts_free(c->alerts);
   atomic_store(&c->stop, true);
   if (c->ingest_started) pthread_join(c->ingest_thread, NULL);
-  if (c->registry_started) pthread_join(c->registry_thread, NULL);
+  /* The last batch is stored: the last record says so, while the ingest
+   * consumer (whose assignment the fleet reads) still exists. */
+  ember__fleet_stop(c->fleet, 5000);
+  ember__follow_stop(c->registry_follow);
   if (c->events_started) pthread_join(c->events_thread, NULL);
   if (c->consumer != NULL) {
     /* Leaves the group; the revoke callback finds the batch already empty. */
     rd_kafka_consumer_close(c->consumer);
     rd_kafka_destroy(c->consumer);
-  }
-  if (c->targets != NULL) {
-    rd_kafka_consumer_close(c->targets);
-    rd_kafka_destroy(c->targets);
   }
   if (c->events != NULL) {
     rd_kafka_consumer_close(c->events);
@@ -1029,6 +1133,9 @@ void ember__collector_stop(ember__collector_t *c) {
   ember_store_close(c->store);
   if (c->own_kafka) ember_kafka_free(c->kafka);
   ember__csessions_free(c->sessions);
+  ember__fleet_free(c->fleet);
+  ember_free(c->token);
+  if (c->curl_inited) curl_global_cleanup();
   ember__registry_free(c->registry);
   ember__shards_free(c->shards);
   ember_metrics_free(c->metrics);

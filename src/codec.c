@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "codec_internal.h"
 #include "ember.pb-c.h"
 #include "ember/codec.h"
 #include "htab.h"
@@ -263,6 +264,7 @@ cleanup:
 
 /* --- decoding --- */
 
+/* Every decoder's allocator (codec_internal.h). */
 static void *pb_alloc(void *data, size_t size) {
   (void)data;
   return ember_malloc(size);
@@ -273,7 +275,7 @@ static void pb_free(void *data, void *p) {
   ember_free(p);
 }
 
-static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
+ProtobufCAllocator ember__codec_pb_allocator = {pb_alloc, pb_free, NULL};
 
 /* Decoding allocates one block per sub-message, repeated field and string
  * (thousands per window), and frees them all together: a bump arena per
@@ -324,8 +326,7 @@ static void arena_release(arena_t *a) {
   }
 }
 
-__attribute__((format(printf, 4, 5))) static int fail(int rc, char *errbuf, size_t errbuf_size,
-                                                      const char *fmt, ...) {
+int ember__codec_fail(int rc, char *errbuf, size_t errbuf_size, const char *fmt, ...) {
   if (errbuf != NULL && errbuf_size > 0) {
     va_list ap;
     va_start(ap, fmt);
@@ -339,10 +340,11 @@ static int check_text_len(const char *s, const char *what, size_t idx, size_t *l
                           size_t errbuf_size) {
   size_t n = strlen(s);
   if (n > EMBER_MAX_STRING)
-    return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "%s %zu: %zu bytes (at most %u)", what, idx, n,
-                EMBER_MAX_STRING);
+    return ember__codec_fail(EMBER_ETOOBIG, errbuf, errbuf_size, "%s %zu: %zu bytes (at most %u)",
+                             what, idx, n, EMBER_MAX_STRING);
   if (!ember__utf8_valid(s, n))
-    return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "%s %zu: not valid UTF-8", what, idx);
+    return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size, "%s %zu: not valid UTF-8", what,
+                             idx);
   *len = n;
   return 0;
 }
@@ -356,8 +358,9 @@ static int check_text(const char *s, const char *what, size_t idx, char *errbuf,
 static int check_str_index(uint32_t idx, size_t nstrings, const char *what, size_t i, char *errbuf,
                            size_t errbuf_size) {
   if (idx < nstrings || idx == 0) return 0;
-  return fail(EMBER_ECORRUPT, errbuf, errbuf_size,
-              "%s %zu: string index %u out of range (have %zu strings)", what, i, idx, nstrings);
+  return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                           "%s %zu: string index %u out of range (have %zu strings)", what, i, idx,
+                           nstrings);
 }
 
 /* Validate everything in `m` that building a profile relies on. The
@@ -367,29 +370,30 @@ static int validate(const wire_profile_t *m, const ember_codec_limits_t *lim, ui
                     char *errbuf, size_t errbuf_size) {
   int rc;
   if (m->version == 0 || m->version > EMBER_WIRE_VERSION)
-    return fail(EMBER_EVERSION, errbuf, errbuf_size,
-                "schema version %u is not supported (this build reads 1 to %u)", m->version,
-                EMBER_WIRE_VERSION);
+    return ember__codec_fail(EMBER_EVERSION, errbuf, errbuf_size,
+                             "schema version %u is not supported (this build reads 1 to %u)",
+                             m->version, EMBER_WIRE_VERSION);
   if (m->end_mark != EMBER__WIRE__V1__CONSTANTS__END_MARK)
-    return fail(EMBER_ECORRUPT, errbuf, errbuf_size,
-                "message is truncated or not an Ember profile (no end mark)");
+    return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                             "message is truncated or not an Ember profile (no end mark)");
   if (m->window_end_ns < m->window_start_ns)
-    return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "window ends (%lld) before it starts (%lld)",
-                (long long)m->window_end_ns, (long long)m->window_start_ns);
+    return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                             "window ends (%lld) before it starts (%lld)",
+                             (long long)m->window_end_ns, (long long)m->window_start_ns);
   if (m->period_ns < 0)
-    return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "negative sampling period %lld",
-                (long long)m->period_ns);
+    return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size, "negative sampling period %lld",
+                             (long long)m->period_ns);
   if (m->n_value_types == 0 || m->n_value_types > EMBER_MAX_VALUE_TYPES)
-    return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "%zu value types (need 1 to %d)",
-                m->n_value_types, EMBER_MAX_VALUE_TYPES);
+    return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size, "%zu value types (need 1 to %d)",
+                             m->n_value_types, EMBER_MAX_VALUE_TYPES);
   for (size_t i = 0; i < m->n_value_types; i++) {
     if (ember_value_type_name((ember_value_type_t)m->value_types[i]) == NULL)
-      return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "value type %zu: unknown type %d", i,
-                  (int)m->value_types[i]);
+      return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                               "value type %zu: unknown type %d", i, (int)m->value_types[i]);
     for (size_t j = 0; j < i; j++) {
       if (m->value_types[j] == m->value_types[i])
-        return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "value type %zu repeats type %d", i,
-                    (int)m->value_types[i]);
+        return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                                 "value type %zu repeats type %d", i, (int)m->value_types[i]);
     }
   }
   const char *texts[] = {m->agent_id, m->session_id};
@@ -406,10 +410,10 @@ static int validate(const wire_profile_t *m, const ember_codec_limits_t *lim, ui
   }
 
   if (m->n_strings > lim->max_strings)
-    return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "%zu strings (at most %zu)", m->n_strings,
-                lim->max_strings);
+    return ember__codec_fail(EMBER_ETOOBIG, errbuf, errbuf_size, "%zu strings (at most %zu)",
+                             m->n_strings, lim->max_strings);
   if (m->n_strings > 0 && m->strings[0][0] != '\0')
-    return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "string 0 must be empty");
+    return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size, "string 0 must be empty");
   for (size_t i = 0; i < m->n_strings; i++) {
     size_t n;
     if ((rc = check_text_len(m->strings[i], "string", i, &n, errbuf, errbuf_size)) != 0) return rc;
@@ -430,45 +434,47 @@ static int validate(const wire_profile_t *m, const ember_codec_limits_t *lim, ui
       return rc;
   }
   if (m->n_locations > lim->max_locations)
-    return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "%zu locations (at most %zu)", m->n_locations,
-                lim->max_locations);
+    return ember__codec_fail(EMBER_ETOOBIG, errbuf, errbuf_size, "%zu locations (at most %zu)",
+                             m->n_locations, lim->max_locations);
   for (size_t i = 0; i < m->n_locations; i++) {
     const wire_location_t *l = m->locations[i];
     if (l->function > m->n_functions)
-      return fail(EMBER_ECORRUPT, errbuf, errbuf_size,
-                  "location %zu: function %u out of range (have %zu functions)", i, l->function,
-                  m->n_functions);
+      return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                               "location %zu: function %u out of range (have %zu functions)", i,
+                               l->function, m->n_functions);
     if (l->module > m->n_modules)
-      return fail(EMBER_ECORRUPT, errbuf, errbuf_size,
-                  "location %zu: module %u out of range (have %zu modules)", i, l->module,
-                  m->n_modules);
+      return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                               "location %zu: module %u out of range (have %zu modules)", i,
+                               l->module, m->n_modules);
     if ((unsigned)l->kind > EMBER_FRAME_KIND_MAX)
-      return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "location %zu: unknown frame kind %d", i,
-                  (int)l->kind);
+      return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                               "location %zu: unknown frame kind %d", i, (int)l->kind);
   }
   if (m->n_samples > lim->max_samples)
-    return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "%zu samples (at most %zu)", m->n_samples,
-                lim->max_samples);
+    return ember__codec_fail(EMBER_ETOOBIG, errbuf, errbuf_size, "%zu samples (at most %zu)",
+                             m->n_samples, lim->max_samples);
   size_t max_depth =
       lim->max_depth < EMBER_MAX_STACK_DEPTH ? lim->max_depth : EMBER_MAX_STACK_DEPTH;
   for (size_t i = 0; i < m->n_samples; i++) {
     const Ember__Wire__V1__Sample *s = m->samples[i];
     if (s->n_locations == 0 || s->n_locations > max_depth)
-      return fail(s->n_locations ? EMBER_ETOOBIG : EMBER_ECORRUPT, errbuf, errbuf_size,
-                  "sample %zu: stack of %zu frames (need 1 to %zu)", i, s->n_locations, max_depth);
+      return ember__codec_fail(s->n_locations ? EMBER_ETOOBIG : EMBER_ECORRUPT, errbuf, errbuf_size,
+                               "sample %zu: stack of %zu frames (need 1 to %zu)", i, s->n_locations,
+                               max_depth);
     for (size_t j = 0; j < s->n_locations; j++) {
       if (s->locations[j] >= m->n_locations)
-        return fail(EMBER_ECORRUPT, errbuf, errbuf_size,
-                    "sample %zu: location index %u out of range (have %zu locations)", i,
-                    s->locations[j], m->n_locations);
+        return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                                 "sample %zu: location index %u out of range (have %zu locations)",
+                                 i, s->locations[j], m->n_locations);
     }
     if (s->n_values != m->n_value_types)
-      return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "sample %zu: %zu values for %zu value types",
-                  i, s->n_values, m->n_value_types);
+      return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                               "sample %zu: %zu values for %zu value types", i, s->n_values,
+                               m->n_value_types);
     for (size_t j = 0; j < s->n_values; j++) {
       if (s->values[j] < 0)
-        return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "sample %zu: negative value %lld", i,
-                    (long long)s->values[j]);
+        return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                                 "sample %zu: negative value %lld", i, (long long)s->values[j]);
     }
   }
   return 0;
@@ -564,7 +570,8 @@ static int build(const wire_profile_t *m, const uint32_t *lens, arena_t *scratch
     for (size_t j = 0; j < s->n_locations; j++) ids[j] = frame_of[s->locations[j]];
     rc = ember_profile_add_ids(p, ids, s->n_locations, s->values, NULL);
     if (rc == -ERANGE) {
-      rc = fail(EMBER_ECORRUPT, errbuf, errbuf_size, "sample %zu: values overflow 64 bits", i);
+      rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                             "sample %zu: values overflow 64 bits", i);
       goto cleanup;
     }
     if (rc != 0) goto cleanup;
@@ -572,7 +579,7 @@ static int build(const wire_profile_t *m, const uint32_t *lens, arena_t *scratch
   *out = p;
   p = NULL;
 cleanup:
-  if (rc == -ENOMEM) fail(rc, errbuf, errbuf_size, "out of memory while decoding");
+  if (rc == -ENOMEM) ember__codec_fail(rc, errbuf, errbuf_size, "out of memory while decoding");
   ember_profile_free(p);
   return rc;
 }
@@ -586,9 +593,9 @@ int ember_codec_decode(const void *data, size_t len, const ember_codec_limits_t 
     lim = &dflt;
   }
   if (len > lim->max_message)
-    return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "message of %zu bytes (at most %zu)", len,
-                lim->max_message);
-  if (len == 0) return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "empty message");
+    return ember__codec_fail(EMBER_ETOOBIG, errbuf, errbuf_size,
+                             "message of %zu bytes (at most %zu)", len, lim->max_message);
+  if (len == 0) return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size, "empty message");
   /* The decoded message takes about as much memory as its encoding, plus
    * the structs; start there so most windows need one or two chunks. */
   arena_t arena = {.head = NULL, .next_size = len * 2 + 4096};
@@ -596,14 +603,14 @@ int ember_codec_decode(const void *data, size_t len, const ember_codec_limits_t 
   wire_profile_t *m = ember__wire__v1__profile__unpack(&alloc, len, data);
   int rc;
   if (m == NULL) {
-    rc = fail(EMBER_ECORRUPT, errbuf, errbuf_size,
-              "not a valid ember.wire.v1.Profile message (%zu bytes)", len);
+    rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                           "not a valid ember.wire.v1.Profile message (%zu bytes)", len);
   } else {
     /* A table over the limit is refused by validate() before lens is used. */
     bool want = m->n_strings > 0 && m->n_strings <= lim->max_strings;
     uint32_t *lens = want ? arena_alloc(&arena, m->n_strings * sizeof *lens) : NULL;
     if (want && lens == NULL) {
-      rc = fail(-ENOMEM, errbuf, errbuf_size, "out of memory while decoding");
+      rc = ember__codec_fail(-ENOMEM, errbuf, errbuf_size, "out of memory while decoding");
     } else {
       rc = validate(m, lim, lens, errbuf, errbuf_size);
       if (rc == 0) rc = build(m, lens, &arena, out, errbuf, errbuf_size);
@@ -655,10 +662,12 @@ int ember_codec_decode_target(const void *data, size_t len, ember_target_record_
                               char *errbuf, size_t errbuf_size) {
   if ((data == NULL && len > 0) || out == NULL) return -EINVAL;
   if (len > (1u << 20))
-    return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "target record of %zu bytes", len);
-  Ember__Wire__V1__Target *m = ember__wire__v1__target__unpack(&pb_allocator, len, data);
+    return ember__codec_fail(EMBER_ETOOBIG, errbuf, errbuf_size, "target record of %zu bytes", len);
+  Ember__Wire__V1__Target *m =
+      ember__wire__v1__target__unpack(&ember__codec_pb_allocator, len, data);
   if (m == NULL)
-    return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "not a valid ember.wire.v1.Target message");
+    return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                             "not a valid ember.wire.v1.Target message");
   int rc = 0;
   ember_target_record_t t = {0};
   const char *src[] = {m->agent_id, m->host, m->worker, m->worker_version,
@@ -666,8 +675,8 @@ int ember_codec_decode_target(const void *data, size_t len, ember_target_record_
   char **dst[] = {&t.agent_id, &t.host, &t.worker, &t.version,
                   &t.actor,    &t.comm, &t.exe,    &t.build_id};
   if (m->version == 0 || m->version > EMBER_WIRE_VERSION) {
-    rc = fail(EMBER_EVERSION, errbuf, errbuf_size, "target schema version %u is not supported",
-              m->version);
+    rc = ember__codec_fail(EMBER_EVERSION, errbuf, errbuf_size,
+                           "target schema version %u is not supported", m->version);
     goto cleanup;
   }
   for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
@@ -686,7 +695,7 @@ int ember_codec_decode_target(const void *data, size_t len, ember_target_record_
   t = (ember_target_record_t){0};
 cleanup:
   ember_target_record_clear(&t);
-  ember__wire__v1__target__free_unpacked(m, &pb_allocator);
+  ember__wire__v1__target__free_unpacked(m, &ember__codec_pb_allocator);
   return rc;
 }
 
@@ -746,39 +755,43 @@ int ember_codec_decode_command(const void *data, size_t len, ember_command_t *ou
                                size_t errbuf_size) {
   if ((data == NULL && len > 0) || out == NULL) return -EINVAL;
   if (len > (1u << 20))
-    return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "command of %zu bytes", len);
-  Ember__Wire__V1__Command *m = ember__wire__v1__command__unpack(&pb_allocator, len, data);
+    return ember__codec_fail(EMBER_ETOOBIG, errbuf, errbuf_size, "command of %zu bytes", len);
+  Ember__Wire__V1__Command *m =
+      ember__wire__v1__command__unpack(&ember__codec_pb_allocator, len, data);
   if (m == NULL)
-    return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "not a valid ember.wire.v1.Command message");
+    return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                             "not a valid ember.wire.v1.Command message");
   int rc = 0;
   ember_command_t c = {0};
   if (m->version == 0 || m->version > EMBER_WIRE_VERSION) {
-    rc = fail(EMBER_EVERSION, errbuf, errbuf_size, "command schema version %u is not supported",
-              m->version);
+    rc = ember__codec_fail(EMBER_EVERSION, errbuf, errbuf_size,
+                           "command schema version %u is not supported", m->version);
     goto cleanup;
   }
   if (m->kind != EMBER__WIRE__V1__COMMAND__KIND__START &&
       m->kind != EMBER__WIRE__V1__COMMAND__KIND__STOP) {
-    rc = fail(EMBER_ECORRUPT, errbuf, errbuf_size, "command kind %d is unknown", (int)m->kind);
+    rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size, "command kind %d is unknown",
+                           (int)m->kind);
     goto cleanup;
   }
   if (m->kind == EMBER__WIRE__V1__COMMAND__KIND__START &&
       m->type != EMBER__WIRE__V1__COMMAND__PROFILE_TYPE__CPU &&
       m->type != EMBER__WIRE__V1__COMMAND__PROFILE_TYPE__MEMORY) {
-    rc = fail(EMBER_ECORRUPT, errbuf, errbuf_size, "command profile type %d is unknown",
-              (int)m->type);
+    rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                           "command profile type %d is unknown", (int)m->type);
     goto cleanup;
   }
   if (m->n_pids > EMBER_SESSION_MAX_PIDS) {
-    rc = fail(EMBER_ETOOBIG, errbuf, errbuf_size, "command with %zu pids (at most %u)", m->n_pids,
-              EMBER_SESSION_MAX_PIDS);
+    rc = ember__codec_fail(EMBER_ETOOBIG, errbuf, errbuf_size, "command with %zu pids (at most %u)",
+                           m->n_pids, EMBER_SESSION_MAX_PIDS);
     goto cleanup;
   }
   const char *src[] = {m->session_id, m->host, m->worker, m->worker_version, m->actor};
   char **dst[] = {&c.session_id, &c.host, &c.worker, &c.version, &c.actor};
   if ((rc = copy_texts(src, dst, 5, "command field", errbuf, errbuf_size)) != 0) goto cleanup;
   if (c.session_id == NULL || c.host == NULL) {
-    rc = fail(EMBER_ECORRUPT, errbuf, errbuf_size, "a command needs a session id and a host");
+    rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                           "a command needs a session id and a host");
     goto cleanup;
   }
   if (m->n_pids > 0) {
@@ -800,7 +813,7 @@ int ember_codec_decode_command(const void *data, size_t len, ember_command_t *ou
   c = (ember_command_t){0};
 cleanup:
   ember_command_clear(&c);
-  ember__wire__v1__command__free_unpacked(m, &pb_allocator);
+  ember__wire__v1__command__free_unpacked(m, &ember__codec_pb_allocator);
   return rc;
 }
 
@@ -848,27 +861,31 @@ void ember_event_clear(ember_event_t *e) {
 int ember_codec_decode_event(const void *data, size_t len, ember_event_t *out, char *errbuf,
                              size_t errbuf_size) {
   if ((data == NULL && len > 0) || out == NULL) return -EINVAL;
-  if (len > (1u << 20)) return fail(EMBER_ETOOBIG, errbuf, errbuf_size, "event of %zu bytes", len);
-  Ember__Wire__V1__Event *m = ember__wire__v1__event__unpack(&pb_allocator, len, data);
+  if (len > (1u << 20))
+    return ember__codec_fail(EMBER_ETOOBIG, errbuf, errbuf_size, "event of %zu bytes", len);
+  Ember__Wire__V1__Event *m = ember__wire__v1__event__unpack(&ember__codec_pb_allocator, len, data);
   if (m == NULL)
-    return fail(EMBER_ECORRUPT, errbuf, errbuf_size, "not a valid ember.wire.v1.Event message");
+    return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                             "not a valid ember.wire.v1.Event message");
   int rc = 0;
   ember_event_t e = {0};
   if (m->version == 0 || m->version > EMBER_WIRE_VERSION) {
-    rc = fail(EMBER_EVERSION, errbuf, errbuf_size, "event schema version %u is not supported",
-              m->version);
+    rc = ember__codec_fail(EMBER_EVERSION, errbuf, errbuf_size,
+                           "event schema version %u is not supported", m->version);
     goto cleanup;
   }
   if (m->state < EMBER__WIRE__V1__EVENT__STATE__ACCEPTED ||
       m->state > EMBER__WIRE__V1__EVENT__STATE__REJECTED) {
-    rc = fail(EMBER_ECORRUPT, errbuf, errbuf_size, "event state %d is unknown", (int)m->state);
+    rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size, "event state %d is unknown",
+                           (int)m->state);
     goto cleanup;
   }
   const char *src[] = {m->session_id, m->host, m->agent_id, m->message};
   char **dst[] = {&e.session_id, &e.host, &e.agent_id, &e.message};
   if ((rc = copy_texts(src, dst, 4, "event field", errbuf, errbuf_size)) != 0) goto cleanup;
   if (e.session_id == NULL || e.host == NULL) {
-    rc = fail(EMBER_ECORRUPT, errbuf, errbuf_size, "an event needs a session id and a host");
+    rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                           "an event needs a session id and a host");
     goto cleanup;
   }
   e.state = (ember_event_state_t)m->state;
@@ -880,6 +897,6 @@ int ember_codec_decode_event(const void *data, size_t len, ember_event_t *out, c
   e = (ember_event_t){0};
 cleanup:
   ember_event_clear(&e);
-  ember__wire__v1__event__free_unpacked(m, &pb_allocator);
+  ember__wire__v1__event__free_unpacked(m, &ember__codec_pb_allocator);
   return rc;
 }

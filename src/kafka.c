@@ -23,8 +23,9 @@ static const struct {
   const char *name;
   bool compact;
 } ember_topics[] = {
-    {EMBER_TOPIC_PROFILES, false}, {EMBER_TOPIC_PROFILES_DLQ, false}, {EMBER_TOPIC_TARGETS, true},
-    {EMBER_TOPIC_COMMANDS, false}, {EMBER_TOPIC_EVENTS, false},       {EMBER_TOPIC_ALERTS, false},
+    {EMBER_TOPIC_PROFILES, false},  {EMBER_TOPIC_PROFILES_DLQ, false}, {EMBER_TOPIC_TARGETS, true},
+    {EMBER_TOPIC_COMMANDS, false},  {EMBER_TOPIC_EVENTS, false},       {EMBER_TOPIC_ALERTS, false},
+    {EMBER_TOPIC_COLLECTORS, true},
 };
 #define EMBER_NTOPICS (sizeof ember_topics / sizeof ember_topics[0])
 

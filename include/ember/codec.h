@@ -11,6 +11,7 @@
 #ifndef EMBER_CODEC_H
 #define EMBER_CODEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -115,6 +116,64 @@ EMBER_API int ember_codec_decode_event(const void *data, size_t len, ember_event
                                        char *errbuf, size_t errbuf_size);
 EMBER_API void ember_event_clear(ember_event_t *e);
 EMBER_API const char *ember_event_state_name(ember_event_state_t s);
+
+/* A collector's announcement on ember.collectors (CollectorInfo in
+ * src/proto/ember.proto; src/codec_collector.c). */
+#define EMBER_COLLECTOR_MAX_ID          255u              /* bytes of id and group_id */
+#define EMBER_COLLECTOR_MAX_URL         1024u             /* bytes of api_url */
+#define EMBER_COLLECTOR_MAX_RUNS        16384u            /* runs in one record */
+#define EMBER_COLLECTOR_MAX_ASSIGNED    16384u            /* assigned partitions */
+#define EMBER_COLLECTOR_MAX_RECORD      ((size_t)1 << 20) /* bytes of one encoded record */
+#define EMBER_COLLECTOR_MIN_INTERVAL_MS 100u
+#define EMBER_COLLECTOR_MAX_INTERVAL_MS 3600000u
+
+/* One run: what one collector consumed of one partition in one go. */
+typedef struct ember_collector_run {
+  int32_t partition;                    /* >= 0 */
+  int64_t start, stored_end, committed; /* 0 <= start <= stored_end; start <= committed */
+  int64_t started_ns;                   /* >= 0 */
+  int64_t tmin_ns, tmax_ns;             /* tmin <= tmax; 0/0 when no window */
+  uint64_t windows, pending;            /* pending <= windows <= stored_end - start */
+} ember_collector_run_t;
+
+typedef struct ember_collector_info {
+  char *id;             /* required, 1..EMBER_COLLECTOR_MAX_ID bytes */
+  char *group_id;       /* required, 1..EMBER_COLLECTOR_MAX_ID bytes */
+  char *api_url;        /* required: "http://..." or "https://...", no space or control */
+  int64_t started_ns;   /* > 0 */
+  int64_t announced_ns; /* > 0 */
+  uint64_t seq;         /* >= 1 */
+  uint32_t interval_ms; /* EMBER_COLLECTOR_MIN..MAX_INTERVAL_MS */
+  bool stopping;
+  ember_collector_run_t *runs; /* nruns, ascending by (partition, start), no repeat */
+  size_t nruns;
+  int32_t *assigned; /* nassigned partitions, ascending, no repeat, each >= 0 */
+  size_t nassigned;
+} ember_collector_info_t;
+
+/* Check `c` as the decoder does (the list above). Returns 0, or
+ * EMBER_ECORRUPT / EMBER_ETOOBIG with a sentence in errbuf (may be NULL). */
+EMBER_API int ember_codec_check_collector(const ember_collector_info_t *c, char *errbuf,
+                                          size_t errbuf_size);
+/* Append the encoding of `c` to out. Returns 0; -EINVAL when `c` fails
+ * ember_codec_check_collector (call it for the sentence); -ENOMEM, or
+ * EMBER_ETOOBIG past out->max or EMBER_COLLECTOR_MAX_RECORD. */
+EMBER_API int ember_codec_encode_collector(const ember_collector_info_t *c, ember_buf_t *out);
+/* Decode and validate (text UTF-8 and bounded, counts bounded before any
+ * copy, then ember_codec_check_collector). Fills *out only on success: 0,
+ * EMBER_ECORRUPT / EMBER_EVERSION / EMBER_ETOOBIG with a sentence in
+ * errbuf, -ENOMEM. The decoded record owns its strings and arrays: release
+ * with ember_collector_info_clear. */
+EMBER_API int ember_codec_decode_collector(const void *data, size_t len,
+                                           ember_collector_info_t *out, char *errbuf,
+                                           size_t errbuf_size);
+/* Free what a decoded (or ember_collector_info_copy'd) record owns; zeroes
+ * it. NULL is a no-op. */
+EMBER_API void ember_collector_info_clear(ember_collector_info_t *c);
+/* A deep copy of `src` into *dst (owned by the caller: _clear). 0 or
+ * -ENOMEM (*dst untouched). */
+EMBER_API int ember_collector_info_copy(const ember_collector_info_t *src,
+                                        ember_collector_info_t *dst);
 
 #ifdef __cplusplus
 }

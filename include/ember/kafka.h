@@ -49,6 +49,7 @@ extern "C" {
 #define EMBER_TOPIC_COMMANDS     "ember.commands"
 #define EMBER_TOPIC_EVENTS       "ember.events"
 #define EMBER_TOPIC_ALERTS       "ember.alerts"
+#define EMBER_TOPIC_COLLECTORS   "ember.collectors"
 
 /* The config keys this module reads, for ember_config_check() lists. */
 #define EMBER_KAFKA_CONFIG_KEYS "brokers", "client_id", "topic_partitions", "kafka."
@@ -112,8 +113,8 @@ EMBER_API int ember_kafka_check_auth(const ember_kafka_t *k, int timeout_ms, cha
 EMBER_API int ember_kafka_check_startup(const ember_config_t *cfg, int timeout_ms, char *errbuf,
                                         size_t errbuf_size);
 
-/* Create Ember's topics where they do not exist yet (ember.targets
- * compacted, the rest deleted by time), waiting at most timeout_ms. Topics
+/* Create Ember's topics where they do not exist yet (ember.targets and
+ * ember.collectors compacted, the rest deleted by time), waiting at most timeout_ms. Topics
  * that exist are left as they are. Returns 0, EMBER_ETIMEDOUT or
  * EMBER_EKAFKA with the broker's reason in errbuf. */
 EMBER_API int ember_kafka_ensure_topics(const ember_kafka_t *k, int timeout_ms, char *errbuf,

@@ -5,12 +5,14 @@
  * decodes must survive the rest of the pipeline: re-encoding gives a
  * message that decodes to the same totals, and every exporter accepts it.
  * The same bytes also go through the other decoders of messages a daemon
- * reads from Kafka (targets, session commands and events): each must
+ * reads from Kafka (targets, session commands and events, collector
+ * announcements): each must
  * refuse or accept them cleanly, and what it accepts must re-encode to
  * something it accepts again. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ember/codec.h"
 #include "ember/export.h"
@@ -58,6 +60,19 @@ static void other_decoders(const uint8_t *data, size_t size) {
     CHECK(e2.samples == e.samples && e2.state == e.state);
     ember_event_clear(&e2);
     ember_event_clear(&e);
+  }
+  ember_buf_reset(&b);
+  ember_collector_info_t ci;
+  if (ember_codec_decode_collector(data, size, &ci, err, sizeof err) == 0) {
+    /* What a peer's record decodes to passes the encoder's check. */
+    CHECK(ember_codec_check_collector(&ci, NULL, 0) == 0);
+    CHECK(ember_codec_encode_collector(&ci, &b) == 0);
+    ember_collector_info_t ci2;
+    CHECK(ember_codec_decode_collector(b.data, b.len, &ci2, err, sizeof err) == 0);
+    CHECK(ci2.nruns == ci.nruns && ci2.nassigned == ci.nassigned && ci2.seq == ci.seq);
+    CHECK(strcmp(ci2.id, ci.id) == 0);
+    ember_collector_info_clear(&ci2);
+    ember_collector_info_clear(&ci);
   }
   ember_buf_free(&b);
 }

@@ -61,3 +61,11 @@ set_tests_properties(test_alerts PROPERTIES FIXTURES_REQUIRED kafka_broker RUN_S
   TIMEOUT 500)
 set_property(TEST test_alerts APPEND PROPERTY
   ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
+
+# Two collectors in one group know each other through ember.collectors:
+# each lists both with their partitions; a SIGTERM'd one is seen stopping.
+ember_test(integration test_fleet integration)
+add_dependencies(test_fleet ember-collector)
+set_tests_properties(test_fleet PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 300)
+set_property(TEST test_fleet APPEND PROPERTY
+  ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)

@@ -354,6 +354,16 @@ static void test_api_label_values(void **state) {
   json_decref(j);
 }
 
+/* Without a fleet (the API alone), the collectors are an empty list;
+ * tests/unit/test_collector.c lists a real one. */
+static void test_api_collectors_without_a_fleet(void **state) {
+  (void)state;
+  json_t *j = get_json("/api/v1/collectors");
+  assert_true(json_is_null(json_object_get(j, "self")));
+  assert_int_equal(json_array_size(json_object_get(j, "collectors")), 0);
+  json_decref(j);
+}
+
 static void test_api_series(void **state) {
   (void)state;
   json_t *j = get_json("/api/v1/series?worker=db&" RANGE);
@@ -601,6 +611,7 @@ static const struct {
     {"/api/v1/diff?vs.wrker=x", 400, "unknown parameter \"vs.wrker\""},
     {"/api/v1/diff?format=pprof", 400, "unknown parameter \"format\""},
     {"/metrics?x=1", 400, "unknown parameter \"x\""},
+    {"/api/v1/collectors?from=1", 400, "unknown parameter \"from\""},
     {"/api/v1/profile?a=1&b=2&c=3&d=4&e=5&f=6&g=7&h=8&i=9&j=10&k=11&l=12&m=13&n=14&o=15&p=16&q=17"
      "&r=18&s=19&t=20&u=21&v=22&w=23&x=24&y=25&z=26&aa=27&ab=28&ac=29&ad=30&ae=31&af=32&ag=33",
      400, "too many parameters"},
@@ -1146,6 +1157,7 @@ int main(void) {
       cmocka_unit_test(test_api_workers),
       cmocka_unit_test(test_api_label_values),
       cmocka_unit_test(test_api_series),
+      cmocka_unit_test(test_api_collectors_without_a_fleet),
       cmocka_unit_test(test_api_timeline),
       cmocka_unit_test(test_api_profile_tree),
       cmocka_unit_test(test_api_profile_top_folded_speedscope),

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "collector.h"
 #include "common/testutil.h"
@@ -486,6 +487,182 @@ static void test_collector_refuses_a_damaged_store(void **state) {
   ember_config_free(cfg);
 }
 
+/* GET /api/v1/collectors, parsed (NULL unless 200 and JSON). */
+static json_t *get_collectors(unsigned port) {
+  static char body[1 << 16];
+  if (tu_http_get(port, "/api/v1/collectors", body, sizeof body) != 200) return NULL;
+  return json_loads(body, 0, NULL);
+}
+
+/* The entry of `id` in a /api/v1/collectors answer, or NULL (borrowed). */
+static json_t *collector_entry(json_t *doc, const char *id) {
+  json_t *arr = json_object_get(doc, "collectors"), *o;
+  size_t i;
+  json_array_foreach(arr, i, o) {
+    if (strcmp(json_string_value(json_object_get(o, "id")), id) == 0) return o;
+  }
+  return NULL;
+}
+
+/* Wait until `pred` holds of the answer (at most timeout_ms). */
+static bool wait_collectors(unsigned port, bool (*pred)(json_t *doc), int timeout_ms) {
+  for (int t = 0; t < timeout_ms; t += 100) {
+    json_t *doc = get_collectors(port);
+    bool ok = doc != NULL && pred(doc);
+    json_decref(doc);
+    if (ok) return true;
+    usleep(100000);
+  }
+  return false;
+}
+
+static bool self_holds_all(json_t *doc) {
+  json_t *a = collector_entry(doc, "unit-a");
+  return a != NULL && json_is_true(json_object_get(a, "self")) &&
+         json_is_true(json_object_get(a, "live")) &&
+         json_array_size(json_object_get(a, "assigned")) == 4 &&
+         strcmp(json_string_value(json_object_get(doc, "self")), "unit-a") == 0;
+}
+
+static bool peer_b_live(json_t *doc) {
+  json_t *b = collector_entry(doc, "unit-b");
+  return b != NULL && json_is_true(json_object_get(b, "live")) &&
+         json_is_false(json_object_get(b, "self")) &&
+         json_array_size(json_object_get(b, "runs")) == 1;
+}
+
+static bool peer_b_gone(json_t *doc) {
+  return collector_entry(doc, "unit-a") != NULL && collector_entry(doc, "unit-b") == NULL;
+}
+
+/* The last record keyed `key` on ember.collectors, decoded; false when none. */
+static bool last_collector_record(const char *brokers, const char *key,
+                                  ember_collector_info_t *out) {
+  char err[512];
+  rd_kafka_conf_t *conf = rd_kafka_conf_new();
+  char group[64];
+  snprintf(group, sizeof group, "fleet-reader-%d", (int)getpid());
+  rd_kafka_conf_set(conf, "bootstrap.servers", brokers, err, sizeof err);
+  rd_kafka_conf_set(conf, "group.id", group, err, sizeof err);
+  rd_kafka_conf_set(conf, "auto.offset.reset", "earliest", err, sizeof err);
+  rd_kafka_t *c = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
+  assert_non_null(c);
+  rd_kafka_poll_set_consumer(c);
+  rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+  rd_kafka_topic_partition_list_add(l, EMBER_TOPIC_COLLECTORS, RD_KAFKA_PARTITION_UA);
+  assert_int_equal(rd_kafka_subscribe(c, l), 0);
+  rd_kafka_topic_partition_list_destroy(l);
+  bool found = false;
+  int idle = 0;
+  for (int t = 0; t < 300 && idle < (found ? 20 : 300); t++) {
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 100);
+    if (m == NULL) {
+      idle++;
+      continue;
+    }
+    idle = 0;
+    if (m->err == 0 && m->key_len == strlen(key) && memcmp(m->key, key, m->key_len) == 0) {
+      ember_collector_info_t d;
+      if (ember_codec_decode_collector(m->payload, m->len, &d, err, sizeof err) == 0) {
+        if (found) ember_collector_info_clear(out);
+        *out = d;
+        found = true;
+      }
+    }
+    rd_kafka_message_destroy(m);
+  }
+  rd_kafka_consumer_close(c);
+  rd_kafka_destroy(c);
+  return found;
+}
+
+/* The fleet on the embedded Kafka: the collector lists itself in
+ * /api/v1/collectors (live, every partition of ember.profiles assigned),
+ * takes a peer's record in, counts a malformed one, forgets a peer on its
+ * tombstone, and its last record after a clean stop says stopping; a bad
+ * fleet.advertise_url stops the start with a sentence naming the key. */
+static void test_collector_fleet_announces_and_lists_peers(void **state) {
+  (void)state;
+  char dir[512], err[512] = "";
+  snprintf(dir, sizeof dir, "%s/fleet-%d", EMBER_TEST_TMP, (int)getpid());
+  static const char *const extra[] = {"collector_id",
+                                      "unit-a",
+                                      "fleet.advertise_url",
+                                      "http://unit-a.example:7272",
+                                      "fleet.announce_interval",
+                                      "200ms",
+                                      NULL};
+  ember_config_t *cfg = store_cfg(dir, extra);
+  ember_kafka_t *k = NULL;
+  assert_int_equal(ember_kafka_new(cfg, &k, err, sizeof err), 0);
+  const char *brokers = ember_kafka_brokers(k);
+  ember__collector_t *c = NULL;
+  if (ember__collector_start(cfg, k, &c, err, sizeof err) != 0) fail_msg("start: %s", err);
+  unsigned port = ember__collector_api_port(c);
+  /* The mock cluster's first join takes 3 s. */
+  assert_true(wait_collectors(port, self_holds_all, 30000));
+  assert_true(wait_metric(port, "ember_fleet_announcements_total", 2, 10000));
+  assert_true(wait_metric(port, "ember_fleet_peers_live", 1, 10000));
+
+  /* A peer, and garbage under another key. */
+  ember_collector_run_t run = {
+      .partition = 1, .start = 10, .stored_end = 20, .committed = 20, .windows = 10};
+  int32_t parts[] = {1};
+  int64_t now = ember_time_now_ns();
+  char idb[] = "unit-b", grp[] = "ember-collector", url[] = "http://unit-b.example:7272";
+  ember_collector_info_t b = {.id = idb,
+                              .group_id = grp,
+                              .api_url = url,
+                              .started_ns = now,
+                              .announced_ns = now,
+                              .seq = 1,
+                              .interval_ms = 60000,
+                              .runs = &run,
+                              .nruns = 1,
+                              .assigned = parts,
+                              .nassigned = 1};
+  ember_buf_t enc;
+  ember_buf_init(&enc, 1 << 20);
+  assert_int_equal(ember_codec_encode_collector(&b, &enc), 0);
+  const void *v[] = {enc.data};
+  const size_t vl[] = {enc.len};
+  assert_int_equal(tu_produce(brokers, EMBER_TOPIC_COLLECTORS, "unit-b", v, vl, 1).ok, 1);
+  static const char junk[] = "not a collector";
+  const void *jv[] = {junk};
+  const size_t jl[] = {sizeof junk - 1};
+  assert_int_equal(tu_produce(brokers, EMBER_TOPIC_COLLECTORS, "junk", jv, jl, 1).ok, 1);
+  ember_buf_free(&enc);
+  assert_true(wait_collectors(port, peer_b_live, 20000));
+  assert_true(wait_metric(port, "ember_fleet_malformed_total", 1, 10000));
+  assert_true(wait_metric(port, "ember_fleet_peers_live", 2, 10000));
+  /* Its tombstone. */
+  const void *tv[] = {""};
+  const size_t tl[] = {0};
+  assert_int_equal(tu_produce(brokers, EMBER_TOPIC_COLLECTORS, "unit-b", tv, tl, 1).ok, 1);
+  assert_true(wait_collectors(port, peer_b_gone, 20000));
+  ember__collector_stop(c);
+
+  ember_collector_info_t last = {0};
+  assert_true(last_collector_record(brokers, "unit-a", &last));
+  assert_true(last.stopping);
+  assert_int_equal(last.nassigned, 0);
+  assert_string_equal(last.api_url, "http://unit-a.example:7272");
+  assert_string_equal(last.group_id, "ember-collector");
+  assert_int_equal(last.interval_ms, 200);
+  ember_collector_info_clear(&last);
+  ember_config_free(cfg);
+
+  /* What peers would refuse, the start refuses. */
+  static const char *const bad[] = {"fleet.advertise_url", "ftp://unit-a", NULL};
+  cfg = store_cfg(dir, bad);
+  c = NULL;
+  assert_int_equal(ember__collector_start(cfg, k, &c, err, sizeof err), EMBER_ECONFIG);
+  assert_non_null(strstr(err, "fleet.advertise_url"));
+  assert_null(c);
+  ember_config_free(cfg);
+  ember_kafka_free(k);
+}
+
 int main(void) {
   /* The tests' tmpfs mounts must not outlive a failed run. */
   (void)tu_private_mounts();
@@ -496,6 +673,7 @@ int main(void) {
       cmocka_unit_test(test_collector_ingest_dlq_and_duplicates),
       cmocka_unit_test(test_collector_isolates_what_the_store_refuses),
       cmocka_unit_test(test_collector_bad_config),
+      cmocka_unit_test(test_collector_fleet_announces_and_lists_peers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
