@@ -43,6 +43,9 @@ static const struct {
     {"sessions", EMBER__DB_SESSIONS, false},
     {"rules", EMBER__DB_RULES, true},
     {"alerts", EMBER__DB_ALERTS, true},
+    {"runs", EMBER__DB_RUNS, true},
+    {"pending", EMBER__DB_PENDING, true},
+    {"series_part", EMBER__DB_PARTS, true},
 };
 
 _Static_assert(sizeof tables / sizeof tables[0] == EMBER__DB_COUNT, "verify walks every table");

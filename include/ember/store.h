@@ -347,6 +347,9 @@ typedef struct ember_store_stats {
   uint64_t map_grows;      /* times this handle grew the map */
   uint64_t rule_docs;      /* documents in the "rules" table */
   uint64_t alert_docs;     /* documents in the "alerts" table */
+  uint64_t run_rows;       /* runs (partition, run start) */
+  uint64_t pending_rows;   /* pending windows (partition, offset) */
+  uint64_t series_parts;   /* (series, partition) pairs seen */
 } ember_store_stats_t;
 
 /* Fill *stats from one read transaction. Returns 0 or an error. */
