@@ -471,8 +471,12 @@ static int agg_add(wctx_t *w, ember__db_t db, int64_t unit, uint32_t sid, int64_
   if (rc == 0) rc = grow(&a->ids, &a->ids_cap, m, sizeof *a->ids);
   if (rc == 0) rc = grow(&a->vals, &a->vals_cap, m * nt, sizeof *a->vals);
   if (rc < 0) return rc;
-  memcpy(a->ids, w->ids, m * sizeof *a->ids);
-  memcpy(a->vals, w->vals, m * nt * sizeof *a->vals);
+  /* An idle window first in its bucket leaves both lists empty and never
+   * allocated: memcpy must not see their NULL pointers, even for 0 bytes. */
+  if (m) {
+    memcpy(a->ids, w->ids, m * sizeof *a->ids);
+    memcpy(a->vals, w->vals, m * nt * sizeof *a->vals);
+  }
   a->n = m;
   return 0;
 }
