@@ -305,8 +305,9 @@ EMBER_API void ember_store_timelines_free(ember_store_timelines_t *timelines);
 /* Retention: delete every window, minute and hour rollup, CPU point, session
  * result, idempotency key and pending window older than `before_ns`
  * rounded down to the hour (rollups cover whole hours, so the cutoff is
- * too), and every run whose last window (tmax) is older, in write transactions of at most
- * `max_per_txn` deletions (0 = 1000) so that writers are never held up long.
+ * too), and every run whose last window (tmax) is older, in write
+ * transactions of at most `max_per_txn` deletions (0 = 1000) so that
+ * writers are never held up long.
  * The cutoff is remembered: later writes of windows that start before it
  * are skipped and counted in `expired`, so a replay of an old message does
  * not come back once its idempotency key is gone. Frames and stacks are
