@@ -644,6 +644,30 @@ static int start_registry(ember__collector_t *c, char *err, size_t n) {
  * ember_store_runs (being added to store.h): each ember_store_run_t maps
  * field for field onto an ember_collector_run_t. Until then it announces
  * none. */
+/* The shards under this collector's id, and the test-only fault hook. */
+static int start_shards(ember__collector_t *c, const char *id, char *err, size_t n) {
+  int rc = ember__shards_new(c->store, c->metrics, id, &c->shards);
+  if (rc != 0) {
+    snprintf(err, n, "out of memory");
+    return rc;
+  }
+  const char *fault = getenv("EMBER_TEST_FAULT");
+  const char *pfx = "kill_after_store:";
+  if (fault != NULL && strncmp(fault, pfx, strlen(pfx)) == 0) {
+    int64_t k = 0;
+    if (ember_parse_i64(fault + strlen(pfx), 1, 1000000, &k) != 0) {
+      snprintf(err, n, "EMBER_TEST_FAULT: expected kill_after_store:N with N a positive number");
+      return EMBER_ECONFIG;
+    }
+    c->fault_kill_after = (int)k;
+    EMBER_WARN("collector",
+               "EMBER_TEST_FAULT is set: this process kills itself after stored "
+               "batch %d (a test-only hook)",
+               c->fault_kill_after);
+  }
+  return 0;
+}
+
 /* Apply the shards' rule (shards.h) to this store's pending windows
  * against the runs the other members of this collector's group announce
  * (another group's copies are replicas, not duplicates). */
@@ -674,8 +698,9 @@ static void reconcile(ember__collector_t *c) {
   uint64_t undone = 0;
   int rc = k > 0 ? ember__shards_reconcile(c->shards, fr, k, &undone) : 0;
   if (rc != 0)
-    EMBER_WARN_LIMITED("collector", "cannot undo this store's copies of other collectors' "
-                                    "windows: %s (tried again at the next announcement)",
+    EMBER_WARN_LIMITED("collector",
+                       "cannot undo this store's copies of other collectors' "
+                       "windows: %s (tried again at the next announcement)",
                        ember_store_strerror(rc));
   ember_free(fr);
   ember__peers_list_free(peers, np);
@@ -903,30 +928,6 @@ static int init_fleetq(ember__collector_t *c, const ember_config_t *cfg, char *e
                                        .token = c->token,
                                        .timeout_ms = (int)(timeout / 1000000),
                                        .max_body = (size_t)1 << 30};
-  return 0;
-}
-
-/* The shards under this collector's id, and the test-only fault hook. */
-static int start_shards(ember__collector_t *c, const char *id, char *err, size_t n) {
-  int rc = ember__shards_new(c->store, c->metrics, id, &c->shards);
-  if (rc != 0) {
-    snprintf(err, n, "out of memory");
-    return rc;
-  }
-  const char *fault = getenv("EMBER_TEST_FAULT");
-  const char *pfx = "kill_after_store:";
-  if (fault != NULL && strncmp(fault, pfx, strlen(pfx)) == 0) {
-    int64_t k = 0;
-    if (ember_parse_i64(fault + strlen(pfx), 1, 1000000, &k) != 0) {
-      snprintf(err, n, "EMBER_TEST_FAULT: expected kill_after_store:N with N a positive number");
-      return EMBER_ECONFIG;
-    }
-    c->fault_kill_after = (int)k;
-    EMBER_WARN("collector",
-               "EMBER_TEST_FAULT is set: this process kills itself after stored "
-               "batch %d (a test-only hook)",
-               c->fault_kill_after);
-  }
   return 0;
 }
 

@@ -1,5 +1,6 @@
 /* Fan-out GETs to peer collectors (fanout.h). */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -84,7 +85,7 @@ int ember__fanout_get(ember__fetch_t *f, size_t n, const char *token, int timeou
       } else if (xx->too_big) {
         snprintf(ff->err, sizeof ff->err, "its answer is larger than %zu bytes", max_body);
       } else {
-        snprintf(ff->err, sizeof ff->err, "%s",
+        snprintf(ff->err, sizeof ff->err, "%.150s",
                  xx->curl_err[0] ? xx->curl_err : curl_easy_strerror(msg->data.result));
       }
     }

@@ -20,8 +20,8 @@ static bool holds(const ember__peer_t *m, int64_t from, int64_t to) {
 }
 
 /* Is every member of `group` that holds data for the range live? */
-static bool group_complete(const ember__peer_t *m, size_t n, const char *group,
-                           int64_t from, int64_t to) {
+static bool group_complete(const ember__peer_t *m, size_t n, const char *group, int64_t from,
+                           int64_t to) {
   bool any = false;
   for (size_t i = 0; i < n; i++) {
     if (strcmp(m[i].info.group_id, group) != 0) continue;
@@ -56,8 +56,8 @@ static bool covers(const ember__peer_t *m, size_t n, const char *group, const ch
 
 /* Append the missing members of `group` (not live, holding data for the
  * range) and their partitions to `out`. */
-static void describe_missing(const ember__peer_t *m, size_t n, const char *group,
-                             int64_t from, int64_t to, char *out, size_t size) {
+static void describe_missing(const ember__peer_t *m, size_t n, const char *group, int64_t from,
+                             int64_t to, char *out, size_t size) {
   ember_buf_t b;
   ember_buf_init(&b, size > 0 ? size - 1 : 0);
   for (size_t i = 0; i < n; i++) {

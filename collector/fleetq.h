@@ -32,9 +32,9 @@
 
 typedef struct ember__fleetq_opts {
   ember__peers_t *peers; /* the peer table (peers.h), self included; borrowed */
-  const char *token; /* api.token, sent to peers (borrowed for the life) */
-  int timeout_ms;    /* fleet.peer_timeout: one query's wait for its peers */
-  size_t max_body;   /* the largest peer answer */
+  const char *token;     /* api.token, sent to peers (borrowed for the life) */
+  int timeout_ms;        /* fleet.peer_timeout: one query's wait for its peers */
+  size_t max_body;       /* the largest peer answer */
 } ember__fleetq_opts_t;
 
 typedef struct ember__fleetq {

@@ -395,7 +395,8 @@ int ember__fleetq_timelines(const ember__fleetq_t *f, ember_store_t *store,
       total = NULL;
       t->nseries = rows.n;
       t->series = ember_calloc(rows.n ? rows.n : 1, sizeof *t->series);
-      t->cpu = ember_malloc((rows.n * rows.nb ? rows.n * rows.nb : 1) * sizeof *t->cpu);
+      size_t cells = rows.n * rows.nb;
+      t->cpu = ember_malloc((cells > 0 ? cells : 1) * sizeof *t->cpu);
     }
     if (t == NULL || t->series == NULL || t->cpu == NULL) rc = -ENOMEM;
     for (size_t i = 0; rc == 0 && i < rows.n; i++) {

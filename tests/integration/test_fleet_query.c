@@ -32,9 +32,10 @@
 
 #define BASE_NS (1764410400LL * 1000000000)
 #define WINDOW  10000000000LL
-#define WORKERS 8
+#define WORKERS 16
 
 static char tag[96];
+static char names[WORKERS][128]; /* this run's workers: other tests share the topic */
 
 typedef struct coll {
   char name[16], dir[600], log[700];
@@ -47,7 +48,10 @@ static void setup_names(const char *what) {
            (long long)(ember_time_now_ns() / 1000000));
 }
 
-static void start(coll_t *c, const char *name, const char *group, const char *const *env) {
+/* A collector of `group` (suffixed by the run's tag); `env` as
+ * tu_start_collector_env; `more` one more key=value argument, or NULL. */
+static void start2(coll_t *c, const char *name, const char *group, const char *const *env,
+                   const char *more) {
   snprintf(c->name, sizeof c->name, "%s", name);
   snprintf(c->dir, sizeof c->dir, "%s/%s-%s", EMBER_TEST_TMP, tag, name);
   snprintf(c->log, sizeof c->log, "%s/%s-%s.log", EMBER_TEST_TMP, tag, name);
@@ -56,8 +60,12 @@ static void start(coll_t *c, const char *name, const char *group, const char *co
   snprintf(g, sizeof g, "%s-%s", group, tag);
   snprintf(id, sizeof id, "collector_id=%s", name);
   snprintf(url, sizeof url, "fleet.advertise_url=http://127.0.0.1:%u", c->port);
-  const char *args[] = {"batch.max_messages=50", "fleet.announce_interval=1s", id, url, NULL};
+  const char *args[] = {"batch.max_messages=50", "fleet.announce_interval=1s", id, url, more, NULL};
   c->pid = tu_start_collector_env(tu_bootstrap(), c->dir, g, c->port, args, env, c->log);
+}
+
+static void start(coll_t *c, const char *name, const char *group, const char *const *env) {
+  start2(c, name, group, env, NULL);
 }
 
 static void stop(coll_t *c) {
@@ -71,7 +79,7 @@ static void kill9(coll_t *c) {
   c->pid = 0;
 }
 
-static void worker_names(char names[WORKERS][128]) {
+static void worker_names(void) {
   for (int w = 0; w < WORKERS; w++) snprintf(names[w], sizeof names[w], "w%d-%s", w, tag);
 }
 
@@ -80,8 +88,9 @@ static int get(const coll_t *c, const char *path, char *buf, size_t size) {
   return tu_http_get(c->port, path, buf, size);
 }
 
-/* The number of live members /api/v1/collectors of `c` lists. */
-static int live_members(const coll_t *c) {
+/* The number of live members /api/v1/collectors of `c` lists; *assigned
+ * (may be NULL) gets how many of them are assigned partitions. */
+static int live_members_assigned(const coll_t *c, int *assigned) {
   static char buf[1 << 20];
   if (get(c, "/api/v1/collectors", buf, sizeof buf) != 200) return -1;
   json_error_t je;
@@ -90,7 +99,11 @@ static int live_members(const coll_t *c) {
   int n = 0;
   size_t i;
   const json_t *o;
-  json_array_foreach(arr, i, o) n += json_is_true(json_object_get(o, "live"));
+  if (assigned) *assigned = 0;
+  json_array_foreach(arr, i, o) {
+    n += json_is_true(json_object_get(o, "live"));
+    if (assigned && json_array_size(json_object_get(o, "assigned")) > 0) (*assigned)++;
+  }
   json_decref(doc);
   return n;
 }
@@ -140,23 +153,25 @@ static void workers_of(const coll_t *c, bool local, char *out, size_t size) {
 
 /* The sum of the total_cpu_ns timeline collector `c` answers. */
 static int64_t timeline_sum(const coll_t *c, bool local) {
-  char path[300];
-  snprintf(path, sizeof path, "/api/v1/timeline?step=1h&from=%lld&to=%lld%s",
-           (long long)(BASE_NS / 1000000000), (long long)(BASE_NS / 1000000000 + 200 * 3600),
-           local ? "&local=1" : "");
-  static char buf[1 << 22];
-  if (get(c, path, buf, sizeof buf) != 200) return -1;
-  json_error_t je;
-  json_t *doc = json_loads(buf, 0, &je);
   int64_t sum = 0;
-  size_t i;
-  const json_t *v;
-  json_array_foreach(json_object_get(doc, "total_cpu_ns"), i, v) sum += json_integer_value(v);
-  json_decref(doc);
+  for (int w = 0; w < WORKERS; w++) {
+    char path[1200];
+    snprintf(path, sizeof path, "/api/v1/timeline?step=1h&from=%lld&to=%lld&worker=%.600s%s",
+             (long long)(BASE_NS / 1000000000), (long long)(BASE_NS / 1000000000 + 200 * 3600),
+             names[w], local ? "&local=1" : "");
+    static char buf[1 << 22];
+    if (get(c, path, buf, sizeof buf) != 200) return -1;
+    json_error_t je;
+    json_t *doc = json_loads(buf, 0, &je);
+    size_t i;
+    const json_t *v;
+    json_array_foreach(json_object_get(doc, "total_cpu_ns"), i, v) sum += json_integer_value(v);
+    json_decref(doc);
+  }
   return sum;
 }
 
-static int64_t produce(char names[WORKERS][128], size_t per_worker) {
+static int64_t produce(size_t per_worker) {
   int64_t want = 0;
   char agent[160];
   for (int w = 0; w < WORKERS; w++) {
@@ -169,10 +184,24 @@ static int64_t produce(char names[WORKERS][128], size_t per_worker) {
   return want;
 }
 
+/* fleet_total summed over this run's workers. */
+static int64_t run_total(const coll_t *c, bool local, bool *partial) {
+  int64_t sum = 0;
+  if (partial) *partial = false;
+  for (int w = 0; w < WORKERS; w++) {
+    bool p = false;
+    int64_t one = fleet_total(c, names[w], local, &p);
+    if (one < 0) return -1;
+    sum += one;
+    if (partial && p) *partial = true;
+  }
+  return sum;
+}
+
 static void wait_total(const coll_t *c, int64_t want, bool local) {
   int64_t got = -1;
   for (int t = 0; t < 600 && got != want; t++) {
-    got = fleet_total(c, NULL, local, NULL);
+    got = run_total(c, local, NULL);
     if (got != want) usleep(100000);
   }
   if (got != want)
@@ -188,12 +217,18 @@ static void test_fleet_any_collector_answers_for_all(void **state) {
   start(&c[1], "c1", "g", NULL);
   start(&c[2], "c2", "g", NULL);
   start(&rep, "replica", "r", NULL);
-  for (int t = 0; t < 300 && live_members(&c[0]) < 4; t++) usleep(100000);
-  assert_int_equal(live_members(&c[0]), 4);
+  /* All four live, and the three of the group each assigned partitions
+   * (the replica holds all of its group's), before the stream. */
+  int assigned = 0;
+  for (int t = 0; t < 600; t++) {
+    if (live_members_assigned(&c[0], &assigned) == 4 && assigned == 4) break;
+    usleep(100000);
+  }
+  assert_int_equal(live_members_assigned(&c[0], &assigned), 4);
+  assert_int_equal(assigned, 4);
 
-  char names[WORKERS][128];
-  worker_names(names);
-  const int64_t want = produce(names, 150);
+  worker_names();
+  const int64_t want = produce(150);
   wait_total(&rep, want, true); /* the replica stored everything */
   /* Every collector of the group answers the whole stream. */
   for (int i = 0; i < 3; i++) wait_total(&c[i], want, false);
@@ -203,7 +238,7 @@ static void test_fleet_any_collector_answers_for_all(void **state) {
   int64_t ref_tl = timeline_sum(&rep, true);
   int64_t own[3], own_sum = 0;
   for (int i = 0; i < 3; i++) {
-    own[i] = fleet_total(&c[i], NULL, true, NULL);
+    own[i] = run_total(&c[i], true, NULL);
     own_sum += own[i];
     workers_of(&c[i], false, got_workers, sizeof got_workers);
     assert_string_equal(got_workers, ref_workers);
@@ -228,18 +263,23 @@ static void test_fleet_any_collector_answers_for_all(void **state) {
   bool partial = true;
   int64_t got = -1;
   for (int t = 0; t < 100; t++) {
-    got = fleet_total(&c[0], NULL, false, &partial);
+    got = run_total(&c[0], false, &partial);
     if (got == want && !partial) break;
     usleep(100000);
   }
   print_message("c1 killed: c0 answers %lld samples, partial %d\n", (long long)got, partial);
+  if (got != want || partial) {
+    static char dbg[1 << 16];
+    get(&c[0], "/api/v1/collectors", dbg, sizeof dbg);
+    print_message("%s\n", dbg);
+  }
   assert_true(got == want && !partial);
 
   /* The replica down too: what c1 held is missing, and the answer says so. */
   stop(&rep);
   char hdr[2048] = "";
   for (int t = 0; t < 100; t++) {
-    got = fleet_total(&c[0], NULL, false, &partial);
+    got = run_total(&c[0], false, &partial);
     if (partial) break;
     usleep(200000);
   }
@@ -261,12 +301,18 @@ static void test_fleet_any_collector_answers_for_all(void **state) {
 static void test_fleet_a_crash_before_the_commit_counts_once(void **state) {
   (void)state;
   setup_names("crash");
-  char names[WORKERS][128];
-  worker_names(names);
-  const int64_t want = produce(names, 150);
+  worker_names();
   coll_t a = {.port = 0}, b = {.port = 0};
+  /* A starts at the end of the topic (other tests' windows are before it),
+   * so its three batches are this run's windows. */
   static const char *const fault[] = {"EMBER_TEST_FAULT=kill_after_store:3", NULL};
-  start(&a, "a", "g", fault);
+  start2(&a, "a", "g", fault, "kafka.auto.offset.reset=latest");
+  char cmd[900], out[64] = "";
+  snprintf(cmd, sizeof cmd, "grep -c 'assigned [1-9]' %s", a.log);
+  for (int t = 0; t < 300 && (tu_sh(cmd, out, sizeof out) != 0 || out[0] == '0'); t++)
+    usleep(100000);
+  sleep(2); /* its positions at the end, fetched */
+  const int64_t want = produce(150);
   int status = tu_wait(a.pid, 60000);
   assert_true(status != -1 && WIFSIGNALED(status));
   a.pid = 0;
@@ -276,7 +322,7 @@ static void test_fleet_a_crash_before_the_commit_counts_once(void **state) {
   /* B has read the whole stream once its total stops moving with no lag. */
   int64_t last = -2, lb0 = -1;
   for (int t = 0, still = 0; t < 600 && still < 20; t++) {
-    lb0 = fleet_total(&b, NULL, true, NULL);
+    lb0 = run_total(&b, true, NULL);
     double lag = tu_metric(b.port, "ember_collector_consumer_lag");
     still = lb0 == last && lb0 > 0 && lag == 0 ? still + 1 : 0;
     last = lb0;
@@ -294,10 +340,10 @@ static void test_fleet_a_crash_before_the_commit_counts_once(void **state) {
   }
   int64_t fa = -1, fb = -1, la = 0, lb = 0;
   for (int t = 0; t < 200; t++) {
-    fa = fleet_total(&a, NULL, false, NULL);
-    fb = fleet_total(&b, NULL, false, NULL);
-    la = fleet_total(&a, NULL, true, NULL);
-    lb = fleet_total(&b, NULL, true, NULL);
+    fa = run_total(&a, false, NULL);
+    fb = run_total(&b, false, NULL);
+    la = run_total(&a, true, NULL);
+    lb = run_total(&b, true, NULL);
     if (fa == want && fb == want && la + lb == want) break;
     usleep(100000);
   }
