@@ -5,7 +5,7 @@
  * merging the same windows as pprof.gz files in the same run.
  *
  *   bench_store [--quick] [--workers N] [--minutes M] [--days D] [--no-peer]
- *               [--dir DIR]
+ *               [--sources] [--dir DIR]
  *
  * The stream: N workers (default 200), each with 500 distinct stacks of
  * depth 5-30 made of a shared runtime/libc part (root side) and the
@@ -21,7 +21,11 @@
  * batch (the collector's transaction size); the timed part is
  * ember_codec_decode() of each + one ember_store_write() of the batch +
  * freeing the profiles. Wall and thread CPU time are both reported (one
- * thread does everything, so CPU time is per core).
+ * thread does everything, so CPU time is per core). With --sources the
+ * batch is written as the fleet collector writes it
+ * (ember_store_write_from: each worker's windows on one of 12 partitions,
+ * one run each), followed by ember_store_committed for each partition of
+ * the batch, as after its Kafka commit; both are timed.
  *
  * Merge: one worker's windows for D days (default 7) in a store of their
  * own; merges over 24 h and over D days, both with ragged ends (not on
@@ -288,7 +292,7 @@ static double run_pprof(const char *go, const char *dir, size_t nfiles) {
 
 static void usage(void) {
   fprintf(stderr, "usage: bench_store [--quick] [--workers N] [--minutes M] [--days D] "
-                  "[--util PCT] [--no-peer] [--dir DIR]\n");
+                  "[--util PCT] [--no-peer] [--sources] [--dir DIR]\n");
   exit(2);
 }
 
@@ -327,7 +331,7 @@ static double merge_best(ember_store_t *s, const char *worker, int64_t from, int
 int main(int argc, char **argv) {
   uint64_t nworkers = 200, minutes = 60, days = 7;
   util_pct = 0;
-  bool peer = true;
+  bool peer = true, with_sources = false;
   const char *dir = "/tmp";
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) {
@@ -335,6 +339,8 @@ int main(int argc, char **argv) {
       days = 1;
     } else if (strcmp(argv[i], "--no-peer") == 0) {
       peer = false;
+    } else if (strcmp(argv[i], "--sources") == 0) {
+      with_sources = true;
     } else if (i + 1 < argc && strcmp(argv[i], "--workers") == 0) {
       if (ember_parse_u64(argv[++i], 1, 100000, &nworkers)) usage();
     } else if (i + 1 < argc && strcmp(argv[i], "--minutes") == 0) {
@@ -362,6 +368,10 @@ int main(int argc, char **argv) {
   ember_buf_t *msgs = calloc(BATCH, sizeof *msgs);
   for (size_t i = 0; i < BATCH; i++) ember_buf_init(&msgs[i], 1u << 26);
   ember_profile_t *batch[BATCH];
+  enum { NPARTS = 12 };
+  ember_store_source_t *srcs = calloc(BATCH, sizeof *srcs);
+  int64_t next_off[NPARTS] = {0};
+  double commit_cpu = 0;
   ember_buf_t pp;
   ember_buf_init(&pp, 1u << 28);
   double wall = 0, cpu = 0, dec_cpu = 0;
@@ -380,6 +390,8 @@ int main(int argc, char **argv) {
       int rc = ember_codec_encode(p, &msgs[i]);
       if (rc) die("encode", rc);
       wire_bytes += msgs[i].len;
+      int32_t part = (int32_t)(widx % NPARTS);
+      srcs[i] = (ember_store_source_t){part, next_off[part]++, 0, T0};
       /* The pprof.gz peer size, from every 20th window (exporting all of
        * them would take longer than the ingest). */
       if (k % 20 == 0) {
@@ -402,9 +414,17 @@ int main(int argc, char **argv) {
     }
     double c1 = cpu_s();
     ember_store_write_result_t r;
-    int rc = ember_store_write(s, batch, n, &r);
+    int rc = ember_store_write_from(s, batch, with_sources ? srcs : NULL, n, &r);
     if (rc) die("write", rc);
     if (r.written != n) die("write: not all written", EMBER_ECORRUPT);
+    if (with_sources) {
+      double k0 = cpu_s();
+      for (int32_t p = 0; p < NPARTS; p++) {
+        rc = ember_store_committed(s, p, 0, next_off[p]);
+        if (rc) die("committed", rc);
+      }
+      commit_cpu += cpu_s() - k0;
+    }
     for (size_t i = 0; i < n; i++) ember_profile_free(batch[i]);
     cpu += cpu_s() - c0;
     wall += mono_s() - w0;
@@ -424,6 +444,9 @@ int main(int argc, char **argv) {
          (double)total / cpu, (double)total / wall, (double)samples / cpu);
   printf("  of which decode %.1f us/profile, write %.1f us/profile (CPU)\n",
          dec_cpu / (double)total * 1e6, (cpu - dec_cpu) / (double)total * 1e6);
+  if (with_sources)
+    printf("  with sources (write_from, %d partitions), of which committed %.1f us/profile\n",
+           NPARTS, commit_cpu / (double)total * 1e6);
   printf("size: store %.1f MiB = %.2f bytes/sample (%llu series, %llu frames, %llu stacks, "
          "%llu rows, %llu hour and %llu minute rollup rows); wire %.1f bytes/sample\n",
          (double)st.file_bytes / 1048576.0, (double)st.file_bytes / (double)samples,
@@ -437,6 +460,7 @@ int main(int argc, char **argv) {
          (double)pp_bytes / (double)pp_windows,
          ((double)st.file_bytes / (double)samples) / ((double)pp_bytes / (double)pp_samples));
   ember_store_close(s);
+  free(srcs);
   char lock[600];
   snprintf(lock, sizeof lock, "%s-lock", path);
   unlink(path);

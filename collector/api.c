@@ -5,10 +5,13 @@
  * (api_series.c, api_profiles.c, api_sessions.c, api_alerts.c,
  * api_fleet.c), which share the request helpers of api_req.h. */
 #include <errno.h>
+#include <stdlib.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+
+#include <jansson.h>
 
 #include "api.h"
 #include "api_req.h"
@@ -148,6 +151,39 @@ static void ui_headers(ember__http_answer_t *a, const ember__ui_asset_t *asset) 
                             "base-uri 'none'; frame-ancestors 'none'");
 }
 
+/* A fleet answer that misses part of the fleet says so: the Ember-Partial
+ * header, and "partial" first in a JSON object body (tree, top, lists,
+ * timelines), so no reader takes a smaller answer for the whole one. */
+static void mark_partial(const ember__req_t *r, ember__http_answer_t *a) {
+  char clean[sizeof r->partial];
+  size_t n = 0;
+  for (const char *p = r->partial; *p != '\0' && n + 1 < sizeof clean; p++)
+    clean[n++] = (unsigned char)*p < 0x20 || *p == 0x7f ? ' ' : *p;
+  clean[n] = '\0';
+  ember__http_answer_header(a, "Ember-Partial", clean);
+  if (a->body.len == 0 || a->body.data[0] != '{' || r->ctype == NULL ||
+      strncmp(r->ctype, "application/json", 16) != 0)
+    return;
+  json_t *js = json_string(clean);
+  char *enc = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+  json_decref(js);
+  if (enc == NULL) return;
+  size_t k = 1;
+  while (k < a->body.len && (a->body.data[k] == ' ' || a->body.data[k] == '\n')) k++;
+  bool empty = k < a->body.len && a->body.data[k] == '}';
+  ember_buf_t nb;
+  ember_buf_init(&nb, a->body.len + strlen(enc) + 16);
+  if (ember_buf_puts(&nb, "{\"partial\":") == 0 && ember_buf_puts(&nb, enc) == 0 &&
+      ember_buf_puts(&nb, empty ? "" : ",") == 0 &&
+      ember_buf_append(&nb, a->body.data + 1, a->body.len - 1) == 0) {
+    ember_buf_free(&a->body);
+    a->body = nb;
+  } else {
+    ember_buf_free(&nb);
+  }
+  free(enc);
+}
+
 /* Hand the handler's answer to the layer. */
 static void put_answer(ember__req_t *r, ember__http_answer_t *a) {
   a->status = r->status;
@@ -167,6 +203,7 @@ static void put_answer(ember__req_t *r, ember__http_answer_t *a) {
     }
     if (r->disposition[0] != '\0')
       ember__http_answer_header(a, "Content-Disposition", r->disposition);
+    if (r->partial[0] != '\0') mark_partial(r, a);
   } else {
     snprintf(a->err, sizeof a->err, "%s", r->err);
     if (r->status == 401) ember__http_answer_header(a, "WWW-Authenticate", "Bearer");
@@ -261,6 +298,7 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
   api->env.sessions = opts->sessions;
   api->env.alerts = opts->alerts;
   api->env.fleet = opts->fleet;
+  api->env.fleetq = opts->fleetq;
   api->ready = opts->ready;
   api->ready_ctx = opts->ready_ctx;
   api->env.max_response = opts->max_response ? opts->max_response : EMBER__HTTP_DEFAULT_RESPONSE;

@@ -26,25 +26,26 @@
 typedef struct ember__api ember__api_t;
 
 typedef struct ember__api_opts {
-  const char *listen;           /* "127.0.0.1:7272" (default when NULL), ":7272" for every
-                                   IPv4 address, "localhost:7272", "[::1]:7272" (IPv6),
-                                   "[::]:7272" (every address); port 0 picks one.
-                                   Borrowed for the call. */
-  const char *token;            /* bearer token; NULL or "" = no authentication. Copied. */
-  ember_store_t *store;         /* borrowed; must outlive the server */
-  ember_metrics_t *metrics;     /* rendered at /metrics; NULL = empty. The API
-                                   registers its own request metrics in it at
-                                   start, so start before other threads render it.
-                                   Borrowed; must outlive the server. */
-  ember__registry_t *registry;  /* served at /api/v1/targets; NULL = none. Borrowed. */
-  ember__csessions_t *sessions; /* /api/v1/sessions; NULL = those routes answer 503.
-                                  Borrowed; must outlive the server. */
-  struct ember__alerts *alerts; /* /api/v1/rules and /api/v1/alerts; NULL = those answer 503.
-                                  Borrowed; must outlive the server. */
-  struct ember__fleet *fleet;   /* /api/v1/collectors; NULL = an empty list. Borrowed; must
-                                  outlive the server. */
-  unsigned threads;             /* worker threads; 0 = 2, at most 64 */
-  size_t max_response;          /* largest response body in bytes; 0 = 64 MiB */
+  const char *listen;                 /* "127.0.0.1:7272" (default when NULL), ":7272" for every
+                                         IPv4 address, "localhost:7272", "[::1]:7272" (IPv6),
+                                         "[::]:7272" (every address); port 0 picks one.
+                                         Borrowed for the call. */
+  const char *token;                  /* bearer token; NULL or "" = no authentication. Copied. */
+  ember_store_t *store;               /* borrowed; must outlive the server */
+  ember_metrics_t *metrics;           /* rendered at /metrics; NULL = empty. The API
+                                         registers its own request metrics in it at
+                                         start, so start before other threads render it.
+                                         Borrowed; must outlive the server. */
+  ember__registry_t *registry;        /* served at /api/v1/targets; NULL = none. Borrowed. */
+  ember__csessions_t *sessions;       /* /api/v1/sessions; NULL = those routes answer 503.
+                                        Borrowed; must outlive the server. */
+  struct ember__alerts *alerts;       /* /api/v1/rules and /api/v1/alerts; NULL = those answer 503.
+                                        Borrowed; must outlive the server. */
+  const struct ember__fleetq *fleetq; /* NULL: answers from this store alone (fleetq.h) */
+  struct ember__fleet *fleet;         /* /api/v1/collectors; NULL = an empty list. Borrowed; must
+                                        outlive the server. */
+  unsigned threads;                   /* worker threads; 0 = 2, at most 64 */
+  size_t max_response;                /* largest response body in bytes; 0 = 64 MiB */
   /* The HTTP layer's limits (src/http.h): 0 = its defaults (256
    * connections, 32 per client address, 10 s for a request to arrive). */
   unsigned max_connections, max_per_ip, request_timeout_ms;

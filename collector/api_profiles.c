@@ -12,6 +12,8 @@
 #include <jansson.h>
 
 #include "api_profiles.h"
+#include "ember/codec.h"
+#include "fleetq.h"
 #include "ember/export.h"
 #include "json.h"
 #include "query.h"
@@ -36,10 +38,58 @@ unsigned ember__api_parse_type(ember__req_t *r, ember__qtype_t *out) {
                          v);
 }
 
+/* A fleet merge (fleetq.h) for ember__query_profile_by: what it misses
+ * goes to the request's `partial`. */
+static int fleet_merge(void *ctx, const ember_store_selector_t *sel, int64_t from_ns, int64_t to_ns,
+                       ember_value_type_t vt, ember_profile_t **out) {
+  ember__req_t *r = ctx;
+  char partial[sizeof r->partial];
+  int rc = ember__fleetq_merge(r->env->fleetq, r->env->store, sel, from_ns, to_ns, vt, out, partial,
+                               sizeof partial);
+  if (rc == 0) ember__req_partial(r, partial);
+  return rc;
+}
+
 static unsigned load_profile(ember__req_t *r, const ember_store_selector_t *sel, int64_t from,
                              int64_t to, ember__qtype_t type, ember_profile_t **out) {
-  int rc = ember__query_profile(r->env->store, sel, from, to, type, out);
+  int rc = ember__req_fleet(r) ? ember__query_profile_by(fleet_merge, r, sel, from, to, type, out)
+                               : ember__query_profile(r->env->store, sel, from, to, type, out);
   return rc == 0 ? 0 : ember__req_fail_internal(r, "merging profiles from the store", rc);
+}
+
+/* raw=VT with local=1: this store's own merge in one store value type, in
+ * the wire encoding, as fleet queries ask their peers (fleetq.h). */
+static unsigned answer_raw(ember__req_t *r, const char *raw, const ember_store_selector_t *sel,
+                           int64_t from, int64_t to) {
+  static const struct {
+    const char *name;
+    ember_value_type_t vt;
+  } raws[] = {{"cpu_ns", EMBER_VT_CPU_NS},
+              {"cpu_samples", EMBER_VT_CPU_SAMPLES},
+              {"alloc_objects", EMBER_VT_ALLOC_OBJECTS},
+              {"alloc_bytes", EMBER_VT_ALLOC_BYTES}};
+  if (!r->local)
+    return ember__req_fail(r, 400, "parameter \"raw\" is for peer collectors: it needs local=1");
+  if (ember__req_param(r, "format") != NULL && strcmp(ember__req_param(r, "format"), "ember") != 0)
+    return ember__req_fail(r, 400, "parameter \"raw\" answers in format=ember only");
+  size_t nv = 0;
+  for (size_t i = 0; i < r->nparams; i++) nv += strcmp(r->params[i].key, "version") == 0;
+  if (nv > 1) return ember__req_fail(r, 400, "parameter \"raw\" takes one version at most");
+  const ember_value_type_t *vt = NULL;
+  for (size_t i = 0; i < sizeof raws / sizeof raws[0] && vt == NULL; i++)
+    if (strcmp(raw, raws[i].name) == 0) vt = &raws[i].vt;
+  if (vt == NULL)
+    return ember__req_fail(r, 400,
+                           "parameter \"raw\": \"%.64s\" is not a value type; use cpu_ns, "
+                           "cpu_samples, alloc_objects or alloc_bytes",
+                           raw);
+  ember_profile_t *p = NULL;
+  int rc = ember_store_merge(r->env->store, sel, from, to, *vt, &p);
+  if (rc == 0) rc = ember_codec_encode(p, &r->body);
+  ember_profile_free(p);
+  if (rc != 0) return ember__req_fail_internal(r, "encoding this store's merge", rc);
+  r->ctype = "application/x-ember-profile";
+  return r->status = 200;
 }
 
 /* load_profile over every `version` parameter (one, or none = any), merged:
@@ -198,8 +248,9 @@ unsigned ember__api_answer_profile(ember__req_t *r, const ember_profile_t *p, si
 }
 
 static unsigned h_profile(ember__req_t *r) {
-  static const char *const allowed[] = {"worker", "version", "host",      "actor", "from", "to",
-                                        "type",   "format",  "max_nodes", "limit", "sort", NULL};
+  static const char *const allowed[] = {"worker", "version", "host",   "actor",     "from",
+                                        "to",     "type",    "format", "max_nodes", "limit",
+                                        "sort",   "raw",     NULL};
   int64_t from, to;
   uint64_t max_nodes, limit;
   ember__qtype_t type;
@@ -208,6 +259,10 @@ static unsigned h_profile(ember__req_t *r) {
   /* version may be given several times: the union of those versions. */
   unsigned st = ember__req_check_params_rep(r, allowed, "version");
   if (st == 0) st = ember__req_range(r, "from", "to", "-1h", "now", &from, &to);
+  if (st == 0 && ember__req_param(r, "raw") != NULL) {
+    ember__req_selector(r, "", NULL, &sel);
+    return answer_raw(r, ember__req_param(r, "raw"), &sel, from, to);
+  }
   if (st == 0) st = ember__api_parse_type(r, &type);
   if (st == 0) st = ember__req_u64(r, "max_nodes", 2000, 0, 1000000, &max_nodes);
   if (st == 0) st = ember__req_u64(r, "limit", 50, 1, 100000, &limit);

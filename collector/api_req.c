@@ -51,7 +51,24 @@ static bool collect_param(void *cls, const char *key, const char *value) {
   return true;
 }
 
-void ember__req_read_args(ember__req_t *r) { ember__http_args(r->q, collect_param, r); }
+void ember__req_read_args(ember__req_t *r) {
+  ember__http_args(r->q, collect_param, r);
+  /* local=1 is the router's: every endpoint takes it. */
+  for (size_t i = 0; i < r->nparams; i++) {
+    if (strcmp(r->params[i].key, "local") != 0) continue;
+    r->local = r->params[i].value != NULL && strcmp(r->params[i].value, "1") == 0;
+    memmove(&r->params[i], &r->params[i + 1], (r->nparams - i - 1) * sizeof r->params[0]);
+    r->nparams--;
+    i--;
+  }
+}
+
+void ember__req_partial(ember__req_t *r, const char *what) {
+  if (what == NULL || what[0] == '\0') return;
+  size_t len = strlen(r->partial);
+  if (strstr(r->partial, what) != NULL) return; /* said once */
+  snprintf(r->partial + len, sizeof r->partial - len, "%s%s", len ? "; " : "", what);
+}
 
 unsigned ember__req_check_params_rep(ember__req_t *r, const char *const *allowed,
                                      const char *repeatable) {

@@ -47,6 +47,9 @@ typedef struct ember__api_env {
   ember__csessions_t *sessions; /* NULL: session routes answer 503 */
   struct ember__alerts *alerts; /* NULL: rule and alert routes answer 503 */
   struct ember__fleet *fleet;   /* NULL: /api/v1/collectors answers an empty list */
+  /* NULL: this store alone; else queries without local=1 answer for the
+   * whole fleet (fleetq.h). */
+  const struct ember__fleetq *fleetq;
   size_t max_response;
 } ember__api_env_t;
 
@@ -75,6 +78,12 @@ typedef struct ember__req {
   const char *allow;              /* the Allow header of a 405 */
   const ember__ui_asset_t *asset; /* a dashboard file to send (status 200 or 304) */
   ember_top_order_t top_by;       /* format=top: sort=self (default) or total */
+  /* local=1 (taken by the router from every request): this store only, as
+   * a peer collector asks (fleetq.h). */
+  bool local;
+  /* "" or what a fleet answer misses: sent as the Ember-Partial header and
+   * as "partial" in a JSON object answer (ember__req_partial). */
+  char partial[480];
   char disposition[96];
   char err[512];
 } ember__req_t;
@@ -174,6 +183,14 @@ json_t *ember__req_range_doc(int64_t from, int64_t to);
 int ember__req_set_labels(json_t *o, const ember_labels_t *l);
 /* A JSON array of the values; NULL when out of memory. */
 json_t *ember__req_int_array(const int64_t *v, size_t n);
+
+/* Note that the answer misses `what` (appended to r->partial). */
+void ember__req_partial(ember__req_t *r, const char *what);
+/* Should this request be answered for the fleet (a fleet is configured and
+ * the request is not a peer's local=1)? */
+static inline bool ember__req_fleet(const ember__req_t *r) {
+  return r->env->fleetq != NULL && !r->local;
+}
 
 /* Nanoseconds to milliseconds, rounding down (also below zero). */
 static inline int64_t ember__req_ms(int64_t ns) {

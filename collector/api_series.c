@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "api_req.h"
+#include "fleetq.h"
 #include "ember/parse.h"
 #include "json.h"
 
@@ -99,9 +100,19 @@ static json_t *distinct_values(const ember_store_series_t *s, const size_t *idx,
 static const char *const range_params[] = {"from", "to", NULL};
 static const char *const sel_params[] = {"worker", "version", "host", "actor", "from", "to", NULL};
 
+/* The series of `sel` with a window in [from, to): this store's, or the
+ * fleet's (fleetq.h). */
 static unsigned get_series_list(ember__req_t *r, const ember_store_selector_t *sel, int64_t from,
                                 int64_t to, ember_store_series_t **s, size_t *n) {
-  int rc = ember_store_series(r->env->store, sel, from, to, s, n);
+  int rc;
+  if (ember__req_fleet(r)) {
+    char partial[sizeof r->partial];
+    rc = ember__fleetq_series(r->env->fleetq, r->env->store, sel, from, to, s, n, partial,
+                              sizeof partial);
+    if (rc == 0) ember__req_partial(r, partial);
+  } else {
+    rc = ember_store_series(r->env->store, sel, from, to, s, n);
+  }
   return rc == 0 ? 0 : ember__req_fail_internal(r, "reading series from the store", rc);
 }
 
@@ -280,13 +291,20 @@ static int by_cpu_desc(const void *a, const void *b, void *ctx) {
 
 static unsigned h_timeline(ember__req_t *r) {
   static const char *const allowed[] = {"worker", "version", "host",  "actor", "from",
-                                        "to",     "step",    "limit", NULL};
+                                        "to",     "step",    "limit", "raw",   NULL};
   int64_t from, to, step;
   uint64_t limit;
   ember_store_selector_t sel;
   unsigned st = ember__req_check_params(r, allowed);
   if (st == 0) st = ember__req_range(r, "from", "to", "-1h", "now", &from, &to);
   if (st == 0) st = ember__req_u64(r, "limit", 50, 1, 1000, &limit);
+  /* raw=1 (a peer's local=1 question, fleetq.h): every series, unranked. */
+  bool raw = false;
+  if (st == 0 && ember__req_param(r, "raw") != NULL) {
+    raw = strcmp(ember__req_param(r, "raw"), "1") == 0 && r->local;
+    if (!raw)
+      st = ember__req_fail(r, 400, "parameter \"raw\" is for peer collectors: raw=1 with local=1");
+  }
   if (st != 0) return st;
   ember__req_selector(r, "", NULL, &sel);
   /* to > from, so the difference fits in uint64 even when it does not fit
@@ -322,7 +340,15 @@ static unsigned h_timeline(ember__req_t *r) {
   ember_store_timelines_t *tl = NULL;
   tl_series_t *ts = NULL;
   json_t *doc = NULL;
-  int rc = ember_store_cpu_timelines(r->env->store, &sel, from, to, step, TIMELINE_MAX_CELLS, &tl);
+  int rc;
+  if (ember__req_fleet(r)) {
+    char partial[sizeof r->partial];
+    rc = ember__fleetq_timelines(r->env->fleetq, r->env->store, &sel, from, to, step,
+                                 TIMELINE_MAX_CELLS, &tl, partial, sizeof partial);
+    if (rc == 0) ember__req_partial(r, partial);
+  } else {
+    rc = ember_store_cpu_timelines(r->env->store, &sel, from, to, step, TIMELINE_MAX_CELLS, &tl);
+  }
   if (rc == EMBER_ETOOBIG)
     return ember__req_fail(r, 400,
                            "the selection holds more than %zu series, too many for one timeline "
@@ -340,6 +366,7 @@ static unsigned h_timeline(ember__req_t *r) {
     for (size_t b = 0; b < nbk; b++)
       ts[i].sum = ts[i].sum > INT64_MAX - cpu[b] ? INT64_MAX : ts[i].sum + cpu[b];
   }
+  if (raw) limit = n;
   qsort_r(ts, n, sizeof *ts, by_cpu_desc, tl->series);
 
   doc = ember__req_range_doc(from, to);

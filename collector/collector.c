@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
+
 #include "alerts.h"
 #include "api.h"
 #include "collector.h"
@@ -32,6 +34,8 @@
 #include "health.h"
 #include "notify.h"
 #include "sessions.h"
+#include "shards.h"
+#include "fleetq.h"
 #include "ember/codec.h"
 #include "ember/log.h"
 #include "ember/metrics.h"
@@ -42,6 +46,7 @@
 const char *const ember__collector_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                     "data_dir",
                                                     "group_id",
+                                                    "fleet.peer_timeout",
                                                     "store.map_size",
                                                     "store.max_size",
                                                     "store.sync",
@@ -67,6 +72,7 @@ typedef struct item {
   ember_profile_t *profile; /* NULL: malformed, goes to the DLQ */
   char *reason;             /* why it is malformed (owned) */
   bool stored;              /* written on its own while isolating a bad profile */
+  ember_store_source_t src; /* its partition, offset and run (shards.h) */
   atomic_int dlq_status;    /* 1 pending, 0 delivered, else -rd_kafka_resp_err */
 } item_t;
 
@@ -94,6 +100,11 @@ struct ember__collector {
   ember__registry_t *registry;
   ember__follow_t *registry_follow; /* ember.targets -> registry */
   ember__fleet_t *fleet;            /* ember.collectors: announcements and peers */
+  ember__shards_t *shards;
+  ember__fleetq_t fleetq; /* fleet queries over the fleet's peer table */
+  char *token;            /* api.token, sent to peers */
+  bool curl_inited;
+  int fault_kill_after, fault_batches; /* EMBER_TEST_FAULT=kill_after_store:N */
   ember__csessions_t *sessions;
   ember__csessions_opts_t session_opts;
   ember__alerts_t *alerts;
@@ -233,7 +244,8 @@ static void store_ok(ember__collector_t *c) {
  * fit, so a batch larger than what is left never wedges ingest. Returns 0
  * when all are stored, else the error of the smallest part (EMBER_EMAPFULL
  * when not even one window fits). */
-static int store_split(ember__collector_t *c, ember_profile_t **ps, size_t left) {
+static int store_split(ember__collector_t *c, ember_profile_t **ps, ember_store_source_t *srcs,
+                       size_t left) {
   batch_t *b = &c->batch;
   size_t part = (left + 1) / 2;
   ember_metric_add(c->m.splits, 1);
@@ -244,10 +256,13 @@ static int store_split(ember__collector_t *c, ember_profile_t **ps, size_t left)
   for (;;) {
     size_t k = 0;
     for (size_t i = 0; i < b->n && k < part; i++)
-      if (b->items[i].profile != NULL && !b->items[i].stored) ps[k++] = b->items[i].profile;
+      if (b->items[i].profile != NULL && !b->items[i].stored) {
+        srcs[k] = b->items[i].src;
+        ps[k++] = b->items[i].profile;
+      }
     if (k == 0) return 0;
     ember_store_write_result_t res = {0};
-    int rc = ember_store_write(c->store, ps, k, &res);
+    int rc = ember_store_write_from(c->store, ps, srcs, k, &res);
     if (rc == EMBER_EMAPFULL && part > 1) {
       part = (part + 1) / 2;
       continue;
@@ -267,7 +282,12 @@ static int store_split(ember__collector_t *c, ember_profile_t **ps, size_t left)
 static int store_batch(ember__collector_t *c) {
   batch_t *b = &c->batch;
   ember_profile_t **ps = ember_malloc((b->n ? b->n : 1) * sizeof *ps);
-  if (ps == NULL) return -ENOMEM;
+  ember_store_source_t *srcs = ember_malloc((b->n ? b->n : 1) * sizeof *srcs);
+  if (ps == NULL || srcs == NULL) {
+    ember_free(ps);
+    ember_free(srcs);
+    return -ENOMEM;
+  }
   int backoff_ms = 100;
   int rc;
   for (;;) {
@@ -296,19 +316,22 @@ static int store_batch(ember__collector_t *c) {
         b->items[i].stored = true;
     n = 0;
     for (size_t i = 0; i < b->n; i++)
-      if (b->items[i].profile != NULL && !b->items[i].stored) ps[n++] = b->items[i].profile;
+      if (b->items[i].profile != NULL && !b->items[i].stored) {
+        srcs[n] = b->items[i].src;
+        ps[n++] = b->items[i].profile;
+      }
     if (n == 0) {
       rc = 0;
       break;
     }
     ember_store_write_result_t res = {0};
-    rc = ember_store_write(c->store, ps, n, &res);
+    rc = ember_store_write_from(c->store, ps, srcs, n, &res);
     if (rc == 0) {
       count_result(c, ps, n, &res);
       break;
     }
     if (rc == EMBER_EMAPFULL && n > 1) {
-      rc = store_split(c, ps, n);
+      rc = store_split(c, ps, srcs, n);
       if (rc == 0) continue; /* all stored: the loop finds nothing left */
     }
     if (is_input_error(rc)) {
@@ -318,7 +341,7 @@ static int store_batch(ember__collector_t *c) {
       for (size_t i = 0; i < b->n; i++) {
         item_t *it = &b->items[i];
         if (it->profile == NULL || it->stored) continue;
-        rc = ember_store_write(c->store, &it->profile, 1, &res);
+        rc = ember_store_write_from(c->store, &it->profile, &it->src, 1, &res);
         if (rc == 0) {
           count_result(c, &it->profile, 1, &res);
           it->stored = true;
@@ -344,6 +367,7 @@ static int store_batch(ember__collector_t *c) {
   }
   if (rc == 0) store_ok(c);
   ember_free(ps);
+  ember_free(srcs);
   return rc;
 }
 
@@ -409,6 +433,7 @@ static void commit_batch(ember__collector_t *c) {
     if (tp->offset < m->offset + 1) tp->offset = m->offset + 1;
   }
   rd_kafka_resp_err_t err = rd_kafka_commit(c->consumer, l, 0);
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) ember__shards_committed(c->shards, l);
   if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     /* Stored and safe: the messages will be read again and found duplicate. */
     ember_metric_add(c->m.commit_errors, 1);
@@ -418,11 +443,27 @@ static void commit_batch(ember__collector_t *c) {
   rd_kafka_topic_partition_list_destroy(l);
 }
 
+/* The test-only fault hook (docs/internals/fleet.md): with
+ * EMBER_TEST_FAULT=kill_after_store:N the process kills itself right after
+ * its Nth stored batch, between the store's commit and Kafka's, to show a
+ * crash there stores nothing twice in the fleet. */
+static void fault_after_store(ember__collector_t *c) {
+  if (c->fault_kill_after <= 0) return;
+  if (++c->fault_batches >= c->fault_kill_after) {
+    EMBER_WARN("collector", "EMBER_TEST_FAULT: killing this process after stored batch %d",
+               c->fault_batches);
+    raise(SIGKILL);
+  }
+}
+
 static void flush_batch(ember__collector_t *c) {
   batch_t *b = &c->batch;
   if (b->n == 0) return;
   int64_t t0 = ember_time_mono_ns();
-  if (store_batch(c) == 0 && dlq_batch(c) == 0) commit_batch(c);
+  if (store_batch(c) == 0) {
+    fault_after_store(c);
+    if (dlq_batch(c) == 0) commit_batch(c);
+  }
   ember_metric_add(c->m.batches, 1);
   ember_metric_add(c->m.batch_seconds, (double)(ember_time_mono_ns() - t0) / 1e9);
   batch_clear(b);
@@ -445,6 +486,7 @@ static void take(ember__collector_t *c, rd_kafka_message_t *m) {
     return;
   }
   item_t *it = &c->batch.items[c->batch.n - 1];
+  ember__shards_source(c->shards, m, &it->src);
   char err[256] = "";
   if (m->payload == NULL || m->len == 0) {
     set_malformed(c, it, "empty message");
@@ -467,6 +509,7 @@ static void rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
   bool cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
   if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
     EMBER_INFO("collector", "assigned %d partition(s) of %s", parts->cnt, EMBER_TOPIC_PROFILES);
+    ember__shards_assign(c->shards, rk, parts, 5000);
     if (cooperative)
       rd_kafka_error_destroy(rd_kafka_incremental_assign(rk, parts));
     else
@@ -474,6 +517,7 @@ static void rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
   } else {
     /* Store and commit what we hold before another member takes over. */
     flush_batch(c);
+    ember__shards_revoke(c->shards, parts);
     EMBER_INFO("collector", "released %d partition(s) of %s", parts->cnt, EMBER_TOPIC_PROFILES);
     if (cooperative)
       rd_kafka_error_destroy(rd_kafka_incremental_unassign(rk, parts));
@@ -600,10 +644,95 @@ static int start_registry(ember__collector_t *c, char *err, size_t n) {
  * ember_store_runs (being added to store.h): each ember_store_run_t maps
  * field for field onto an ember_collector_run_t. Until then it announces
  * none. */
+/* The shards under this collector's id, and the test-only fault hook. */
+static int start_shards(ember__collector_t *c, const char *id, char *err, size_t n) {
+  int rc = ember__shards_new(c->store, c->metrics, id, &c->shards);
+  if (rc != 0) {
+    snprintf(err, n, "out of memory");
+    return rc;
+  }
+  const char *fault = getenv("EMBER_TEST_FAULT");
+  const char *pfx = "kill_after_store:";
+  if (fault != NULL && strncmp(fault, pfx, strlen(pfx)) == 0) {
+    int64_t k = 0;
+    if (ember_parse_i64(fault + strlen(pfx), 1, 1000000, &k) != 0) {
+      snprintf(err, n, "EMBER_TEST_FAULT: expected kill_after_store:N with N a positive number");
+      return EMBER_ECONFIG;
+    }
+    c->fault_kill_after = (int)k;
+    EMBER_WARN("collector",
+               "EMBER_TEST_FAULT is set: this process kills itself after stored "
+               "batch %d (a test-only hook)",
+               c->fault_kill_after);
+  }
+  return 0;
+}
+
+/* Apply the shards' rule (shards.h) to this store's pending windows
+ * against the runs the other members of this collector's group announce
+ * (another group's copies are replicas, not duplicates). */
+static void reconcile(ember__collector_t *c) {
+  ember__peer_t *peers = NULL;
+  size_t np = 0, nr = 0;
+  if (ember__fleet_list(c->fleet, ember_time_now_ns(), &peers, &np) != 0) return;
+  const char *group = NULL;
+  for (size_t i = 0; i < np && group == NULL; i++)
+    if (peers[i].self) group = peers[i].info.group_id;
+  for (size_t i = 0; i < np; i++)
+    if (!peers[i].self && group != NULL && strcmp(peers[i].info.group_id, group) == 0)
+      nr += peers[i].info.nruns;
+  ember__foreign_run_t *fr = nr ? ember_malloc(nr * sizeof *fr) : NULL;
+  size_t k = 0;
+  for (size_t i = 0; fr != NULL && i < np; i++) {
+    if (peers[i].self || strcmp(peers[i].info.group_id, group) != 0) continue;
+    for (size_t j = 0; j < peers[i].info.nruns; j++) {
+      const ember_collector_run_t *r = &peers[i].info.runs[j];
+      fr[k++] = (ember__foreign_run_t){.collector = peers[i].info.id,
+                                       .partition = r->partition,
+                                       .start = r->start,
+                                       .stored_end = r->stored_end,
+                                       .committed = r->committed,
+                                       .started_ns = r->started_ns};
+    }
+  }
+  uint64_t undone = 0;
+  int rc = k > 0 ? ember__shards_reconcile(c->shards, fr, k, &undone) : 0;
+  if (rc != 0)
+    EMBER_WARN_LIMITED("collector",
+                       "cannot undo this store's copies of other collectors' "
+                       "windows: %s (tried again at the next announcement)",
+                       ember_store_strerror(rc));
+  ember_free(fr);
+  ember__peers_list_free(peers, np);
+}
+
+/* The fleet's runs callback, on its thread once per announcement: first
+ * the rule against what the peers announced, then this store's runs. */
 static int collector_runs(void *ctx, ember_collector_run_t **out, size_t *count) {
-  (void)ctx;
+  ember__collector_t *c = ctx;
   *out = NULL;
   *count = 0;
+  reconcile(c);
+  ember_store_run_t *runs = NULL;
+  size_t n = 0;
+  int rc = ember_store_runs(c->store, &runs, &n);
+  if (rc != 0) return rc;
+  ember_collector_run_t *v = n ? ember_malloc(n * sizeof *v) : NULL;
+  if (n > 0 && v == NULL) rc = -ENOMEM;
+  for (size_t i = 0; rc == 0 && i < n; i++)
+    v[i] = (ember_collector_run_t){.partition = runs[i].partition,
+                                   .start = runs[i].start,
+                                   .stored_end = runs[i].stored_end,
+                                   .committed = runs[i].committed,
+                                   .started_ns = runs[i].started_ns,
+                                   .tmin_ns = runs[i].tmin_ns,
+                                   .tmax_ns = runs[i].tmax_ns,
+                                   .windows = runs[i].windows,
+                                   .pending = runs[i].pending};
+  ember_store_runs_free(runs);
+  if (rc != 0) return rc;
+  *out = v;
+  *count = n;
   return 0;
 }
 
@@ -617,6 +746,8 @@ static int start_fleet(ember__collector_t *c, const ember_config_t *cfg, char *e
                             .runs = collector_runs,
                             .runs_ctx = c};
   int rc = ember__fleet_read_config(cfg, ember__api_port(c->api), &fo.config, err, n);
+  /* The shards before the fleet's thread, which calls collector_runs. */
+  if (rc == 0) rc = start_shards(c, fo.config.id, err, n);
   if (rc == 0) rc = ember__fleet_start(c->fleet, &fo, err, n);
   return rc;
 }
@@ -776,6 +907,30 @@ static int start_notify(ember__collector_t *c, const ember_config_t *cfg, char *
   return rc;
 }
 
+/* Fleet queries (fleetq.h) over the fleet's peer table: made before the
+ * API, which answers through them. */
+static int init_fleetq(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
+  int64_t timeout = 5 * NS_PER_S;
+  const char *v = ember_config_get(cfg, "fleet.peer_timeout");
+  if (v != NULL && (ember_parse_duration_ns(v, NS_PER_S, &timeout) != 0 ||
+                    timeout < 100 * 1000000LL || timeout > 600 * NS_PER_S)) {
+    snprintf(err, n, "fleet.peer_timeout: \"%.64s\" is not a duration from 100ms to 10m", v);
+    return EMBER_ECONFIG;
+  }
+  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    snprintf(err, n, "cannot initialise libcurl");
+    return -ENOMEM;
+  }
+  c->curl_inited = true;
+  const char *token = ember_config_get(cfg, "api.token");
+  if (token != NULL && *token != '\0' && (c->token = ember_strdup(token)) == NULL) return -ENOMEM;
+  c->fleetq.o = (ember__fleetq_opts_t){.peers = ember__fleet_peers(c->fleet),
+                                       .token = c->token,
+                                       .timeout_ms = (int)(timeout / 1000000),
+                                       .max_body = (size_t)1 << 30};
+  return 0;
+}
+
 static int open_store(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
   const char *dir = ember_config_get_str(cfg, "data_dir", "./ember-data");
   if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
@@ -884,6 +1039,7 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
     register_metrics(c);
     rc = ember__fleet_new(c->metrics, &c->fleet);
   }
+  if (rc == 0) rc = init_fleetq(c, cfg, errbuf, errbuf_size);
   if (rc == 0) {
     if (kafka == NULL) {
       rc = ember_kafka_new(cfg, &c->kafka, errbuf, errbuf_size);
@@ -911,6 +1067,7 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
                             .sessions = c->sessions,
                             .alerts = c->alerts,
                             .fleet = c->fleet,
+                            .fleetq = &c->fleetq,
                             .ready = collector_ready,
                             .ready_ctx = c};
     rc = ember__api_read_config(cfg, &ao, errbuf, errbuf_size);
@@ -978,7 +1135,10 @@ void ember__collector_stop(ember__collector_t *c) {
   if (c->own_kafka) ember_kafka_free(c->kafka);
   ember__csessions_free(c->sessions);
   ember__fleet_free(c->fleet);
+  ember_free(c->token);
+  if (c->curl_inited) curl_global_cleanup();
   ember__registry_free(c->registry);
+  ember__shards_free(c->shards);
   ember_metrics_free(c->metrics);
   EMBER_INFO("collector", "stopped");
   ember_free(c);

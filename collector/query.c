@@ -61,12 +61,23 @@ static int cpu_from_samples(ember_profile_t **p, ember_profile_t *samples) {
   return rc;
 }
 
+static int store_merge(void *ctx, const ember_store_selector_t *sel, int64_t from_ns, int64_t to_ns,
+                       ember_value_type_t vt, ember_profile_t **out) {
+  return ember_store_merge(ctx, sel, from_ns, to_ns, vt, out);
+}
+
 int ember__query_profile(ember_store_t *store, const ember_store_selector_t *sel, int64_t from_ns,
                          int64_t to_ns, ember__qtype_t type, ember_profile_t **out) {
+  return ember__query_profile_by(store_merge, store, sel, from_ns, to_ns, type, out);
+}
+
+int ember__query_profile_by(ember__merge_fn merge, void *ctx, const ember_store_selector_t *sel,
+                            int64_t from_ns, int64_t to_ns, ember__qtype_t type,
+                            ember_profile_t **out) {
   ember_profile_t *p = NULL, *samples = NULL;
-  int rc = ember_store_merge(store, sel, from_ns, to_ns, qtype_vt[type], &p);
+  int rc = merge(ctx, sel, from_ns, to_ns, qtype_vt[type], &p);
   if (rc == 0 && type == EMBER__Q_CPU && ember_profile_nstacks(p) == 0) {
-    rc = ember_store_merge(store, sel, from_ns, to_ns, EMBER_VT_CPU_SAMPLES, &samples);
+    rc = merge(ctx, sel, from_ns, to_ns, EMBER_VT_CPU_SAMPLES, &samples);
     if (rc == 0) rc = cpu_from_samples(&p, samples);
   }
   if (rc != 0) {

@@ -31,6 +31,15 @@ typedef enum ember__qtype {
 int ember__query_profile(ember_store_t *store, const ember_store_selector_t *sel, int64_t from_ns,
                          int64_t to_ns, ember__qtype_t type, ember_profile_t **out);
 
+/* A raw merge of one value type, as ember_store_merge: the store's, or
+ * the fleet's (fleetq.h). */
+typedef int (*ember__merge_fn)(void *ctx, const ember_store_selector_t *sel, int64_t from_ns,
+                               int64_t to_ns, ember_value_type_t vt, ember_profile_t **out);
+/* ember__query_profile over `merge` instead of one store. */
+int ember__query_profile_by(ember__merge_fn merge, void *ctx, const ember_store_selector_t *sel,
+                            int64_t from_ns, int64_t to_ns, ember__qtype_t type,
+                            ember_profile_t **out);
+
 /* The same over the results of session `id`; `info` (may be NULL) gets
  * what the store read (ember_store_session_merge). */
 int ember__query_session(ember_store_t *store, const char *id, ember__qtype_t type,

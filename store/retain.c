@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "runs.h"
 #include "store_int.h"
 
 typedef struct rctx {
@@ -114,6 +115,28 @@ static int delete_idem(rctx_t *r, int64_t cutoff) {
   return delete_where(r, EMBER__DB_IDEM, first, sizeof first, judge_idem, &cutoff);
 }
 
+static verdict_t judge_pending(const MDB_val *k, const MDB_val *v, const void *ctx) {
+  bool bad;
+  bool older = ember__pending_older(k, v, *(const int64_t *)ctx, &bad);
+  return bad ? V_CORRUPT : older ? V_DELETE : V_SKIP;
+}
+
+static verdict_t judge_run(const MDB_val *k, const MDB_val *v, const void *ctx) {
+  bool bad;
+  bool older = ember__run_older(k, v, *(const int64_t *)ctx, &bad);
+  return bad ? V_CORRUPT : older ? V_DELETE : V_SKIP;
+}
+
+/* Pending windows that started below the cutoff, and runs whose last
+ * window did: a pass over each table (both small: the uncommitted tail,
+ * and one run per partition and assignment). */
+static int delete_runs(rctx_t *r, int64_t cutoff) {
+  static const uint8_t first[EMBER__PENDING_KEY_LEN] = {0};
+  int rc = delete_where(r, EMBER__DB_PENDING, first, sizeof first, judge_pending, &cutoff);
+  if (rc == 0) rc = delete_where(r, EMBER__DB_RUNS, first, sizeof first, judge_run, &cutoff);
+  return rc;
+}
+
 static int retain_locked(ember_store_t *s, int64_t before_ns, size_t max_per_txn,
                          uint64_t *deleted);
 
@@ -164,7 +187,11 @@ static int retain_locked(ember_store_t *s, int64_t before_ns, size_t max_per_txn
   if (rc == 0) rc = maybe_commit(&r, true);
   if (rc < 0) goto cleanup;
 
-  rc = ember__select(s, r.txn, NULL, &sids, &nsids);
+  /* Pending windows go before the rows they were added to, so that an undo
+   * running between two of these transactions never meets a pending
+   * window whose rows are gone. */
+  rc = delete_runs(&r, cutoff);
+  if (rc == 0) rc = ember__select(s, r.txn, NULL, &sids, &nsids);
   if (rc < 0) goto cleanup;
   static const ember__db_t dbs[] = {EMBER__DB_PROFILES, EMBER__DB_ROLLUP_1M, EMBER__DB_ROLLUP_1H,
                                     EMBER__DB_CPU};

@@ -15,6 +15,11 @@ _Static_assert(EMBER__CPU_KEY_LEN == sizeof(uint32_t) + sizeof(int64_t),
                "cpu key: series id, window start");
 _Static_assert(EMBER__IDEM_KEY_LEN == 2 * sizeof(uint64_t), "idem key: agent hash, seq");
 _Static_assert(EMBER__POSTING_KEY_LEN == 1 + sizeof(uint64_t), "posting key: label, value hash");
+_Static_assert(EMBER__RUN_KEY_LEN == sizeof(uint32_t) + sizeof(int64_t),
+               "run key: partition, run start");
+_Static_assert(EMBER__PENDING_KEY_LEN == sizeof(uint32_t) + sizeof(int64_t),
+               "pending key: partition, offset");
+_Static_assert(EMBER__PART_KEY_LEN == 2 * sizeof(uint32_t), "series_part key: series, partition");
 _Static_assert(EMBER_MAX_VALUE_TYPES <= 8, "a type mask is one byte");
 _Static_assert(EMBER_VT_ALLOC_BYTES == 4, "type mask bits follow the value type numbers");
 
@@ -38,6 +43,9 @@ static const struct {
     [EMBER__DB_SESSIONS] = {"sessions", 0},
     [EMBER__DB_RULES] = {"rules", 0},
     [EMBER__DB_ALERTS] = {"alerts", 0},
+    [EMBER__DB_RUNS] = {"runs", 0},
+    [EMBER__DB_PENDING] = {"pending", 0},
+    [EMBER__DB_PARTS] = {"series_part", 0},
 };
 
 #define DEFAULT_MAP_SIZE ((size_t)1 << 30)
@@ -118,6 +126,7 @@ bool ember__store_retry(ember_store_t *s, int *rc) {
 void ember__store_caches_clear(ember_store_t *s) {
   for (size_t i = 0; i < sizeof s->cache / sizeof s->cache[0]; i++)
     ember__dcache_clear(&s->cache[i]);
+  ember__kset_clear(&s->parts);
 }
 
 /* Below this much free space a failed commit is a full disk. */
@@ -154,7 +163,10 @@ bool ember__sealed(ember__db_t db) {
   case EMBER__DB_ROLLUP_1M:
   case EMBER__DB_SESSIONS:
   case EMBER__DB_RULES:
-  case EMBER__DB_ALERTS: return true;
+  case EMBER__DB_ALERTS:
+  case EMBER__DB_RUNS:
+  case EMBER__DB_PENDING:
+  case EMBER__DB_PARTS: return true;
   default: return false;
   }
 }
@@ -268,6 +280,12 @@ int ember_store_open(const char *path, const ember_store_opts_t *opts, ember_sto
     /* The document tables came within schema 3 the same way. */
     if (mrc == MDB_NOTFOUND && (i == EMBER__DB_RULES || i == EMBER__DB_ALERTS) && o.read_only) {
       s->no_docs = true;
+      continue;
+    }
+    /* And the tables of where windows came from, later within schema 3. */
+    if (mrc == MDB_NOTFOUND && o.read_only &&
+        (i == EMBER__DB_RUNS || i == EMBER__DB_PENDING || i == EMBER__DB_PARTS)) {
+      s->no_runs = true;
       continue;
     }
     if (mrc == MDB_NOTFOUND) {
@@ -554,6 +572,9 @@ static int stats_locked(ember_store_t *s, ember_store_stats_t *stats) {
       {EMBER__DB_SESSIONS, offsetof(ember_store_stats_t, session_rows)},
       {EMBER__DB_RULES, offsetof(ember_store_stats_t, rule_docs)},
       {EMBER__DB_ALERTS, offsetof(ember_store_stats_t, alert_docs)},
+      {EMBER__DB_RUNS, offsetof(ember_store_stats_t, run_rows)},
+      {EMBER__DB_PENDING, offsetof(ember_store_stats_t, pending_rows)},
+      {EMBER__DB_PARTS, offsetof(ember_store_stats_t, series_parts)},
   };
   ember_store_stats_t st = {0};
   MDB_txn *txn = NULL;
@@ -562,6 +583,10 @@ static int stats_locked(ember_store_t *s, ember_store_stats_t *stats) {
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
     if (map[i].db == EMBER__DB_SESSIONS && s->no_sessions) continue;
     if ((map[i].db == EMBER__DB_RULES || map[i].db == EMBER__DB_ALERTS) && s->no_docs) continue;
+    if ((map[i].db == EMBER__DB_RUNS || map[i].db == EMBER__DB_PENDING ||
+         map[i].db == EMBER__DB_PARTS) &&
+        s->no_runs)
+      continue;
     MDB_stat ms;
     rc = ember__store_err(mdb_stat(txn, s->dbi[map[i].db], &ms));
     if (rc < 0) goto cleanup;

@@ -9,6 +9,7 @@
 
 #include "ember/store.h"
 #include "dcache.h"
+#include "kset.h"
 #include "kv.h"
 
 /* Named databases. The names are on disk. */
@@ -29,6 +30,9 @@ typedef enum ember__db {
   EMBER__DB_SESSIONS,   /* "sessions": (session id, agent hash, seq) -> encoded result */
   EMBER__DB_RULES,      /* "rules": rule name -> JSON document (doc.c) */
   EMBER__DB_ALERTS,     /* "alerts": alert id -> JSON document (doc.c) */
+  EMBER__DB_RUNS,       /* "runs": (partition, run start) -> run (runs.h) */
+  EMBER__DB_PENDING,    /* "pending": (partition, offset) -> the window's contribution */
+  EMBER__DB_PARTS,      /* "series_part": (series, partition) -> nothing (seen) */
   EMBER__DB_COUNT
 } ember__db_t;
 
@@ -42,9 +46,16 @@ struct ember_store {
   /* The same for the document tables "rules" and "alerts", which came
    * together within schema 3: reads find nothing, iteration is empty. */
   bool no_docs;
+  /* The same for "runs", "pending" and "series_part" (added together
+   * within schema 3): no runs, nothing pending. */
+  bool no_runs;
   /* Dictionary caches, by table: series, frames, stacks. Used only inside
    * write transactions (see dcache.h). */
   ember__dcache_t cache[3];
+  /* The (series, partition) pairs known to be in "series_part", so that a
+   * window's pair costs no LMDB access once seen. Same rules as the
+   * dictionary caches: write transactions only, cleared when one fails. */
+  ember__kset_t parts;
   /* Every call holds this for reading while it has a transaction open;
    * growing the map (mdb_env_set_mapsize, which LMDB allows only while no
    * transaction of this process is open) holds it for writing. */
@@ -90,6 +101,9 @@ int ember__put(ember_store_t *s, MDB_txn *txn, ember__db_t db, MDB_val *k, const
 #define EMBER__CPU_KEY_LEN     12 /* series id be32 | start time be64 */
 #define EMBER__IDEM_KEY_LEN    16 /* agent id hash be64 | seq be64 */
 #define EMBER__POSTING_KEY_LEN 9  /* label index u8 | value hash be64 */
+#define EMBER__RUN_KEY_LEN     12 /* partition be32 | run start offset be64 */
+#define EMBER__PENDING_KEY_LEN 12 /* partition be32 | offset be64 */
+#define EMBER__PART_KEY_LEN    8  /* series id be32 | partition be32 */
 
 /* Session result keys: the session id's bytes, a NUL, then agent id hash
  * be64 | seq be64 (session.c). */

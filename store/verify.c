@@ -18,7 +18,25 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runs.h"
 #include "store_int.h"
+
+static bool check_run(const MDB_val *k, const MDB_val *v) {
+  int32_t partition;
+  int64_t start;
+  ember__run_t r;
+  return ember__run_decode(k, v, &partition, &start, &r);
+}
+
+/* A pending window must decode whole: undo subtracts it entry by entry. */
+static bool check_pending(const MDB_val *k, const MDB_val *v) {
+  ember__pending_t p;
+  return ember__pending_decode(k, v, &p);
+}
+
+static bool check_part(const MDB_val *k, const MDB_val *v) {
+  return k->mv_size == EMBER__PART_KEY_LEN && v->mv_size == 0 && ember__get_be32(k->mv_data) != 0;
+}
 
 /* The tables, by name, in the order walked; the main and free tables of
  * LMDB itself come first (dbi 1 and 0). */
@@ -26,23 +44,29 @@ static const struct {
   const char *name;
   ember__db_t db;
   bool optional; /* added within the schema: a store made before has none */
+  /* What an unsealed entry must be, for tables whose every entry has a
+   * fixed shape to check (NULL: the checksum only). */
+  bool (*check)(const MDB_val *k, const MDB_val *v);
 } tables[] = {
-    {"meta", EMBER__DB_META, false},
-    {"series", EMBER__DB_SERIES, false},
-    {"series_by_hash", EMBER__DB_SERIES_IDX, false},
-    {"postings", EMBER__DB_POSTINGS, false},
-    {"frames", EMBER__DB_FRAMES, false},
-    {"frames_by_hash", EMBER__DB_FRAMES_IDX, false},
-    {"stacks", EMBER__DB_STACKS, false},
-    {"stacks_by_hash", EMBER__DB_STACKS_IDX, false},
-    {"profiles", EMBER__DB_PROFILES, false},
-    {"cpu", EMBER__DB_CPU, false},
-    {"idem", EMBER__DB_IDEM, false},
-    {"rollup_1h", EMBER__DB_ROLLUP_1H, false},
-    {"rollup_1m", EMBER__DB_ROLLUP_1M, false},
-    {"sessions", EMBER__DB_SESSIONS, false},
-    {"rules", EMBER__DB_RULES, true},
-    {"alerts", EMBER__DB_ALERTS, true},
+    {"meta", EMBER__DB_META, false, NULL},
+    {"series", EMBER__DB_SERIES, false, NULL},
+    {"series_by_hash", EMBER__DB_SERIES_IDX, false, NULL},
+    {"postings", EMBER__DB_POSTINGS, false, NULL},
+    {"frames", EMBER__DB_FRAMES, false, NULL},
+    {"frames_by_hash", EMBER__DB_FRAMES_IDX, false, NULL},
+    {"stacks", EMBER__DB_STACKS, false, NULL},
+    {"stacks_by_hash", EMBER__DB_STACKS_IDX, false, NULL},
+    {"profiles", EMBER__DB_PROFILES, false, NULL},
+    {"cpu", EMBER__DB_CPU, false, NULL},
+    {"idem", EMBER__DB_IDEM, false, NULL},
+    {"rollup_1h", EMBER__DB_ROLLUP_1H, false, NULL},
+    {"rollup_1m", EMBER__DB_ROLLUP_1M, false, NULL},
+    {"sessions", EMBER__DB_SESSIONS, false, NULL},
+    {"rules", EMBER__DB_RULES, true, NULL},
+    {"alerts", EMBER__DB_ALERTS, true, NULL},
+    {"runs", EMBER__DB_RUNS, true, check_run},
+    {"pending", EMBER__DB_PENDING, true, check_pending},
+    {"series_part", EMBER__DB_PARTS, true, check_part},
 };
 
 _Static_assert(sizeof tables / sizeof tables[0] == EMBER__DB_COUNT, "verify walks every table");
@@ -76,9 +100,11 @@ static void say(int fd, const char *fmt, ...) {
 }
 
 /* Read every key and value of `dbi` (every duplicate too), checking the
- * seals of a sealed table. Returns 0 or an LMDB code (MDB_CORRUPTED for a
- * bad checksum). */
-static int walk(int fd, MDB_txn *txn, MDB_dbi dbi, bool sealed, uint64_t *entries,
+ * seals of a sealed table and each entry's shape with `check` (may be
+ * NULL). Returns 0 or an LMDB code (MDB_CORRUPTED for a bad checksum, with
+ * *bad_at; MDB_INVALID for an entry `check` refuses, with *bad_at). */
+static int walk(int fd, MDB_txn *txn, MDB_dbi dbi, bool sealed,
+                bool (*check)(const MDB_val *k, const MDB_val *v), uint64_t *entries,
                 uint64_t *bad_at) {
   MDB_cursor *cur = NULL;
   int mrc = mdb_cursor_open(txn, dbi, &cur);
@@ -95,6 +121,11 @@ static int walk(int fd, MDB_txn *txn, MDB_dbi dbi, bool sealed, uint64_t *entrie
       if (!ember__unseal(&k, &v)) {
         *bad_at = i;
         mrc = MDB_CORRUPTED;
+        break;
+      }
+      if (check && !check(&k, &v)) {
+        *bad_at = i;
+        mrc = MDB_INVALID;
         break;
       }
     } else {
@@ -122,11 +153,11 @@ static int child_main(const char *path, int fd) {
   if (mrc == MDB_SUCCESS) {
     /* LMDB's own tables: the free list (dbi 0) and the table of names. */
     say(fd, "T (free pages)\n");
-    mrc = walk(fd, txn, 0, false, &entries, &bad_at);
+    mrc = walk(fd, txn, 0, false, NULL, &entries, &bad_at);
   }
   if (mrc == MDB_SUCCESS) {
     say(fd, "T (table names)\n");
-    mrc = walk(fd, txn, 1, false, &entries, &bad_at);
+    mrc = walk(fd, txn, 1, false, NULL, &entries, &bad_at);
   }
   for (size_t t = 0; mrc == MDB_SUCCESS && t < sizeof tables / sizeof tables[0]; t++) {
     MDB_dbi dbi;
@@ -155,9 +186,14 @@ static int child_main(const char *path, int fd) {
       }
     }
     if (mrc == MDB_SUCCESS)
-      mrc = walk(fd, txn, dbi, ember__sealed(tables[t].db), &entries, &bad_at);
+      mrc = walk(fd, txn, dbi, ember__sealed(tables[t].db), tables[t].check, &entries, &bad_at);
     if (mrc == MDB_CORRUPTED && bad_at != UINT64_MAX) {
       say(fd, "E %d entry %llu of table \"%s\" fails its checksum\n", EMBER_ECORRUPT,
+          (unsigned long long)bad_at, tables[t].name);
+      return 1;
+    }
+    if (mrc == MDB_INVALID && bad_at != UINT64_MAX) {
+      say(fd, "E %d entry %llu of table \"%s\" is malformed\n", EMBER_ECORRUPT,
           (unsigned long long)bad_at, tables[t].name);
       return 1;
     }

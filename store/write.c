@@ -5,6 +5,7 @@
 
 #include "htab.h"
 #include "row.h"
+#include "runs.h"
 #include "store_int.h"
 
 /* One rollup row being summed in memory for the length of a batch, so
@@ -61,6 +62,7 @@ typedef struct wctx {
   ember__htab_t agg_index;
   const agg_t *agg_key; /* the key being looked up */
   counter_t ctr[CTR_COUNT];
+  ember__srcs_t srcs; /* runs of a batch with sources (runs.h) */
 } wctx_t;
 
 static int grow(void *arr, size_t *cap, size_t need, size_t elem) {
@@ -469,8 +471,12 @@ static int agg_add(wctx_t *w, ember__db_t db, int64_t unit, uint32_t sid, int64_
   if (rc == 0) rc = grow(&a->ids, &a->ids_cap, m, sizeof *a->ids);
   if (rc == 0) rc = grow(&a->vals, &a->vals_cap, m * nt, sizeof *a->vals);
   if (rc < 0) return rc;
-  memcpy(a->ids, w->ids, m * sizeof *a->ids);
-  memcpy(a->vals, w->vals, m * nt * sizeof *a->vals);
+  /* An idle window first in its bucket leaves both lists empty and never
+   * allocated: memcpy must not see their NULL pointers, even for 0 bytes. */
+  if (m) {
+    memcpy(a->ids, w->ids, m * sizeof *a->ids);
+    memcpy(a->vals, w->vals, m * nt * sizeof *a->vals);
+  }
   a->n = m;
   return 0;
 }
@@ -518,26 +524,29 @@ static int check_profile(const ember_profile_t *p) {
   return 0;
 }
 
-static int write_one(wctx_t *w, const ember_profile_t *p, int64_t retained, bool *dup,
-                     bool *expired) {
+/* Store window `p`, read from `src` (NULL: no source). */
+static int write_one(wctx_t *w, const ember_profile_t *p, const ember_store_source_t *src,
+                     int64_t retained, bool *dup, bool *expired) {
   int64_t start, end;
   ember_profile_window(p, &start, &end);
   const char *agent = ember_profile_agent_id(p);
+  uint8_t idem[EMBER__IDEM_KEY_LEN];
   int rc;
   *dup = false;
   *expired = start < retained;
   if (*expired) return 0;
   if (agent) {
-    uint8_t key[EMBER__IDEM_KEY_LEN], val[8];
-    ember__put_be64(key, ember__label_hash(agent));
-    ember__put_be64(key + 8, ember_profile_seq(p));
+    uint8_t val[8];
+    ember__put_be64(idem, ember__label_hash(agent));
+    ember__put_be64(idem + 8, ember_profile_seq(p));
     ember__put_time(val, start);
-    MDB_val k = {.mv_size = sizeof key, .mv_data = key};
+    MDB_val k = {.mv_size = sizeof idem, .mv_data = idem};
     MDB_val v = {.mv_size = sizeof val, .mv_data = val};
     int mrc = ember__put(w->s, w->txn, EMBER__DB_IDEM, &k, &v, MDB_NOOVERWRITE);
     if (mrc == MDB_KEYEXIST) {
       *dup = true;
-      return 0;
+      /* Stored before, so not pending; but read in this run all the same. */
+      return src ? ember__srcs_window(&w->srcs, src, start) : 0;
     }
     rc = ember__store_err(mrc);
     if (rc < 0) return rc;
@@ -617,31 +626,61 @@ static int write_one(wctx_t *w, const ember_profile_t *p, int64_t retained, bool
     memcpy(ckey, key, sizeof ckey);
     MDB_val ck = {.mv_size = sizeof ckey, .mv_data = ckey};
     rc = add_u64(w, EMBER__DB_CPU, &ck, (uint64_t)cpu);
+    if (rc < 0) return rc;
   }
+  if (!src) return 0;
+  /* Exactly what this window added above, for ember_store_undo. */
+  ember__contrib_t c = {.pkey = key,
+                        .has_cpu = cpu >= 0,
+                        .cpu_ns = cpu >= 0 ? cpu : 0,
+                        .idem = agent ? idem : NULL,
+                        .hdr = &h,
+                        .ids = w->wids,
+                        .vals = w->wvals,
+                        .n = nstacks};
+  rc = ember__srcs_window(&w->srcs, src, start);
+  if (rc == 0) rc = ember__srcs_stored(&w->srcs, w->s, w->txn, src, &c);
   return rc;
 }
 
-static int write_locked(ember_store_t *s, ember_profile_t *const *profiles, size_t n,
+static int check_source(const ember_store_source_t *src) {
+  if (src->partition < 0 || src->run_start < 0 || src->offset < src->run_start ||
+      src->offset == INT64_MAX)
+    return -EINVAL;
+  return 0;
+}
+
+static int write_locked(ember_store_t *s, ember_profile_t *const *profiles,
+                        const ember_store_source_t *sources, size_t n,
                         ember_store_write_result_t *result);
 
-int ember_store_write(ember_store_t *s, ember_profile_t *const *profiles, size_t n,
-                      ember_store_write_result_t *result) {
+int ember_store_write_from(ember_store_t *s, ember_profile_t *const *profiles,
+                           const ember_store_source_t *sources, size_t n,
+                           ember_store_write_result_t *result) {
   if (!s || (!profiles && n)) return -EINVAL;
   if (s->read_only) return -EACCES;
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n; i++) {
     if (!profiles[i] || check_profile(profiles[i]) < 0) return -EINVAL;
+    if (sources && check_source(&sources[i]) < 0) return -EINVAL;
+  }
   /* A full map aborts the whole batch; grown, the batch is written again
    * from the start (all or nothing, so nothing of the first try remains). */
   int rc;
   do {
     ember__store_enter(s);
-    rc = write_locked(s, profiles, n, result);
+    rc = write_locked(s, profiles, sources, n, result);
     ember__store_leave(s);
   } while (rc < 0 && ember__store_retry(s, &rc));
   return rc;
 }
 
-static int write_locked(ember_store_t *s, ember_profile_t *const *profiles, size_t n,
+int ember_store_write(ember_store_t *s, ember_profile_t *const *profiles, size_t n,
+                      ember_store_write_result_t *result) {
+  return ember_store_write_from(s, profiles, NULL, n, result);
+}
+
+static int write_locked(ember_store_t *s, ember_profile_t *const *profiles,
+                        const ember_store_source_t *sources, size_t n,
                         ember_store_write_result_t *result) {
 
   wctx_t w = {.s = s,
@@ -668,7 +707,7 @@ static int write_locked(ember_store_t *s, ember_profile_t *const *profiles, size
   }
   for (size_t i = 0; i < n; i++) {
     bool dup, expired;
-    rc = write_one(&w, profiles[i], retained, &dup, &expired);
+    rc = write_one(&w, profiles[i], sources ? &sources[i] : NULL, retained, &dup, &expired);
     if (rc < 0) goto cleanup;
     if (expired)
       res.expired++;
@@ -678,6 +717,7 @@ static int write_locked(ember_store_t *s, ember_profile_t *const *profiles, size
       res.written++;
   }
   rc = flush_aggs(&w);
+  if (rc == 0) rc = ember__srcs_flush(&w.srcs, s, w.txn);
   if (rc == 0) rc = save_counters(&w);
   if (rc < 0) goto cleanup;
   rc = ember__store_commit(s, w.txn);
@@ -696,6 +736,7 @@ cleanup:
   }
   ember_free(w.aggs);
   ember__htab_free(&w.agg_index);
+  ember__srcs_free(&w.srcs);
   ember__out_free(&w.buf);
   ember__out_free(&w.row);
   ember_free(w.fmap);

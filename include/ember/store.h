@@ -19,7 +19,11 @@
  *   - CPU nanoseconds per (series, window start), for timelines;
  *   - an idempotency key per (agent id, seq), so a replayed message is
  *     stored once;
- *   - documents: alert rules and alerts, whole, by key (ember_store_doc_*).
+ *   - documents: alert rules and alerts, whole, by key (ember_store_doc_*);
+ *   - where windows came from (ember_store_write_from): the runs of Kafka
+ *     partitions the collector consumed, the windows not yet committed to
+ *     Kafka (pending, so that a copy another collector also stored can be
+ *     undone exactly), and which series each partition carried.
  * Old data goes by whole hours through ember_store_retain().
  *
  * Thread-safety: one ember_store_t may be shared by any number of threads.
@@ -116,6 +120,90 @@ typedef struct ember_store_write_result {
  * Blocks while another write transaction runs. */
 EMBER_API int ember_store_write(ember_store_t *store, ember_profile_t *const *profiles, size_t n,
                                 ember_store_write_result_t *result);
+
+/* Where a window came from (the collector's view of Kafka): the partition
+ * of the profiles topic it was read from, its offset there, and the run it
+ * was read in. A run is what one collector consumed of one partition in
+ * one go: it starts at the offset the collector started reading the
+ * partition from (on assignment). (partition, offset) names a window
+ * fleet-wide, so two stores holding the same pair hold the same window. */
+typedef struct ember_store_source {
+  int32_t partition;      /* >= 0 */
+  int64_t offset;         /* >= run_start, < INT64_MAX */
+  int64_t run_start;      /* >= 0: the offset the run started reading at */
+  int64_t run_started_ns; /* wall clock when the run started */
+} ember_store_source_t;
+
+/* ember_store_write() plus where each window came from: sources[i] is the
+ * source of profiles[i] (borrowed for the call). With sources NULL this is
+ * ember_store_write(). In the same write transaction as the windows, each
+ * stored window is recorded as *pending* under its (partition, offset):
+ * its own contribution (its row, its CPU point, its idempotency key), so
+ * that ember_store_undo() can subtract it exactly, until
+ * ember_store_committed() says the collector committed it to Kafka; its
+ * run (partition, run_start) is created or extended (stored_end, tmin,
+ * tmax, windows) and the (series, partition) pair noted. A duplicate
+ * (agent id, seq) is not recorded as pending (it was stored before) but
+ * still extends its run; an expired window does neither. Returns as
+ * ember_store_write(), and -EINVAL for a bad source (nothing written). */
+EMBER_API int ember_store_write_from(ember_store_t *store, ember_profile_t *const *profiles,
+                                     const ember_store_source_t *sources, size_t n,
+                                     ember_store_write_result_t *result);
+
+/* The collector committed `offset` (the next offset to read) of
+ * `partition` to Kafka in the run that started at `run_start`: delete
+ * every pending window of the partition below `offset` (of any run), and
+ * remember the offset as the run's `committed` (which never moves back;
+ * a run this store does not hold records nothing). One write transaction,
+ * growing the map as ember_store_write. Returns 0, -EINVAL (negative
+ * partition or offsets), -EACCES (read-only), -ENOSPC, EMBER_EMAPFULL,
+ * -ENOMEM, EMBER_ECORRUPT. */
+EMBER_API int ember_store_committed(ember_store_t *store, int32_t partition, int64_t run_start,
+                                    int64_t offset);
+
+/* Undo the pending windows of `partition` with offset in [from, to) (a
+ * later run of another collector holds them, so the fleet keeps that
+ * copy): subtract each one's row from its window row and its minute and
+ * hour rollup rows, and its CPU nanoseconds from its CPU point; delete its
+ * idempotency key (so the window may be written again) and its pending
+ * entry, and take it off its run's window count. Merges, series listings
+ * and timelines then equal those of a store that never had the windows,
+ * with two exceptions that cannot be told from the sums: a window row
+ * shared with another window (two processes with identical labels) keeps
+ * its longest duration and agreed period, and the row and CPU point of an
+ * undone idle window (one without stacks) stay, empty and zero, since
+ * another idle window may share them (docs/internals/store.md, "Runs and
+ * pending windows"). Windows that are not pending (committed, or never
+ * written from a source) are not touched: calling again undoes nothing.
+ * One write transaction: all or nothing, growing the map as
+ * ember_store_write. *undone (may be NULL) gets the number of windows
+ * undone. Returns 0, -EINVAL (negative partition, from < 0 or to < from),
+ * -EACCES (read-only), -ENOSPC, EMBER_EMAPFULL, -ENOMEM, EMBER_ECORRUPT (a
+ * pending window does not match the rows it was added to). */
+EMBER_API int ember_store_undo(ember_store_t *store, int32_t partition, int64_t from, int64_t to,
+                               uint64_t *undone);
+
+/* One run (see ember_store_source_t), as the store holds it. */
+typedef struct ember_store_run {
+  int32_t partition;
+  int64_t start;      /* the offset the run started reading at */
+  int64_t stored_end; /* one past the highest offset stored in the run */
+  int64_t committed;  /* the last offset recorded by ember_store_committed; start at first */
+  int64_t started_ns; /* wall clock when the run started */
+  int64_t tmin_ns;    /* first and last window start stored in the run; */
+  int64_t tmax_ns;    /* 0 and 0 when it has none */
+  uint64_t windows;   /* windows stored in the run (duplicates included, undone ones not) */
+  uint64_t pending;   /* of which still pending (not committed, not undone) */
+} ember_store_run_t;
+
+/* Every run the store holds, by partition then start, in one read
+ * transaction: *out is an array of *count runs (NULL when none) freed with
+ * ember_store_runs_free(). A store opened read-only that was made before
+ * the run tables existed has none. Returns 0, -EINVAL, -ENOMEM,
+ * EMBER_ECORRUPT. */
+EMBER_API int ember_store_runs(ember_store_t *store, ember_store_run_t **out, size_t *count);
+/* Free a result of ember_store_runs(); NULL is a no-op. */
+EMBER_API void ember_store_runs_free(ember_store_run_t *runs);
 
 /* Which series a read covers: each non-NULL field must equal the series'
  * label exactly; NULL matches any value (including none). All NULL = every
@@ -215,9 +303,11 @@ EMBER_API int ember_store_cpu_timelines(ember_store_t *store, const ember_store_
 EMBER_API void ember_store_timelines_free(ember_store_timelines_t *timelines);
 
 /* Retention: delete every window, minute and hour rollup, CPU point, session
- * result and idempotency key older than `before_ns` rounded down to the hour (rollups cover whole
- * hours, so the cutoff is too), in write transactions of at most
- * `max_per_txn` deletions (0 = 1000) so that writers are never held up long.
+ * result, idempotency key and pending window older than `before_ns`
+ * rounded down to the hour (rollups cover whole hours, so the cutoff is
+ * too), and every run whose last window (tmax) is older, in write
+ * transactions of at most `max_per_txn` deletions (0 = 1000) so that
+ * writers are never held up long.
  * The cutoff is remembered: later writes of windows that start before it
  * are skipped and counted in `expired`, so a replay of an old message does
  * not come back once its idempotency key is gone. Frames and stacks are
@@ -347,6 +437,9 @@ typedef struct ember_store_stats {
   uint64_t map_grows;      /* times this handle grew the map */
   uint64_t rule_docs;      /* documents in the "rules" table */
   uint64_t alert_docs;     /* documents in the "alerts" table */
+  uint64_t run_rows;       /* runs (partition, run start) */
+  uint64_t pending_rows;   /* pending windows (partition, offset) */
+  uint64_t series_parts;   /* (series, partition) pairs seen */
 } ember_store_stats_t;
 
 /* Fill *stats from one read transaction. Returns 0 or an error. */

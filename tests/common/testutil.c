@@ -600,6 +600,12 @@ int tu_sh(const char *cmd, char *out, size_t size) {
 
 pid_t tu_start_collector(const char *brokers, const char *data_dir, const char *group,
                          unsigned port, const char *const *extra, const char *log_path) {
+  return tu_start_collector_env(brokers, data_dir, group, port, extra, NULL, log_path);
+}
+
+pid_t tu_start_collector_env(const char *brokers, const char *data_dir, const char *group,
+                             unsigned port, const char *const *extra, const char *const *env,
+                             const char *log_path) {
   char a_brokers[512], a_dir[700], a_group[200], a_listen[64];
   snprintf(a_brokers, sizeof a_brokers, "brokers=%s", brokers);
   snprintf(a_dir, sizeof a_dir, "data_dir=%s", data_dir);
@@ -614,7 +620,7 @@ pid_t tu_start_collector(const char *brokers, const char *data_dir, const char *
   size_t n = 6;
   for (size_t i = 0; extra != NULL && extra[i] != NULL && n < 31; i++) argv[n++] = extra[i];
   argv[n] = NULL;
-  pid_t pid = tu_spawn(argv, NULL, log_path);
+  pid_t pid = tu_spawn(argv, env, log_path);
   for (int t = 0; t < 300; t++) {
     if (tu_metric(port, "ember_collector_messages_total") >= 0) return pid;
     usleep(100000);

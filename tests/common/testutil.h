@@ -141,6 +141,11 @@ int tu_sh(const char *cmd, char *out, size_t size);
  * until it serves /metrics (fails the test after 30 s). */
 pid_t tu_start_collector(const char *brokers, const char *data_dir, const char *group,
                          unsigned port, const char *const *extra, const char *log_path);
+/* tu_start_collector with NULL-terminated NAME=VALUE environment entries
+ * (may be NULL) added to its environment. */
+pid_t tu_start_collector_env(const char *brokers, const char *data_dir, const char *group,
+                             unsigned port, const char *const *extra, const char *const *env,
+                             const char *log_path);
 /* SIGTERM `pid` and require a clean exit 0 within 30 s. */
 void tu_stop_daemon(pid_t pid, const char *what, const char *log_path);
 

@@ -6,6 +6,22 @@ set_tests_properties(test_collector_broker PROPERTIES FIXTURES_REQUIRED kafka_br
 set_property(TEST test_collector_broker APPEND PROPERTY
   ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
 
+# Shards: a collector killed between its store's commit and its offset
+# commit reads nothing twice (collector/shards.h).
+ember_test(integration test_collector_shards integration)
+add_dependencies(test_collector_shards ember-collector)
+set_tests_properties(test_collector_shards PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 400)
+set_property(TEST test_collector_shards APPEND PROPERTY
+  ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
+
+# Several collectors as one fleet: fan-out queries, a replica group, a
+# crash between the store's commit and Kafka's (docs/internals/fleet.md).
+ember_test(integration test_fleet_query integration)
+add_dependencies(test_fleet_query ember-collector)
+set_tests_properties(test_fleet_query PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 500)
+set_property(TEST test_fleet_query APPEND PROPERTY
+  ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
+
 # Agent + collector + `ember query` + go tool pprof, all real processes.
 ember_test(integration test_e2e integration)
 add_dependencies(test_e2e ember-collector ember_agent ember_cli)

@@ -1,0 +1,282 @@
+/* Fleet queries: choosing a group, asking its members, merging (fleetq.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "fleetq.h"
+#include "ember/buf.h"
+#include "ember/log.h"
+
+/* Does member `m` hold windows that start in [from, to)? */
+static bool holds(const ember__peer_t *m, int64_t from, int64_t to) {
+  for (size_t i = 0; i < m->info.nruns; i++) {
+    const ember_collector_run_t *r = &m->info.runs[i];
+    if (r->windows > 0 && r->tmin_ns < to && r->tmax_ns >= from) return true;
+  }
+  return false;
+}
+
+/* Is every member of `group` that holds data for the range live? */
+static bool group_complete(const ember__peer_t *m, size_t n, const char *group, int64_t from,
+                           int64_t to) {
+  bool any = false;
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(m[i].info.group_id, group) != 0) continue;
+    if (m[i].live || m[i].self) any = true;
+    if (!m[i].live && !m[i].self && holds(&m[i], from, to)) return false;
+  }
+  return any;
+}
+
+/* Every partition `group` holds for the range is held by a member of
+ * `other` too (the replica has the same partitions' windows). */
+static bool covers(const ember__peer_t *m, size_t n, const char *group, const char *other,
+                   int64_t from, int64_t to) {
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(m[i].info.group_id, group) != 0) continue;
+    for (size_t k = 0; k < m[i].info.nruns; k++) {
+      const ember_collector_run_t *r = &m[i].info.runs[k];
+      if (r->windows == 0 || r->tmin_ns >= to || r->tmax_ns < from) continue;
+      bool found = false;
+      for (size_t j = 0; j < n && !found; j++) {
+        if (strcmp(m[j].info.group_id, other) != 0) continue;
+        for (size_t q = 0; q < m[j].info.nruns && !found; q++) {
+          const ember_collector_run_t *o = &m[j].info.runs[q];
+          found = o->partition == r->partition && o->windows > 0 && o->tmin_ns <= r->tmin_ns;
+        }
+      }
+      if (!found) return false;
+    }
+  }
+  return true;
+}
+
+/* Append the missing members of `group` (not live, holding data for the
+ * range) and their partitions to `out`. */
+static void describe_missing(const ember__peer_t *m, size_t n, const char *group, int64_t from,
+                             int64_t to, char *out, size_t size) {
+  ember_buf_t b;
+  ember_buf_init(&b, size > 0 ? size - 1 : 0);
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(m[i].info.group_id, group) != 0 || m[i].live || m[i].self || !holds(&m[i], from, to))
+      continue;
+    if (b.len > 0) ember_buf_puts(&b, "; ");
+    ember_buf_printf(&b, "collector %s is down: partitions", m[i].info.id);
+    int32_t last = -1;
+    for (size_t k = 0; k < m[i].info.nruns; k++) {
+      const ember_collector_run_t *r = &m[i].info.runs[k];
+      if (r->windows == 0 || r->tmin_ns >= to || r->tmax_ns < from || r->partition == last)
+        continue;
+      ember_buf_printf(&b, " %" PRId32, r->partition);
+      last = r->partition;
+    }
+  }
+  snprintf(out, size, "%s", b.data ? b.data : "");
+  ember_buf_free(&b);
+}
+
+void ember__fleet_ask_free(ember__fleet_ask_t *a) {
+  if (a == NULL) return;
+  ember__fanout_free(a->fetch, a->n);
+  for (size_t i = 0; i < a->n; i++) {
+    if (a->urls) ember_free(a->urls[i]);
+    if (a->ids) ember_free(a->ids[i]);
+  }
+  ember_free(a->fetch);
+  ember_free(a->urls);
+  ember_free(a->ids);
+  memset(a, 0, sizeof *a);
+}
+
+void ember__fleet_ask_failed(ember__fleet_ask_t *a, size_t i, const char *why) {
+  size_t len = strlen(a->partial);
+  if (len + 8 >= sizeof a->partial) return;
+  snprintf(a->partial + len, sizeof a->partial - len, "%scollector %s did not answer: %s",
+           len ? "; " : "", a->ids[i], why);
+}
+
+static char *dup_str(const char *s) {
+  size_t n = strlen(s);
+  char *d = ember_malloc(n + 1);
+  if (d) memcpy(d, s, n + 1);
+  return d;
+}
+
+int ember__fleetq_ask(const ember__fleetq_t *f, int64_t from_ns, int64_t to_ns,
+                      const char *path_query, ember__fleet_ask_t *out) {
+  memset(out, 0, sizeof *out);
+  ember__peer_t *m = NULL;
+  size_t n = 0;
+  int rc = ember__peers_list(f->o.peers, ember_time_now_ns(), &m, &n);
+  if (rc != 0) return rc;
+  const char *own = NULL;
+  for (size_t i = 0; i < n && own == NULL; i++)
+    if (m[i].self) own = m[i].info.group_id;
+  if (own == NULL) {
+    /* Not announced yet: this store alone. */
+    ember__peers_list_free(m, n);
+    out->self = true;
+    return 0;
+  }
+  const char *group = own;
+  if (!group_complete(m, n, own, from_ns, to_ns)) {
+    /* A replica group that is complete and holds what the own group does. */
+    for (size_t i = 0; i < n && group == own; i++) {
+      const char *g = m[i].info.group_id;
+      if (strcmp(g, own) != 0 && group_complete(m, n, g, from_ns, to_ns) &&
+          covers(m, n, own, g, from_ns, to_ns))
+        group = m[i].info.group_id;
+    }
+    if (group == own)
+      describe_missing(m, n, own, from_ns, to_ns, out->partial, sizeof out->partial);
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(m[i].info.group_id, group) == 0 && m[i].live && !m[i].self) k++;
+  out->fetch = ember_calloc(k ? k : 1, sizeof *out->fetch);
+  out->urls = ember_calloc(k ? k : 1, sizeof *out->urls);
+  out->ids = ember_calloc(k ? k : 1, sizeof *out->ids);
+  if (out->fetch == NULL || out->urls == NULL || out->ids == NULL) rc = -ENOMEM;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    if (m[i].self && strcmp(m[i].info.group_id, group) == 0) out->self = true;
+    if (strcmp(m[i].info.group_id, group) != 0 || !m[i].live || m[i].self) continue;
+    ember_buf_t u;
+    ember_buf_init(&u, 16384);
+    const char *base = m[i].info.api_url;
+    size_t bl = strlen(base);
+    while (bl > 0 && base[bl - 1] == '/') bl--;
+    if (ember_buf_append(&u, base, bl) != 0 || ember_buf_puts(&u, path_query) != 0) {
+      ember_buf_free(&u);
+      rc = -ENOMEM;
+      break;
+    }
+    out->urls[out->n] = ember_buf_take(&u, NULL);
+    out->ids[out->n] = dup_str(m[i].info.id);
+    if (out->urls[out->n] == NULL || out->ids[out->n] == NULL) rc = -ENOMEM;
+    out->fetch[out->n].url = out->urls[out->n];
+    out->n++;
+  }
+  ember__peers_list_free(m, n);
+  if (rc == 0)
+    rc = ember__fanout_get(out->fetch, out->n, f->o.token, f->o.timeout_ms, f->o.max_body);
+  if (rc != 0) {
+    ember__fleet_ask_free(out);
+    return rc;
+  }
+  for (size_t i = 0; i < out->n; i++)
+    if (out->fetch[i].status != 200) ember__fleet_ask_failed(out, i, out->fetch[i].err);
+  return 0;
+}
+
+static const char *vt_param(ember_value_type_t vt) {
+  switch (vt) {
+  case EMBER_VT_CPU_NS: return "cpu_ns";
+  case EMBER_VT_CPU_SAMPLES: return "cpu_samples";
+  case EMBER_VT_ALLOC_OBJECTS: return "alloc_objects";
+  case EMBER_VT_ALLOC_BYTES: return "alloc_bytes";
+  }
+  return "cpu_ns";
+}
+
+/* "&key=value" with the value URL-encoded; 0 or -ENOMEM. */
+static int add_param(ember_buf_t *b, const char *key, const char *value) {
+  if (value == NULL) return 0;
+  char *e = curl_easy_escape(NULL, value, 0);
+  if (e == NULL) return -ENOMEM;
+  int rc = ember_buf_printf(b, "&%s=%s", key, e);
+  curl_free(e);
+  return rc;
+}
+
+/* Add `src` into `acc` as one store's merge adds rows: stacks summed, the
+ * window the union of the non-empty ones, the period kept while all agree. */
+static int merge_into(ember_profile_t *acc, bool *acc_empty, const ember_profile_t *src) {
+  if (ember_profile_nstacks(src) == 0) return 0;
+  int rc = ember_profile_merge(acc, src);
+  if (rc != 0) return rc;
+  int64_t as, ae, ss, se;
+  ember_profile_window(acc, &as, &ae);
+  ember_profile_window(src, &ss, &se);
+  if (*acc_empty) {
+    rc = ember_profile_set_window(acc, ss, se);
+    ember_profile_set_period(acc, ember_profile_period(src));
+  } else {
+    rc = ember_profile_set_window(acc, ss < as ? ss : as, se > ae ? se : ae);
+    if (ember_profile_period(acc) != ember_profile_period(src)) ember_profile_set_period(acc, 0);
+  }
+  *acc_empty = false;
+  return rc;
+}
+
+int ember__fleetq_merge(const ember__fleetq_t *f, ember_store_t *store,
+                        const ember_store_selector_t *sel, int64_t from_ns, int64_t to_ns,
+                        ember_value_type_t vt, ember_profile_t **out, char *partial,
+                        size_t partial_size) {
+  if (partial_size > 0) partial[0] = '\0';
+  ember_buf_t q;
+  ember_buf_init(&q, 8192);
+  /* Times as Unix seconds with nine decimals: exact to the nanosecond. */
+  int rc = ember_buf_printf(&q,
+                            "/api/v1/profile?local=1&format=ember&raw=%s&from=%" PRId64
+                            ".%09" PRId64 "&to=%" PRId64 ".%09" PRId64,
+                            vt_param(vt), from_ns / 1000000000, from_ns % 1000000000,
+                            to_ns / 1000000000, to_ns % 1000000000);
+  if (from_ns < 0 || to_ns < 0) rc = -EINVAL;
+  if (rc == 0) rc = add_param(&q, "worker", sel ? sel->worker : NULL);
+  if (rc == 0) rc = add_param(&q, "version", sel ? sel->version : NULL);
+  if (rc == 0) rc = add_param(&q, "host", sel ? sel->host : NULL);
+  if (rc == 0) rc = add_param(&q, "actor", sel ? sel->actor : NULL);
+  ember__fleet_ask_t a;
+  if (rc == 0) rc = ember__fleetq_ask(f, from_ns, to_ns, q.data, &a);
+  ember_buf_free(&q);
+  if (rc != 0) return rc;
+  ember_profile_t *acc = NULL;
+  bool empty = true;
+  if (a.self) {
+    rc = ember_store_merge(store, sel, from_ns, to_ns, vt, &acc);
+    if (rc == 0) empty = ember_profile_nstacks(acc) == 0;
+  } else {
+    rc = ember_profile_new(&vt, 1, &acc);
+    if (rc == 0 && sel != NULL) {
+      ember_labels_t l = {
+          .worker = sel->worker, .version = sel->version, .host = sel->host, .actor = sel->actor};
+      rc = ember_profile_set_labels(acc, &l);
+    }
+    if (rc == 0) rc = ember_profile_set_window(acc, from_ns, to_ns);
+  }
+  ember_codec_limits_t lim;
+  ember_codec_limits_default(&lim);
+  lim.max_message = f->o.max_body;
+  for (size_t i = 0; i < a.n && rc == 0; i++) {
+    if (a.fetch[i].status != 200) continue;
+    ember_profile_t *p = NULL;
+    char err[256] = "";
+    int drc =
+        ember_codec_decode(a.fetch[i].body.data, a.fetch[i].body.len, &lim, &p, err, sizeof err);
+    if (drc == 0 && (ember_profile_ntypes(p) != 1 || ember_profile_type(p, 0) != vt)) {
+      snprintf(err, sizeof err, "its profile has another value type");
+      drc = EMBER_ECORRUPT;
+    }
+    if (drc == -ENOMEM) {
+      rc = drc;
+    } else if (drc != 0) {
+      ember__fleet_ask_failed(&a, i, err);
+      EMBER_WARN_LIMITED("fleet", "collector %s sent a profile this one cannot read: %s", a.ids[i],
+                         err);
+    } else {
+      rc = merge_into(acc, &empty, p);
+    }
+    ember_profile_free(p);
+  }
+  if (rc == 0 && partial_size > 0) snprintf(partial, partial_size, "%s", a.partial);
+  ember__fleet_ask_free(&a);
+  if (rc != 0) {
+    ember_profile_free(acc);
+    return rc;
+  }
+  *out = acc;
+  return 0;
+}

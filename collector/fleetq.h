@@ -1,0 +1,89 @@
+/* Fleet queries: any collector answers for the whole fleet
+ * (docs/internals/fleet.md, "Fan-out").
+ *
+ * A query goes to the members of one replica group (a consumer group of
+ * ember.profiles, which holds every window once): this collector's own
+ * group when every member of it that holds data for the range is live,
+ * else another group of which that is true (a replica), else the own
+ * group with the answer marked partial, naming the collectors that did
+ * not answer and the partitions they hold for the range. Each live member
+ * of the chosen group but this one is asked for its partial answer in a
+ * mergeable form (`local=1`: its own store only; profiles in the wire
+ * encoding); this collector adds its own store's when it belongs to the
+ * group, merges, and the handler renders once. Merging is exact: a group
+ * holds each window in one store (the shards' rule, shards.h), and the
+ * profile model's merge is a sum.
+ *
+ * Thread-safety: any API thread; the member list is a snapshot taken per
+ * query. Errors: 0, -ENOMEM, or the store's codes; a peer that fails is
+ * not an error but the answer's `partial`. */
+#ifndef EMBER_COLLECTOR_FLEETQ_H
+#define EMBER_COLLECTOR_FLEETQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ember/codec.h"
+#include "ember/profile.h"
+#include "ember/store.h"
+#include "fanout.h"
+#include "peers.h"
+
+typedef struct ember__fleetq_opts {
+  ember__peers_t *peers; /* the peer table (peers.h), self included; borrowed */
+  const char *token;     /* api.token, sent to peers (borrowed for the life) */
+  int timeout_ms;        /* fleet.peer_timeout: one query's wait for its peers */
+  size_t max_body;       /* the largest peer answer */
+} ember__fleetq_opts_t;
+
+typedef struct ember__fleetq {
+  ember__fleetq_opts_t o;
+} ember__fleetq_t;
+
+/* The peers one query asks, and what is missing. */
+typedef struct ember__fleet_ask {
+  ember__fetch_t *fetch; /* one per peer asked, answers in them */
+  char **urls;           /* their URLs (owned) */
+  char **ids;            /* their ids (owned) */
+  size_t n;
+  bool self;         /* this collector's store is part of the answer */
+  char partial[512]; /* "" when complete, else what is missing */
+} ember__fleet_ask_t;
+
+/* Plan and send one query: `path_query` ("/api/v1/profile?worker=..."
+ * with local=1 and whatever the peers need) to every live member of the
+ * chosen group but this one, for data in [from_ns, to_ns). *out is the
+ * caller's (ember__fleet_ask_free) on 0. */
+int ember__fleetq_ask(const ember__fleetq_t *f, int64_t from_ns, int64_t to_ns,
+                      const char *path_query, ember__fleet_ask_t *out);
+void ember__fleet_ask_free(ember__fleet_ask_t *a);
+/* Note a peer that answered badly in a->partial (its id and why). */
+void ember__fleet_ask_failed(ember__fleet_ask_t *a, size_t i, const char *why);
+
+/* The fleet's merge of `sel` over [from_ns, to_ns) in value type `vt`, as
+ * ember_store_merge of one store holding every window: this collector's
+ * store (when in the chosen group) plus every peer's. `partial` (size
+ * bytes) gets "" or what is missing. */
+int ember__fleetq_merge(const ember__fleetq_t *f, ember_store_t *store,
+                        const ember_store_selector_t *sel, int64_t from_ns, int64_t to_ns,
+                        ember_value_type_t vt, ember_profile_t **out, char *partial,
+                        size_t partial_size);
+
+/* The fleet's ember_store_series: series matched by labels (first and
+ * last the earliest and latest of any store; times of peers' series in
+ * whole milliseconds), sorted by labels; ids are this store's, 0 for series
+ * only peers hold. Free with ember_store_series_free. */
+int ember__fleetq_series(const ember__fleetq_t *f, ember_store_t *store,
+                         const ember_store_selector_t *sel, int64_t from_ns, int64_t to_ns,
+                         ember_store_series_t **out, size_t *count, char *partial,
+                         size_t partial_size);
+/* The fleet's ember_store_cpu_timelines: rows matched by labels and
+ * summed, totals summed; max_values as there. Free with
+ * ember_store_timelines_free. */
+int ember__fleetq_timelines(const ember__fleetq_t *f, ember_store_t *store,
+                            const ember_store_selector_t *sel, int64_t from_ns, int64_t to_ns,
+                            int64_t step_ns, size_t max_values, ember_store_timelines_t **out,
+                            char *partial, size_t partial_size);
+
+#endif

@@ -1,0 +1,367 @@
+/* Collectors on several hosts answering as one (docs/internals/fleet.md),
+ * against the real broker, every collector a real process with its own
+ * store and API port:
+ *  - three collectors in one group and a fourth in a group of its own (a
+ *    replica holding everything): each of the three answers the workers,
+ *    the profile totals and the timeline of the whole stream, equal to the
+ *    replica's own store; with one of the three killed the answer comes
+ *    from the replica, still exact; with the replica gone too, it is
+ *    marked partial and names the dead collector;
+ *  - a collector killed between its store's commit and its offset commit
+ *    (the test-only fault hook) while another takes its partitions: each
+ *    window counts once in the fleet, also after it comes back with its
+ *    store (it undoes its copies). */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "common/testutil.h"
+#include "ember/kafka.h"
+#include "ember/store.h"
+
+#define BASE_NS (1764410400LL * 1000000000)
+#define WINDOW  10000000000LL
+#define WORKERS 16
+
+static char tag[96];
+static char names[WORKERS][128]; /* this run's workers: other tests share the topic */
+
+typedef struct coll {
+  char name[16], dir[600], log[700];
+  unsigned port;
+  pid_t pid;
+} coll_t;
+
+static void setup_names(const char *what) {
+  snprintf(tag, sizeof tag, "%s-%d-%lld", what, (int)getpid(),
+           (long long)(ember_time_now_ns() / 1000000));
+}
+
+/* A collector of `group` (suffixed by the run's tag); `env` as
+ * tu_start_collector_env; `more` one more key=value argument, or NULL. */
+static void start2(coll_t *c, const char *name, const char *group, const char *const *env,
+                   const char *more) {
+  snprintf(c->name, sizeof c->name, "%s", name);
+  snprintf(c->dir, sizeof c->dir, "%s/%s-%s", EMBER_TEST_TMP, tag, name);
+  snprintf(c->log, sizeof c->log, "%s/%s-%s.log", EMBER_TEST_TMP, tag, name);
+  if (c->port == 0) c->port = tu_free_port();
+  char g[160], id[160], url[200];
+  snprintf(g, sizeof g, "%s-%s", group, tag);
+  snprintf(id, sizeof id, "collector_id=%s", name);
+  snprintf(url, sizeof url, "fleet.advertise_url=http://127.0.0.1:%u", c->port);
+  const char *args[] = {"batch.max_messages=50", "fleet.announce_interval=1s", id, url, more, NULL};
+  c->pid = tu_start_collector_env(tu_bootstrap(), c->dir, g, c->port, args, env, c->log);
+}
+
+static void start(coll_t *c, const char *name, const char *group, const char *const *env) {
+  start2(c, name, group, env, NULL);
+}
+
+static void stop(coll_t *c) {
+  if (c->pid > 0) tu_stop_daemon(c->pid, c->name, c->log);
+  c->pid = 0;
+}
+
+static void kill9(coll_t *c) {
+  kill(c->pid, SIGKILL);
+  assert_true(tu_wait(c->pid, 10000) != -1);
+  c->pid = 0;
+}
+
+static void worker_names(void) {
+  for (int w = 0; w < WORKERS; w++) snprintf(names[w], sizeof names[w], "w%d-%s", w, tag);
+}
+
+/* GET a path of a collector into a buffer; the status. */
+static int get(const coll_t *c, const char *path, char *buf, size_t size) {
+  return tu_http_get(c->port, path, buf, size);
+}
+
+/* The number of live members /api/v1/collectors of `c` lists; *assigned
+ * (may be NULL) gets how many of them are assigned partitions. */
+static int live_members_assigned(const coll_t *c, int *assigned) {
+  static char buf[1 << 20];
+  if (get(c, "/api/v1/collectors", buf, sizeof buf) != 200) return -1;
+  json_error_t je;
+  json_t *doc = json_loads(buf, 0, &je);
+  const json_t *arr = doc ? json_object_get(doc, "collectors") : NULL;
+  int n = 0;
+  size_t i;
+  const json_t *o;
+  if (assigned) *assigned = 0;
+  json_array_foreach(arr, i, o) {
+    n += json_is_true(json_object_get(o, "live"));
+    if (assigned && json_array_size(json_object_get(o, "assigned")) > 0) (*assigned)++;
+  }
+  json_decref(doc);
+  return n;
+}
+
+/* CPU samples of the whole stream as collector `c` answers (fleet-wide,
+ * or its own store with local=1); -1 on a failed request. *partial gets
+ * whether the answer said it was partial. */
+static int64_t fleet_total(const coll_t *c, const char *worker, bool local, bool *partial) {
+  char path[600];
+  snprintf(path, sizeof path,
+           "/api/v1/profile?type=samples&format=top&limit=1&from=%lld&to=%lld%s%s%s",
+           (long long)(BASE_NS / 1000000000), (long long)(BASE_NS / 1000000000 + 100000 * 10),
+           worker ? "&worker=" : "", worker ? worker : "", local ? "&local=1" : "");
+  static char buf[1 << 20];
+  if (get(c, path, buf, sizeof buf) != 200) return -1;
+  json_error_t je;
+  json_t *doc = json_loads(buf, 0, &je);
+  if (doc == NULL) return -1;
+  if (partial) *partial = json_object_get(doc, "partial") != NULL;
+  int64_t t = (int64_t)json_integer_value(json_object_get(doc, "total"));
+  json_decref(doc);
+  return t;
+}
+
+/* The workers collector `c` lists for the stream's range, as one string. */
+static void workers_of(const coll_t *c, bool local, char *out, size_t size) {
+  char path[300];
+  snprintf(path, sizeof path, "/api/v1/workers?from=%lld&to=%lld%s",
+           (long long)(BASE_NS / 1000000000), (long long)(BASE_NS / 1000000000 + 100000 * 10),
+           local ? "&local=1" : "");
+  static char buf[1 << 20];
+  out[0] = '\0';
+  if (get(c, path, buf, sizeof buf) != 200) return;
+  json_error_t je;
+  json_t *doc = json_loads(buf, 0, &je);
+  size_t i, off = 0;
+  const json_t *o;
+  json_array_foreach(json_object_get(doc, "workers"), i, o) {
+    int n =
+        snprintf(out + off, size - off, "%s,%lld;", json_string_value(json_object_get(o, "worker")),
+                 (long long)json_integer_value(json_object_get(o, "series")));
+    if (n < 0 || (size_t)n >= size - off) break;
+    off += (size_t)n;
+  }
+  json_decref(doc);
+}
+
+/* The sum of the total_cpu_ns timeline collector `c` answers. */
+static int64_t timeline_sum(const coll_t *c, bool local) {
+  int64_t sum = 0;
+  for (int w = 0; w < WORKERS; w++) {
+    char path[1200];
+    snprintf(path, sizeof path, "/api/v1/timeline?step=1h&from=%lld&to=%lld&worker=%.600s%s",
+             (long long)(BASE_NS / 1000000000), (long long)(BASE_NS / 1000000000 + 200 * 3600),
+             names[w], local ? "&local=1" : "");
+    static char buf[1 << 22];
+    if (get(c, path, buf, sizeof buf) != 200) return -1;
+    json_error_t je;
+    json_t *doc = json_loads(buf, 0, &je);
+    size_t i;
+    const json_t *v;
+    json_array_foreach(json_object_get(doc, "total_cpu_ns"), i, v) sum += json_integer_value(v);
+    json_decref(doc);
+  }
+  return sum;
+}
+
+static int64_t produce(size_t per_worker) {
+  int64_t want = 0;
+  char agent[160];
+  for (int w = 0; w < WORKERS; w++) {
+    /* Two agents on two hosts, each with its own windows of the worker. */
+    snprintf(agent, sizeof agent, "a-%s-%d", tag, w);
+    want += tu_produce_profiles(tu_bootstrap(), agent, 1, per_worker, names[w], "host-a", BASE_NS);
+    snprintf(agent, sizeof agent, "b-%s-%d", tag, w);
+    want += tu_produce_profiles(tu_bootstrap(), agent, 1, per_worker, names[w], "host-b", BASE_NS);
+  }
+  return want;
+}
+
+/* fleet_total summed over this run's workers. */
+static int64_t run_total(const coll_t *c, bool local, bool *partial) {
+  int64_t sum = 0;
+  if (partial) *partial = false;
+  for (int w = 0; w < WORKERS; w++) {
+    bool p = false;
+    int64_t one = fleet_total(c, names[w], local, &p);
+    if (one < 0) return -1;
+    sum += one;
+    if (partial && p) *partial = true;
+  }
+  return sum;
+}
+
+static void wait_total(const coll_t *c, int64_t want, bool local) {
+  int64_t got = -1;
+  for (int t = 0; t < 600 && got != want; t++) {
+    got = run_total(c, local, NULL);
+    if (got != want) usleep(100000);
+  }
+  if (got != want)
+    fail_msg("%s answers %lld samples, not %lld (log %s)", c->name, (long long)got, (long long)want,
+             c->log);
+}
+
+static void test_fleet_any_collector_answers_for_all(void **state) {
+  (void)state;
+  setup_names("fleet");
+  coll_t c[3] = {{.port = 0}}, rep = {.port = 0};
+  start(&c[0], "c0", "g", NULL);
+  start(&c[1], "c1", "g", NULL);
+  start(&c[2], "c2", "g", NULL);
+  start(&rep, "replica", "r", NULL);
+  /* All four live, and the three of the group each assigned partitions
+   * (the replica holds all of its group's), before the stream. */
+  int assigned = 0;
+  for (int t = 0; t < 600; t++) {
+    if (live_members_assigned(&c[0], &assigned) == 4 && assigned == 4) break;
+    usleep(100000);
+  }
+  assert_int_equal(live_members_assigned(&c[0], &assigned), 4);
+  assert_int_equal(assigned, 4);
+
+  worker_names();
+  const int64_t want = produce(150);
+  wait_total(&rep, want, true); /* the replica stored everything */
+  /* Every collector of the group answers the whole stream. */
+  for (int i = 0; i < 3; i++) wait_total(&c[i], want, false);
+
+  char ref_workers[4096], got_workers[4096];
+  workers_of(&rep, true, ref_workers, sizeof ref_workers);
+  int64_t ref_tl = timeline_sum(&rep, true);
+  int64_t own[3], own_sum = 0;
+  for (int i = 0; i < 3; i++) {
+    own[i] = run_total(&c[i], true, NULL);
+    own_sum += own[i];
+    workers_of(&c[i], false, got_workers, sizeof got_workers);
+    assert_string_equal(got_workers, ref_workers);
+    assert_true(timeline_sum(&c[i], false) == ref_tl);
+    for (int w = 0; w < WORKERS; w++) {
+      bool partial = true;
+      int64_t a = fleet_total(&c[i], names[w], false, &partial);
+      int64_t b = fleet_total(&rep, names[w], true, NULL);
+      assert_true(a == b && b > 0);
+      assert_false(partial);
+    }
+  }
+  print_message("stream of %lld samples: stores of the group hold %lld + %lld + %lld; every "
+                "member answers %lld; workers %s\n",
+                (long long)want, (long long)own[0], (long long)own[1], (long long)own[2],
+                (long long)want, ref_workers);
+  assert_true(own_sum == want);
+  assert_true(own[0] < want && own[1] < want && own[2] < want); /* the work was shared */
+
+  /* One member down: the replica answers for the group, exactly. */
+  kill9(&c[1]);
+  bool partial = true;
+  int64_t got = -1;
+  for (int t = 0; t < 100; t++) {
+    got = run_total(&c[0], false, &partial);
+    if (got == want && !partial) break;
+    usleep(100000);
+  }
+  print_message("c1 killed: c0 answers %lld samples, partial %d\n", (long long)got, partial);
+  if (got != want || partial) {
+    static char dbg[1 << 16];
+    get(&c[0], "/api/v1/collectors", dbg, sizeof dbg);
+    print_message("%s\n", dbg);
+  }
+  assert_true(got == want && !partial);
+
+  /* The replica down too: what c1 held is missing, and the answer says so. */
+  stop(&rep);
+  char hdr[2048] = "";
+  for (int t = 0; t < 100; t++) {
+    got = run_total(&c[0], false, &partial);
+    if (partial) break;
+    usleep(200000);
+  }
+  char cmd[800];
+  snprintf(cmd, sizeof cmd,
+           "curl -s -D - -o /dev/null 'http://127.0.0.1:%u/api/v1/profile?type=samples&from=%lld"
+           "&to=%lld' | grep -i '^Ember-Partial'",
+           c[0].port, (long long)(BASE_NS / 1000000000),
+           (long long)(BASE_NS / 1000000000 + 100000 * 10));
+  tu_sh(cmd, hdr, sizeof hdr);
+  print_message("replica stopped too: c0 answers %lld samples; %s", (long long)got, hdr);
+  assert_true(partial);
+  assert_true(got == want - own[1]);
+  assert_non_null(strstr(hdr, "c1"));
+  stop(&c[0]);
+  stop(&c[2]);
+}
+
+static void test_fleet_a_crash_before_the_commit_counts_once(void **state) {
+  (void)state;
+  setup_names("crash");
+  worker_names();
+  coll_t a = {.port = 0}, b = {.port = 0};
+  /* A starts at the end of the topic (other tests' windows are before it),
+   * so its three batches are this run's windows. */
+  static const char *const fault[] = {"EMBER_TEST_FAULT=kill_after_store:3", NULL};
+  start2(&a, "a", "g", fault, "kafka.auto.offset.reset=latest");
+  char cmd[900], out[64] = "";
+  snprintf(cmd, sizeof cmd, "grep -c 'assigned [1-9]' %s", a.log);
+  for (int t = 0; t < 300 && (tu_sh(cmd, out, sizeof out) != 0 || out[0] == '0'); t++)
+    usleep(100000);
+  sleep(2); /* its positions at the end, fetched */
+  const int64_t want = produce(150);
+  int status = tu_wait(a.pid, 60000);
+  assert_true(status != -1 && WIFSIGNALED(status));
+  a.pid = 0;
+  /* B takes every partition from the group's committed offsets, below what
+   * A stored. */
+  start(&b, "b", "g", NULL);
+  /* B has read the whole stream once its total stops moving with no lag. */
+  int64_t last = -2, lb0 = -1;
+  for (int t = 0, still = 0; t < 600 && still < 20; t++) {
+    lb0 = run_total(&b, true, NULL);
+    double lag = tu_metric(b.port, "ember_collector_consumer_lag");
+    still = lb0 == last && lb0 > 0 && lag == 0 ? still + 1 : 0;
+    last = lb0;
+    usleep(100000);
+  }
+  print_message("a died after its third batch; b then stored %lld of %lld samples\n",
+                (long long)lb0, (long long)want);
+  assert_true(lb0 > 0 && lb0 < want);
+  /* A comes back with its store: its uncommitted copies are undone. */
+  start(&a, "a", "g", NULL);
+  double undone = 0;
+  for (int t = 0; t < 300 && undone <= 0; t++) {
+    undone = tu_metric(a.port, "ember_collector_undone_windows_total");
+    if (undone <= 0) usleep(100000);
+  }
+  int64_t fa = -1, fb = -1, la = 0, lb = 0;
+  for (int t = 0; t < 200; t++) {
+    fa = run_total(&a, false, NULL);
+    fb = run_total(&b, false, NULL);
+    la = run_total(&a, true, NULL);
+    lb = run_total(&b, true, NULL);
+    if (fa == want && fb == want && la + lb == want) break;
+    usleep(100000);
+  }
+  print_message("a undid %.0f windows; a's store %lld + b's %lld = %lld of %lld; fleet answers "
+                "%lld (a) and %lld (b)\n",
+                undone, (long long)la, (long long)lb, (long long)(la + lb), (long long)want,
+                (long long)fa, (long long)fb);
+  assert_true(undone > 0);
+  assert_true(la + lb == want);
+  assert_true(fa == want && fb == want);
+  stop(&a);
+  stop(&b);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fleet_any_collector_answers_for_all),
+      cmocka_unit_test(test_fleet_a_crash_before_the_commit_counts_once),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
