@@ -597,6 +597,8 @@ static void *deliver_main(void *arg) {
         t->next_ns = now;
         done = pop_head(t);
         count(&n->sent, n->m_sent);
+        EMBER_INFO(LOG, "webhook %s: the %s notification of alert %s delivered", t->shown,
+                   done->firing ? "firing" : "resolved", done->id);
       } else if (o == REFUSED) {
         EMBER_WARN_LIMITED(LOG,
                            "webhook %s: the %s notification of alert %s was refused (%s): "

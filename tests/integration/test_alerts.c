@@ -442,6 +442,19 @@ static void test_spike_fires_captures_notifies_survives_restart(void **state) {
   assert_int_equal(received(&am, "startsAt"), 2); /* firing and resolved, nothing twice */
   assert_int_equal(received(&am, "endsAt"), 1);
   for (int t = 0; t < 80 && received(&plain, "\"resolved\"") == 0; t++) usleep(250000);
+  if (received(&plain, "\"status\":\"firing\"") != 1 ||
+      received(&plain, "\"status\":\"resolved\"") != 1) {
+    /* Seen once beside two CPU hogs: the collector counted the resolved
+     * notification delivered, the receiver holds only the firing one.
+     * Say what each side saw. */
+    pthread_mutex_lock(&plain.mu);
+    for (size_t i = 0; i < plain.n; i++)
+      print_message("plain receiver body %zu: %.300s\n", i, plain.bodies[i]);
+    pthread_mutex_unlock(&plain.mu);
+    print_message("collector: %.0f notifications sent, %.0f failed (log %s)\n",
+                  tu_metric(port, "ember_collector_notify_sent_total"),
+                  tu_metric(port, "ember_collector_notify_failed_total"), log_path);
+  }
   assert_int_equal(received(&plain, "\"status\":\"firing\""), 1);
   assert_int_equal(received(&plain, "\"status\":\"resolved\""), 1);
 
