@@ -10,8 +10,13 @@
 #include "ember/buf.h"
 #include "ember/log.h"
 
-/* Does member `m` hold windows that start in [from, to)? */
+/* May member `m` hold windows that start in [from, to)? Its announced runs
+ * say so; and a member that died (not stopping) while assigned partitions
+ * may have stored more than it last announced, so it is taken to hold
+ * data: its absence makes an answer partial rather than silently smaller.
+ * A clean stop announces its runs as they are at the end. */
 static bool holds(const ember__peer_t *m, int64_t from, int64_t to) {
+  if (!m->info.stopping && m->info.nassigned > 0) return true;
   for (size_t i = 0; i < m->info.nruns; i++) {
     const ember_collector_run_t *r = &m->info.runs[i];
     if (r->windows > 0 && r->tmin_ns < to && r->tmax_ns >= from) return true;
@@ -65,13 +70,23 @@ static void describe_missing(const ember__peer_t *m, size_t n, const char *group
       continue;
     if (b.len > 0) ember_buf_puts(&b, "; ");
     ember_buf_printf(&b, "collector %s is down: partitions", m[i].info.id);
-    int32_t last = -1;
-    for (size_t k = 0; k < m[i].info.nruns; k++) {
-      const ember_collector_run_t *r = &m[i].info.runs[k];
-      if (r->windows == 0 || r->tmin_ns >= to || r->tmax_ns < from || r->partition == last)
-        continue;
-      ember_buf_printf(&b, " %" PRId32, r->partition);
-      last = r->partition;
+    /* Those it held data of for the range, and those it was assigned. */
+    size_t shown = 0;
+    int32_t seen[64];
+    for (size_t k = 0; k < m[i].info.nruns + m[i].info.nassigned; k++) {
+      int32_t p;
+      if (k < m[i].info.nruns) {
+        const ember_collector_run_t *r = &m[i].info.runs[k];
+        if (r->windows == 0 || r->tmin_ns >= to || r->tmax_ns < from) continue;
+        p = r->partition;
+      } else {
+        p = m[i].info.assigned[k - m[i].info.nruns];
+      }
+      bool dup = false;
+      for (size_t j = 0; j < shown && !dup; j++) dup = seen[j] == p;
+      if (dup) continue;
+      if (shown < sizeof seen / sizeof seen[0]) seen[shown++] = p;
+      ember_buf_printf(&b, " %" PRId32, p);
     }
   }
   snprintf(out, size, "%s", b.data ? b.data : "");
