@@ -927,7 +927,7 @@ static int init_fleetq(ember__collector_t *c, const ember_config_t *cfg, char *e
   c->fleetq.o = (ember__fleetq_opts_t){.peers = ember__fleet_peers(c->fleet),
                                        .token = c->token,
                                        .timeout_ms = (int)(timeout / 1000000),
-                                       .max_body = (size_t)1 << 30};
+                                       .max_body = (size_t)256 << 20};
   return 0;
 }
 
