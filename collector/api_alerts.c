@@ -12,9 +12,12 @@
 #include <errno.h>
 #include <string.h>
 
+#include <curl/curl.h>
+
 #include "alerts.h"
 #include "api_req.h"
 #include "ember/ember.h"
+#include "fleetq.h"
 
 static bool name_ok(const char *s, size_t n) {
   if (n == 0 || n > EMBER__RULE_NAME_MAX) return false;
@@ -95,6 +98,72 @@ static unsigned h_rules(ember__req_t *r) {
   return st;
 }
 
+/* ---- the fleet's alerts: each collector's engine evaluates the workers
+ * whose windows its store holds, so a fleet answer is the union. ---- */
+
+/* "&key=value", the value URL-encoded. */
+static int add_param(ember_buf_t *b, const char *key, const char *value) {
+  if (value == NULL) return 0;
+  char *e = curl_easy_escape(NULL, value, 0);
+  if (e == NULL) return -ENOMEM;
+  int rc = ember_buf_printf(b, "&%s=%s", key, e);
+  curl_free(e);
+  return rc;
+}
+
+static bool has_alert(const json_t *list, const char *id) {
+  size_t i;
+  const json_t *a;
+  json_array_foreach(list, i, a) {
+    const char *x = json_string_value(json_object_get(a, "id"));
+    if (x != NULL && strcmp(x, id) == 0) return true;
+  }
+  return false;
+}
+
+/* A peer's {"alerts": [...]}: the alerts this list does not hold yet. */
+static int add_peer_alerts(void *ctx, const char *peer, json_t *answer) {
+  (void)peer;
+  json_t *list = ctx;
+  const json_t *arr = json_object_get(answer, "alerts");
+  if (!json_is_array(arr)) return EMBER_ECORRUPT;
+  size_t i;
+  json_t *a;
+  json_array_foreach(arr, i, a) {
+    const char *id = json_string_value(json_object_get(a, "id"));
+    if (id == NULL) return EMBER_ECORRUPT;
+    if (has_alert(list, id)) continue;
+    if (json_array_append(list, a) != 0) return -ENOMEM;
+  }
+  return 0;
+}
+
+static int fleet_alerts(ember__req_t *r, json_t *doc) {
+  json_t *list = json_object_get(doc, "alerts");
+  if (!json_is_array(list)) return 0;
+  ember_buf_t q;
+  ember_buf_init(&q, 4096);
+  int rc = ember_buf_puts(&q, "/api/v1/alerts?local=1");
+  if (rc == 0) rc = add_param(&q, "rule", ember__req_param(r, "rule"));
+  if (rc == 0) rc = add_param(&q, "state", ember__req_param(r, "state"));
+  if (rc == 0) rc = add_param(&q, "worker", ember__req_param(r, "worker"));
+  char partial[sizeof r->partial];
+  if (rc == 0)
+    rc = ember__fleetq_json(r->env->fleetq, q.data, add_peer_alerts, list, partial, sizeof partial);
+  if (rc == 0) ember__req_partial(r, partial);
+  ember_buf_free(&q);
+  return rc;
+}
+
+/* A peer's answer for one alert id: the first one found. */
+static int take_peer_alert(void *ctx, const char *peer, json_t *answer) {
+  (void)peer;
+  json_t **out = ctx;
+  if (!json_is_object(answer)) return EMBER_ECORRUPT;
+  if (*out == NULL) *out = json_incref(answer);
+  return 0;
+}
+
 static unsigned h_alerts(ember__req_t *r) {
   static const char *const allowed[] = {"rule", "state", "worker", NULL};
   if (r->env->alerts == NULL) return no_alerts(r);
@@ -110,6 +179,11 @@ static unsigned h_alerts(ember__req_t *r) {
     json_t *doc = ember__alerts_list(r->env->alerts, ember__req_param(r, "rule"), state,
                                      ember__req_param(r, "worker"));
     if (doc == NULL) return ember__req_fail_internal(r, "listing the alerts", -ENOMEM);
+    int frc = ember__req_fleet(r) ? fleet_alerts(r, doc) : 0;
+    if (frc != 0) {
+      json_decref(doc);
+      return ember__req_fail_internal(r, "listing the fleet's alerts", frc);
+    }
     st = ember__req_answer_json(r, doc);
     json_decref(doc);
     return st;
@@ -122,6 +196,14 @@ static unsigned h_alerts(ember__req_t *r) {
   if (!ok) return ember__req_fail(r, 404, "no alert %.32s: alert ids are 16 hex digits", id);
   json_t *doc = NULL;
   int rc = ember__alerts_get(r->env->alerts, id, &doc);
+  if (rc == EMBER_ENOTFOUND && ember__req_fleet(r)) {
+    /* Another collector's engine may hold it. */
+    char q[96], partial[sizeof r->partial];
+    snprintf(q, sizeof q, "/api/v1/alerts/%s?local=1", id);
+    rc = ember__fleetq_json(r->env->fleetq, q, take_peer_alert, &doc, partial, sizeof partial);
+    if (rc == 0) ember__req_partial(r, partial);
+    rc = rc != 0 ? rc : doc != NULL ? 0 : EMBER_ENOTFOUND;
+  }
   if (rc == EMBER_ENOTFOUND)
     return ember__req_fail(r, 404, "no alert %s (resolved alerts are kept for alerts.keep)", id);
   if (rc != 0) return ember__req_fail_internal(r, "reading the alert", rc);

@@ -181,9 +181,38 @@ int ember__fleetq_ask(const ember__fleetq_t *f, int64_t from_ns, int64_t to_ns,
     ember__fleet_ask_free(out);
     return rc;
   }
+  /* A 404 is an answer (a peer without the alert or session asked for). */
   for (size_t i = 0; i < out->n; i++)
-    if (out->fetch[i].status != 200) ember__fleet_ask_failed(out, i, out->fetch[i].err);
+    if (out->fetch[i].status != 200 && out->fetch[i].status != 404)
+      ember__fleet_ask_failed(out, i, out->fetch[i].err);
   return 0;
+}
+
+int ember__fleetq_json(const ember__fleetq_t *f, const char *path_query,
+                       int (*each)(void *ctx, const char *peer, json_t *answer), void *ctx,
+                       char *partial, size_t partial_size) {
+  if (partial_size > 0) partial[0] = '\0';
+  ember__fleet_ask_t a;
+  int rc = ember__fleetq_ask(f, 0, INT64_MAX, path_query, &a);
+  if (rc != 0) return rc;
+  for (size_t i = 0; i < a.n && rc == 0; i++) {
+    if (a.fetch[i].status != 200) continue;
+    json_error_t je;
+    json_t *doc = json_loadb(a.fetch[i].body.data ? a.fetch[i].body.data : "", a.fetch[i].body.len,
+                             JSON_REJECT_DUPLICATES, &je);
+    int erc = doc != NULL ? each(ctx, a.ids[i], doc) : EMBER_ECORRUPT;
+    json_decref(doc);
+    if (erc == -ENOMEM) {
+      rc = erc;
+    } else if (erc != 0) {
+      ember__fleet_ask_failed(&a, i, "its answer is not the JSON asked for");
+      EMBER_WARN_LIMITED("fleet", "collector %s answered %s with something else than its JSON",
+                         a.ids[i], path_query);
+    }
+  }
+  if (rc == 0 && partial_size > 0) snprintf(partial, partial_size, "%s", a.partial);
+  ember__fleet_ask_free(&a);
+  return rc;
 }
 
 static const char *vt_param(ember_value_type_t vt) {

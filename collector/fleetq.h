@@ -27,6 +27,8 @@
 #include "ember/codec.h"
 #include "ember/profile.h"
 #include "ember/store.h"
+#include <jansson.h>
+
 #include "fanout.h"
 #include "peers.h"
 
@@ -60,6 +62,15 @@ int ember__fleetq_ask(const ember__fleetq_t *f, int64_t from_ns, int64_t to_ns,
 void ember__fleet_ask_free(ember__fleet_ask_t *a);
 /* Note a peer that answered badly in a->partial (its id and why). */
 void ember__fleet_ask_failed(ember__fleet_ask_t *a, size_t i, const char *why);
+
+/* A JSON answer of every asked peer: `path_query` (with local=1) sent as
+ * ember__fleetq_ask does (data at any time), each 200 answer parsed and
+ * handed to `each` (borrowed for the call; `peer` its id); a peer whose
+ * answer is not JSON, or that `each` refuses (non-zero), is named in
+ * `partial`. Returns 0 or -ENOMEM. */
+int ember__fleetq_json(const ember__fleetq_t *f, const char *path_query,
+                       int (*each)(void *ctx, const char *peer, json_t *answer), void *ctx,
+                       char *partial, size_t partial_size);
 
 /* The fleet's merge of `sel` over [from_ns, to_ns) in value type `vt`, as
  * ember_store_merge of one store holding every window: this collector's

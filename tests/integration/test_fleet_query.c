@@ -258,6 +258,13 @@ static void test_fleet_any_collector_answers_for_all(void **state) {
   assert_true(own_sum == want);
   assert_true(own[0] < want && own[1] < want && own[2] < want); /* the work was shared */
 
+  /* Alerts: the union of the members' engines; an id no member knows is
+   * a 404, not a partial answer. */
+  static char abuf[1 << 16];
+  assert_int_equal(get(&c[0], "/api/v1/alerts", abuf, sizeof abuf), 200);
+  assert_null(strstr(abuf, "partial"));
+  assert_int_equal(get(&c[0], "/api/v1/alerts/0123456789abcdef", abuf, sizeof abuf), 404);
+
   /* One member down: the replica answers for the group, exactly. */
   kill9(&c[1]);
   bool partial = true;
