@@ -47,6 +47,7 @@ const char *const ember__collector_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                     "data_dir",
                                                     "group_id",
                                                     "fleet.peer_timeout",
+                                                    "fleet.replicas",
                                                     "store.map_size",
                                                     "store.max_size",
                                                     "store.sync",
@@ -103,6 +104,8 @@ struct ember__collector {
   ember__shards_t *shards;
   ember__fleetq_t fleetq; /* fleet queries over the fleet's peer table */
   char *token;            /* api.token, sent to peers */
+  char **replicas;        /* fleet.replicas, split at commas */
+  size_t nreplicas;
   bool curl_inited;
   int fault_kill_after, fault_batches; /* EMBER_TEST_FAULT=kill_after_store:N */
   ember__csessions_t *sessions;
@@ -924,10 +927,34 @@ static int init_fleetq(ember__collector_t *c, const ember_config_t *cfg, char *e
   c->curl_inited = true;
   const char *token = ember_config_get(cfg, "api.token");
   if (token != NULL && *token != '\0' && (c->token = ember_strdup(token)) == NULL) return -ENOMEM;
+  const char *reps = ember_config_get(cfg, "fleet.replicas");
+  for (const char *p = reps; p != NULL && *p != '\0';) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    while (len > 0 && (*p == ' ')) p++, len--;
+    while (len > 0 && p[len - 1] == ' ') len--;
+    if (len > EMBER_COLLECTOR_MAX_ID) {
+      snprintf(err, n, "fleet.replicas: a group name is longer than %u bytes",
+               EMBER_COLLECTOR_MAX_ID);
+      return EMBER_ECONFIG;
+    }
+    if (len > 0) {
+      char **grown = ember_realloc(c->replicas, (c->nreplicas + 1) * sizeof *grown);
+      if (grown == NULL) return -ENOMEM;
+      c->replicas = grown;
+      if ((grown[c->nreplicas] = ember_malloc(len + 1)) == NULL) return -ENOMEM;
+      memcpy(grown[c->nreplicas], p, len);
+      grown[c->nreplicas++][len] = '\0';
+    }
+    if (comma == NULL) break;
+    p = comma + 1;
+  }
   c->fleetq.o = (ember__fleetq_opts_t){.peers = ember__fleet_peers(c->fleet),
                                        .token = c->token,
                                        .timeout_ms = (int)(timeout / 1000000),
-                                       .max_body = (size_t)256 << 20};
+                                       .max_body = (size_t)256 << 20,
+                                       .replicas = (const char *const *)c->replicas,
+                                       .nreplicas = c->nreplicas};
   return 0;
 }
 
@@ -1136,6 +1163,8 @@ void ember__collector_stop(ember__collector_t *c) {
   ember__csessions_free(c->sessions);
   ember__fleet_free(c->fleet);
   ember_free(c->token);
+  for (size_t i = 0; i < c->nreplicas; i++) ember_free(c->replicas[i]);
+  ember_free(c->replicas);
   if (c->curl_inited) curl_global_cleanup();
   ember__registry_free(c->registry);
   ember__shards_free(c->shards);

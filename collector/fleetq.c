@@ -36,8 +36,10 @@ static bool group_complete(const ember__peer_t *m, size_t n, const char *group, 
   return any;
 }
 
-/* Every partition `group` holds for the range is held by a member of
- * `other` too (the replica has the same partitions' windows). */
+/* Does `other` hold every window `group` holds for the range? Windows
+ * are named by (partition, offset): each run of `group` with windows in
+ * the range must lie inside the union of `other`'s runs of its partition
+ * (a replica that has not read as far is not a copy yet). */
 static bool covers(const ember__peer_t *m, size_t n, const char *group, const char *other,
                    int64_t from, int64_t to) {
   for (size_t i = 0; i < n; i++) {
@@ -45,18 +47,33 @@ static bool covers(const ember__peer_t *m, size_t n, const char *group, const ch
     for (size_t k = 0; k < m[i].info.nruns; k++) {
       const ember_collector_run_t *r = &m[i].info.runs[k];
       if (r->windows == 0 || r->tmin_ns >= to || r->tmax_ns < from) continue;
-      bool found = false;
-      for (size_t j = 0; j < n && !found; j++) {
-        if (strcmp(m[j].info.group_id, other) != 0) continue;
-        for (size_t q = 0; q < m[j].info.nruns && !found; q++) {
-          const ember_collector_run_t *o = &m[j].info.runs[q];
-          found = o->partition == r->partition && o->windows > 0 && o->tmin_ns <= r->tmin_ns;
+      /* Sweep: extend `cur` through other's runs that start at or before it. */
+      int64_t cur = r->start;
+      for (bool moved = true; cur < r->stored_end && moved;) {
+        moved = false;
+        for (size_t j = 0; j < n; j++) {
+          if (strcmp(m[j].info.group_id, other) != 0) continue;
+          for (size_t q = 0; q < m[j].info.nruns; q++) {
+            const ember_collector_run_t *o = &m[j].info.runs[q];
+            if (o->partition == r->partition && o->start <= cur && o->stored_end > cur) {
+              cur = o->stored_end;
+              moved = true;
+            }
+          }
         }
       }
-      if (!found) return false;
+      if (cur < r->stored_end) return false;
     }
   }
   return true;
+}
+
+/* Is `g` one of the replica groups this collector may read instead of its
+ * own (fleet.replicas)? */
+static bool is_replica(const ember__fleetq_t *f, const char *g) {
+  for (size_t i = 0; i < f->o.nreplicas; i++)
+    if (strcmp(f->o.replicas[i], g) == 0) return true;
+  return false;
 }
 
 /* Append the missing members of `group` (not live, holding data for the
@@ -141,7 +158,7 @@ int ember__fleetq_ask(const ember__fleetq_t *f, int64_t from_ns, int64_t to_ns,
     /* A replica group that is complete and holds what the own group does. */
     for (size_t i = 0; i < n && group == own; i++) {
       const char *g = m[i].info.group_id;
-      if (strcmp(g, own) != 0 && group_complete(m, n, g, from_ns, to_ns) &&
+      if (strcmp(g, own) != 0 && is_replica(f, g) && group_complete(m, n, g, from_ns, to_ns) &&
           covers(m, n, own, g, from_ns, to_ns))
         group = m[i].info.group_id;
     }

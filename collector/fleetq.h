@@ -34,9 +34,15 @@
 
 typedef struct ember__fleetq_opts {
   ember__peers_t *peers; /* the peer table (peers.h), self included; borrowed */
-  const char *token;     /* api.token, sent to peers (borrowed for the life) */
-  int timeout_ms;        /* fleet.peer_timeout: one query's wait for its peers */
-  size_t max_body;       /* the largest peer answer */
+  /* fleet.replicas: the groups that hold copies of this one's windows
+   * (their own consumer groups of ember.profiles), read when this group
+   * is not complete. Other groups on ember.collectors are never read in
+   * place of it. Borrowed. */
+  const char *const *replicas;
+  size_t nreplicas;
+  const char *token; /* api.token, sent to peers (borrowed for the life) */
+  int timeout_ms;    /* fleet.peer_timeout: one query's wait for its peers */
+  size_t max_body;   /* the largest peer answer */
 } ember__fleetq_opts_t;
 
 typedef struct ember__fleetq {

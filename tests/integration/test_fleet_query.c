@@ -56,11 +56,15 @@ static void start2(coll_t *c, const char *name, const char *group, const char *c
   snprintf(c->dir, sizeof c->dir, "%s/%s-%s", EMBER_TEST_TMP, tag, name);
   snprintf(c->log, sizeof c->log, "%s/%s-%s.log", EMBER_TEST_TMP, tag, name);
   if (c->port == 0) c->port = tu_free_port();
-  char g[160], id[160], url[200];
+  /* Ids and groups of this run only: other tests' collectors announce on
+   * the same topic. The group of the other's name is the replica. */
+  char g[160], id[160], url[200], reps[200];
   snprintf(g, sizeof g, "%s-%s", group, tag);
-  snprintf(id, sizeof id, "collector_id=%s", name);
+  snprintf(id, sizeof id, "collector_id=%s-%s", name, tag);
   snprintf(url, sizeof url, "fleet.advertise_url=http://127.0.0.1:%u", c->port);
-  const char *args[] = {"batch.max_messages=50", "fleet.announce_interval=1s", id, url, more, NULL};
+  snprintf(reps, sizeof reps, "fleet.replicas=%s-%s", strcmp(group, "g") == 0 ? "r" : "g", tag);
+  const char *args[] = {
+      "batch.max_messages=50", "fleet.announce_interval=1s", id, url, reps, more, NULL};
   c->pid = tu_start_collector_env(tu_bootstrap(), c->dir, g, c->port, args, env, c->log);
 }
 
@@ -101,6 +105,8 @@ static int live_members_assigned(const coll_t *c, int *assigned) {
   const json_t *o;
   if (assigned) *assigned = 0;
   json_array_foreach(arr, i, o) {
+    const char *oid = json_string_value(json_object_get(o, "id"));
+    if (oid == NULL || strstr(oid, tag) == NULL) continue; /* another test's */
     n += json_is_true(json_object_get(o, "live"));
     if (assigned && json_array_size(json_object_get(o, "assigned")) > 0) (*assigned)++;
   }
