@@ -1008,7 +1008,14 @@ int ember__http_start(const ember__http_opts_t *opts, ember__http_t **out, char 
   /* libmicrohttpd's idle timeout (whole seconds) is only a backstop: the
    * reaper enforces request_timeout whatever the client sends. */
   unsigned idle_s = (unsigned)((h->timeout_ns + 1000 * MS_NS - 1) / (1000 * MS_NS));
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+  /* poll(), not epoll (which MHD_USE_AUTO picks): libmicrohttpd 0.9.75's
+   * MHD_quiesce_daemon removes the listening socket from each pool
+   * thread's epoll set and aborts the process when a thread took it out
+   * itself meanwhile (it does at the connection limit): "Failed to remove
+   * listen FD from epoll set", seen once in test_api_stop_while_busy. With
+   * poll quiescing only flags the threads. At api.max_connections (256)
+   * per daemon poll's cost per round is small. */
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
   if (la.u.sa.sa_family == AF_INET6) flags |= la.any6 ? MHD_USE_DUAL_STACK : MHD_USE_IPv6;
   /* The logger first, so that it gets every message; a pool only of two
    * or more threads (libmicrohttpd warns about a pool of one). */
