@@ -99,8 +99,8 @@ static unsigned h_session_get(ember__req_t *r, const char *id) {
   if (rc == EMBER_ENOTFOUND)
     return ember__req_fail(
         r, 404,
-        "no session %s: unknown, or finished longer ago than session.keep, or started "
-        "before the collector restarted",
+        "no session %s: unknown, or finished longer ago than session.keep (or older than "
+        "what ember.events still holds)",
         id);
   if (rc != 0) return ember__req_fail_internal(r, "reading the session", rc);
   st = ember__req_answer_json(r, doc);
