@@ -227,6 +227,8 @@ static void test_session_fleet(void **state) {
   bool partial = true;
   assert_int_equal(profile_samples(&b, id, false, &partial), samples);
   assert_false(partial);
+  /* A follows the same events, maybe a moment later. */
+  assert_true(wait_state(&a, id, "done", 10000));
   assert_int_equal(profile_samples(&a, id, false, &partial), samples);
   assert_false(partial);
   /* One store holds the result, the other none: B's answer came from
