@@ -11,6 +11,8 @@
 
 #include "api_profiles.h"
 #include "api_req.h"
+#include "ember/codec.h"
+#include "fleetq.h"
 #include "query.h"
 #include "sessions.h"
 
@@ -97,8 +99,8 @@ static unsigned h_session_get(ember__req_t *r, const char *id) {
   if (rc == EMBER_ENOTFOUND)
     return ember__req_fail(
         r, 404,
-        "no session %s: unknown, or finished longer ago than session.keep, or started "
-        "before the collector restarted",
+        "no session %s: unknown, or finished longer ago than session.keep (or older than "
+        "what ember.events still holds)",
         id);
   if (rc != 0) return ember__req_fail_internal(r, "reading the session", rc);
   st = ember__req_answer_json(r, doc);
@@ -117,13 +119,61 @@ static unsigned h_session_cancel(ember__req_t *r, const char *id) {
   return st;
 }
 
-/* The merged result of a session in one value type (query.h). */
+/* A fleet session merge (fleetq.h) for ember__query_session_by: what it
+ * misses goes to the request's `partial`. */
+static int fleet_session_merge(void *ctx, const char *id, ember_value_type_t vt,
+                               ember_profile_t **out, ember_store_session_info_t *info) {
+  ember__req_t *r = ctx;
+  char partial[sizeof r->partial];
+  int rc = ember__fleetq_session_merge(r->env->fleetq, r->env->store, id, vt, out, info, partial,
+                                       sizeof partial);
+  if (rc == 0) ember__req_partial(r, partial);
+  return rc;
+}
+
+/* raw=VT with local=1: this store's results of the session in one store
+ * value type, in the wire encoding, as fleet queries ask their peers
+ * (fleetq.h). Whatever this instance knows of the session. */
+static unsigned answer_session_raw(ember__req_t *r, const char *id, const char *raw) {
+  static const struct {
+    const char *name;
+    ember_value_type_t vt;
+  } raws[] = {{"cpu_ns", EMBER_VT_CPU_NS},
+              {"cpu_samples", EMBER_VT_CPU_SAMPLES},
+              {"alloc_objects", EMBER_VT_ALLOC_OBJECTS},
+              {"alloc_bytes", EMBER_VT_ALLOC_BYTES}};
+  if (!r->local)
+    return ember__req_fail(r, 400, "parameter \"raw\" is for peer collectors: it needs local=1");
+  if (ember__req_param(r, "format") != NULL && strcmp(ember__req_param(r, "format"), "ember") != 0)
+    return ember__req_fail(r, 400, "parameter \"raw\" answers in format=ember only");
+  const ember_value_type_t *vt = NULL;
+  for (size_t i = 0; i < sizeof raws / sizeof raws[0] && vt == NULL; i++)
+    if (strcmp(raw, raws[i].name) == 0) vt = &raws[i].vt;
+  if (vt == NULL)
+    return ember__req_fail(r, 400,
+                           "parameter \"raw\": \"%.64s\" is not a value type; use cpu_ns, "
+                           "cpu_samples, alloc_objects or alloc_bytes",
+                           raw);
+  ember_profile_t *p = NULL;
+  int rc = ember_store_session_merge(r->env->store, id, *vt, &p, NULL);
+  if (rc == 0) rc = ember_codec_encode(p, &r->body);
+  ember_profile_free(p);
+  if (rc != 0) return ember__req_fail_internal(r, "encoding this store's session results", rc);
+  r->ctype = "application/x-ember-profile";
+  return r->status = 200;
+}
+
+/* The merged result of a session in one value type (query.h), from every
+ * collector's store (fleetq.h) unless asked with local=1. */
 static unsigned h_session_profile(ember__req_t *r, const char *id) {
-  static const char *const allowed[] = {"type", "format", "max_nodes", "limit", "sort", NULL};
+  static const char *const allowed[] = {"type", "format", "max_nodes", "limit",
+                                        "sort", "raw",    NULL};
   uint64_t max_nodes, limit;
   ember__qtype_t type;
   size_t fmt;
   unsigned st = ember__req_check_params(r, allowed);
+  if (st == 0 && ember__req_param(r, "raw") != NULL)
+    return answer_session_raw(r, id, ember__req_param(r, "raw"));
   if (st == 0) st = ember__api_parse_type(r, &type);
   if (st == 0) st = ember__req_u64(r, "max_nodes", 2000, 0, 1000000, &max_nodes);
   if (st == 0) st = ember__req_u64(r, "limit", 50, 1, 100000, &limit);
@@ -141,7 +191,8 @@ static unsigned h_session_profile(ember__req_t *r, const char *id) {
     type = EMBER__Q_ALLOC_BYTES;
   ember_profile_t *p = NULL;
   ember_store_session_info_t info = {0};
-  rc = ember__query_session(r->env->store, id, type, &p, &info);
+  rc = ember__req_fleet(r) ? ember__query_session_by(fleet_session_merge, r, id, type, &p, &info)
+                           : ember__query_session(r->env->store, id, type, &p, &info);
   if (rc != 0) {
     return ember__req_fail_internal(r, "merging the session's results", rc);
   }

@@ -100,6 +100,7 @@ struct ember__collector {
   ember__api_t *api;
   ember__registry_t *registry;
   ember__follow_t *registry_follow; /* ember.targets -> registry */
+  ember__follow_t *events_follow;   /* ember.events -> sessions */
   ember__fleet_t *fleet;            /* ember.collectors: announcements and peers */
   ember__shards_t *shards;
   ember__fleetq_t fleetq; /* fleet queries over the fleet's peer table */
@@ -115,9 +116,9 @@ struct ember__collector {
   ember__notify_t *notify;
   ember__notify_opts_t notify_opts;
   /* dlq also carries the session commands (ember.commands). */
-  rd_kafka_t *consumer, *dlq, *events;
-  pthread_t ingest_thread, events_thread;
-  bool ingest_started, events_started;
+  rd_kafka_t *consumer, *dlq;
+  pthread_t ingest_thread;
+  bool ingest_started;
   atomic_bool stop;
 
   size_t batch_max, batch_max_bytes;
@@ -757,23 +758,34 @@ static int start_fleet(ember__collector_t *c, const ember_config_t *cfg, char *e
 
 /* ---- sessions thread ------------------------------------------------- */
 
-static void *events_main(void *arg) {
-  ember__collector_t *c = arg;
-  while (!atomic_load(&c->stop)) {
-    rd_kafka_message_t *m = rd_kafka_consumer_poll(c->events, 200);
-    if (m != NULL && m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-      char err[256] = "";
-      /* Counted by the sessions; logged rate-limited. */
-      if (ember__csessions_event(c->sessions, m->payload, m->len, err, sizeof err) != 0)
-        EMBER_WARN_LIMITED("collector", "skipped event %s[%" PRId32 "]@%" PRId64 ": %s",
-                           rd_kafka_topic_name(m->rkt), m->partition, m->offset, err);
-    } else if (m != NULL) {
-      EMBER_WARN_LIMITED("collector", "events consumer: %s", rd_kafka_message_errstr(m));
-    }
-    if (m != NULL) rd_kafka_message_destroy(m);
-    ember__csessions_tick(c->sessions, ember_time_now_ns());
-  }
-  return NULL;
+/* ember.events followed whole from its beginning, never committed
+ * (follow.h): every collector rebuilds every session from it at each
+ * start (sessions.h). */
+static int events_apply(void *ctx, const rd_kafka_message_t *m, char *err, size_t n) {
+  ember__collector_t *c = ctx;
+  return ember__csessions_event(c->sessions, m->payload, m->len, err, n);
+}
+
+static void events_tick(void *ctx) {
+  ember__collector_t *c = ctx;
+  ember__csessions_tick(c->sessions, ember_time_now_ns());
+}
+
+static void events_caught_up(void *ctx) {
+  ember__collector_t *c = ctx;
+  ember__csessions_caught_up(c->sessions);
+}
+
+static int start_events(ember__collector_t *c, char *err, size_t n) {
+  ember__follow_opts_t fo = {.kafka = c->kafka,
+                             .topic = EMBER_TOPIC_EVENTS,
+                             .group_prefix = "ember-events",
+                             .what = "event",
+                             .apply = events_apply,
+                             .tick = events_tick,
+                             .caught_up = events_caught_up,
+                             .ctx = c};
+  return ember__follow_start(&fo, &c->events_follow, err, n);
 }
 
 /* ---- start / stop ---------------------------------------------------- */
@@ -1022,31 +1034,7 @@ static int make_consumers(ember__collector_t *c, const ember_config_t *cfg, char
   rc = ember_kafka_producer_new(c->kafka, pconf, &c->dlq, err, n);
   if (rc != 0) return rc;
   EMBER_INFO("collector", "consuming %s in group %s", EMBER_TOPIC_PROFILES, group);
-
-  /* Session events: every instance follows all of them from now on (its
-   * own sessions may be answered on any partition), in a group of its own.
-   * Its offsets are committed every second: when the broker stalls past
-   * the group's session timeout, the rejoin resumes where reading stopped
-   * instead of at "latest", which would skip the DONE events produced
-   * meanwhile (a session then expired with its result stored; seen with a
-   * 10 s broker stall in CI beside CPU hogs). */
-  char host[64] = "host";
-  gethostname(host, sizeof host - 1);
-  char egroup[160];
-  snprintf(egroup, sizeof egroup, "ember-events.%s.%d.%lld", host, (int)getpid(),
-           (long long)(ember_time_now_ns() / 1000000));
-  rd_kafka_conf_t *econf = NULL;
-  rc = ember_kafka_consumer_conf(c->kafka, egroup, &econf, err, n);
-  if (rc != 0) return rc;
-  if (rd_kafka_conf_set(econf, "auto.offset.reset", "latest", err, n) != RD_KAFKA_CONF_OK ||
-      rd_kafka_conf_set(econf, "enable.auto.commit", "true", err, n) != RD_KAFKA_CONF_OK ||
-      rd_kafka_conf_set(econf, "enable.auto.offset.store", "true", err, n) != RD_KAFKA_CONF_OK ||
-      rd_kafka_conf_set(econf, "auto.commit.interval.ms", "1000", err, n) != RD_KAFKA_CONF_OK) {
-    rd_kafka_conf_destroy(econf);
-    return EMBER_EKAFKA;
-  }
-  const char *events[] = {EMBER_TOPIC_EVENTS};
-  return ember_kafka_consumer_new(c->kafka, egroup, econf, events, 1, &c->events, err, n);
+  return 0;
 }
 
 int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
@@ -1082,6 +1070,7 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
     c->session_opts.registry = c->registry;
     c->session_opts.producer = c->dlq;
     c->session_opts.metrics = c->metrics;
+    c->session_opts.replay = true;
     rc = ember__csessions_new(&c->session_opts, &c->sessions, errbuf, errbuf_size);
   }
   if (rc == 0) rc = start_alerts(c, errbuf, errbuf_size);
@@ -1105,11 +1094,11 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
   }
   if (rc == 0) rc = start_notify(c, cfg, errbuf, errbuf_size);
   if (rc == 0) rc = start_registry(c, errbuf, errbuf_size);
+  if (rc == 0) rc = start_events(c, errbuf, errbuf_size);
   if (rc == 0) rc = start_fleet(c, cfg, errbuf, errbuf_size);
   if (rc == 0) {
     c->ingest_started = pthread_create(&c->ingest_thread, NULL, ingest_main, c) == 0;
-    c->events_started = pthread_create(&c->events_thread, NULL, events_main, c) == 0;
-    if (!c->ingest_started || !c->events_started) {
+    if (!c->ingest_started) {
       snprintf(errbuf, errbuf_size, "cannot start the collector's threads");
       rc = -EAGAIN;
     }
@@ -1142,15 +1131,11 @@ void ember__collector_stop(ember__collector_t *c) {
    * consumer (whose assignment the fleet reads) still exists. */
   ember__fleet_stop(c->fleet, 5000);
   ember__follow_stop(c->registry_follow);
-  if (c->events_started) pthread_join(c->events_thread, NULL);
+  ember__follow_stop(c->events_follow);
   if (c->consumer != NULL) {
     /* Leaves the group; the revoke callback finds the batch already empty. */
     rd_kafka_consumer_close(c->consumer);
     rd_kafka_destroy(c->consumer);
-  }
-  if (c->events != NULL) {
-    rd_kafka_consumer_close(c->events);
-    rd_kafka_destroy(c->events);
   }
   if (c->dlq != NULL) {
     rd_kafka_flush(c->dlq, 5000);

@@ -272,6 +272,57 @@ static int merge_into(ember_profile_t *acc, bool *acc_empty, const ember_profile
   return rc;
 }
 
+static bool same_str(const char *a, const char *b) {
+  return (a == NULL || a[0] == '\0') ? (b == NULL || b[0] == '\0') : b != NULL && strcmp(a, b) == 0;
+}
+
+/* A session's labels over several results (ember_store_session_merge's
+ * rule): the first result's, the host (and pid) cleared once two differ. */
+static int session_labels(ember_profile_t *acc, bool acc_empty, const ember_profile_t *src) {
+  if (ember_profile_nstacks(src) == 0) return 0;
+  const ember_labels_t *sl = ember_profile_labels(src), *al = ember_profile_labels(acc);
+  if (acc_empty) return ember_profile_set_labels(acc, sl);
+  if (same_str(al->host, sl->host) && al->pid == sl->pid) return 0;
+  ember_labels_t l = *al;
+  l.host = NULL;
+  l.pid = 0;
+  return ember_profile_set_labels(acc, &l);
+}
+
+/* Decode the peers' answers of `a` (profiles of value type vt in the wire
+ * encoding) and add them into acc; a peer whose answer cannot be read is
+ * noted in a->partial. `labels` keeps a session's labels right. */
+static int merge_answers(const ember__fleetq_t *f, ember__fleet_ask_t *a, ember_value_type_t vt,
+                         ember_profile_t *acc, bool *empty, bool labels) {
+  ember_codec_limits_t lim;
+  ember_codec_limits_default(&lim);
+  lim.max_message = f->o.max_body;
+  int rc = 0;
+  for (size_t i = 0; i < a->n && rc == 0; i++) {
+    if (a->fetch[i].status != 200) continue;
+    ember_profile_t *p = NULL;
+    char err[256] = "";
+    int drc =
+        ember_codec_decode(a->fetch[i].body.data, a->fetch[i].body.len, &lim, &p, err, sizeof err);
+    if (drc == 0 && (ember_profile_ntypes(p) != 1 || ember_profile_type(p, 0) != vt)) {
+      snprintf(err, sizeof err, "its profile has another value type");
+      drc = EMBER_ECORRUPT;
+    }
+    if (drc == -ENOMEM) {
+      rc = drc;
+    } else if (drc != 0) {
+      ember__fleet_ask_failed(a, i, err);
+      EMBER_WARN_LIMITED("fleet", "collector %s sent a profile this one cannot read: %s", a->ids[i],
+                         err);
+    } else {
+      if (labels) rc = session_labels(acc, *empty, p);
+      if (rc == 0) rc = merge_into(acc, empty, p);
+    }
+    ember_profile_free(p);
+  }
+  return rc;
+}
+
 int ember__fleetq_merge(const ember__fleetq_t *f, ember_store_t *store,
                         const ember_store_selector_t *sel, int64_t from_ns, int64_t to_ns,
                         ember_value_type_t vt, ember_profile_t **out, char *partial,
@@ -308,30 +359,46 @@ int ember__fleetq_merge(const ember__fleetq_t *f, ember_store_t *store,
     }
     if (rc == 0) rc = ember_profile_set_window(acc, from_ns, to_ns);
   }
-  ember_codec_limits_t lim;
-  ember_codec_limits_default(&lim);
-  lim.max_message = f->o.max_body;
-  for (size_t i = 0; i < a.n && rc == 0; i++) {
-    if (a.fetch[i].status != 200) continue;
-    ember_profile_t *p = NULL;
-    char err[256] = "";
-    int drc =
-        ember_codec_decode(a.fetch[i].body.data, a.fetch[i].body.len, &lim, &p, err, sizeof err);
-    if (drc == 0 && (ember_profile_ntypes(p) != 1 || ember_profile_type(p, 0) != vt)) {
-      snprintf(err, sizeof err, "its profile has another value type");
-      drc = EMBER_ECORRUPT;
-    }
-    if (drc == -ENOMEM) {
-      rc = drc;
-    } else if (drc != 0) {
-      ember__fleet_ask_failed(&a, i, err);
-      EMBER_WARN_LIMITED("fleet", "collector %s sent a profile this one cannot read: %s", a.ids[i],
-                         err);
-    } else {
-      rc = merge_into(acc, &empty, p);
-    }
-    ember_profile_free(p);
+  if (rc == 0) rc = merge_answers(f, &a, vt, acc, &empty, false);
+  if (rc == 0 && partial_size > 0) snprintf(partial, partial_size, "%s", a.partial);
+  ember__fleet_ask_free(&a);
+  if (rc != 0) {
+    ember_profile_free(acc);
+    return rc;
   }
+  *out = acc;
+  return 0;
+}
+
+int ember__fleetq_session_merge(const ember__fleetq_t *f, ember_store_t *store, const char *id,
+                                ember_value_type_t vt, ember_profile_t **out,
+                                ember_store_session_info_t *info, char *partial,
+                                size_t partial_size) {
+  if (partial_size > 0) partial[0] = '\0';
+  if (info != NULL) *info = (ember_store_session_info_t){0};
+  ember_buf_t q;
+  ember_buf_init(&q, 8192);
+  char *e = curl_easy_escape(NULL, id, 0);
+  int rc = e ? ember_buf_printf(&q, "/api/v1/sessions/%s/profile?local=1&format=ember&raw=%s", e,
+                                vt_param(vt))
+             : -ENOMEM;
+  curl_free(e);
+  /* A session's results may be anywhere in time (and results are not in
+   * the runs' ranges): every member that holds anything is asked. */
+  ember__fleet_ask_t a;
+  if (rc == 0) rc = ember__fleetq_ask(f, 0, INT64_MAX, q.data, &a);
+  ember_buf_free(&q);
+  if (rc != 0) return rc;
+  ember_profile_t *acc = NULL;
+  bool empty = true;
+  if (a.self) {
+    rc = ember_store_session_merge(store, id, vt, &acc, info);
+    if (rc == 0) empty = ember_profile_nstacks(acc) == 0;
+  } else {
+    rc = ember_profile_new(&vt, 1, &acc);
+  }
+  if (rc == 0) rc = merge_answers(f, &a, vt, acc, &empty, true);
+  if (rc == 0 && info != NULL && !empty && info->results == 0) info->results = 1;
   if (rc == 0 && partial_size > 0) snprintf(partial, partial_size, "%s", a.partial);
   ember__fleet_ask_free(&a);
   if (rc != 0) {

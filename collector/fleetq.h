@@ -87,6 +87,16 @@ int ember__fleetq_merge(const ember__fleetq_t *f, ember_store_t *store,
                         ember_value_type_t vt, ember_profile_t **out, char *partial,
                         size_t partial_size);
 
+/* The fleet's ember_store_session_merge of session `id` in value type vt:
+ * this store's results (when in the chosen group) plus every peer's
+ * (asked /api/v1/sessions/ID/profile?local=1&format=ember&raw=VT), labels
+ * as there. `info` (may be NULL) counts this store's results, and 1 when
+ * only peers had some. `partial` as in _merge. */
+int ember__fleetq_session_merge(const ember__fleetq_t *f, ember_store_t *store, const char *id,
+                                ember_value_type_t vt, ember_profile_t **out,
+                                ember_store_session_info_t *info, char *partial,
+                                size_t partial_size);
+
 /* The fleet's ember_store_series: series matched by labels (first and
  * last the earliest and latest of any store; times of peers' series in
  * whole milliseconds), sorted by labels; ids are this store's, 0 for series

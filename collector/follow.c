@@ -15,7 +15,39 @@ struct ember__follow {
   rd_kafka_t *consumer;
   pthread_t thread;
   atomic_bool stop;
+  bool caught_up;
+  int32_t *eof; /* partitions seen at their end, until caught up */
+  size_t neof, eof_cap;
 };
+
+/* A partition reached its end: once all assigned did, say so. */
+static void on_eof(ember__follow_t *f, int32_t partition) {
+  if (f->caught_up) return;
+  bool seen = false;
+  for (size_t i = 0; i < f->neof && !seen; i++) seen = f->eof[i] == partition;
+  if (!seen) {
+    if (f->neof == f->eof_cap) {
+      size_t cap = f->eof_cap ? f->eof_cap * 2 : 16;
+      int32_t *v = ember_realloc(f->eof, cap * sizeof *v);
+      if (v == NULL) return;
+      f->eof = v;
+      f->eof_cap = cap;
+    }
+    f->eof[f->neof++] = partition;
+  }
+  rd_kafka_topic_partition_list_t *a = NULL;
+  if (rd_kafka_assignment(f->consumer, &a) != RD_KAFKA_RESP_ERR_NO_ERROR || a == NULL) return;
+  bool all = a->cnt > 0;
+  for (int i = 0; i < a->cnt && all; i++) {
+    bool found = false;
+    for (size_t k = 0; k < f->neof && !found; k++) found = f->eof[k] == a->elems[i].partition;
+    all = found;
+  }
+  rd_kafka_topic_partition_list_destroy(a);
+  if (!all) return;
+  f->caught_up = true;
+  f->o.caught_up(f->o.ctx);
+}
 
 static void *follow_main(void *arg) {
   ember__follow_t *f = arg;
@@ -29,6 +61,8 @@ static void *follow_main(void *arg) {
         EMBER_WARN_LIMITED("collector", "skipped %s %s[%" PRId32 "]@%" PRId64 ": %s", f->o.what,
                            rd_kafka_topic_name(m->rkt), m->partition, m->offset, err);
       }
+    } else if (m != NULL && m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+      if (f->o.caught_up != NULL) on_eof(f, m->partition);
     } else if (m != NULL) {
       EMBER_WARN_LIMITED("collector", "%s consumer: %s", rd_kafka_topic_name(m->rkt),
                          rd_kafka_message_errstr(m));
@@ -55,8 +89,19 @@ int ember__follow_start(const ember__follow_opts_t *o, ember__follow_t **out, ch
   snprintf(group, sizeof group, "%s.%s.%d.%lld", o->group_prefix ? o->group_prefix : "ember", host,
            (int)getpid(), (long long)(ember_time_now_ns() / 1000000));
   const char *topics[] = {o->topic};
-  int rc =
-      ember_kafka_consumer_new(o->kafka, group, NULL, topics, 1, &f->consumer, errbuf, errbuf_size);
+  rd_kafka_conf_t *conf = NULL;
+  int rc = 0;
+  if (o->caught_up != NULL) {
+    rc = ember_kafka_consumer_conf(o->kafka, group, &conf, errbuf, errbuf_size);
+    if (rc == 0 && rd_kafka_conf_set(conf, "enable.partition.eof", "true", errbuf, errbuf_size) !=
+                       RD_KAFKA_CONF_OK) {
+      rd_kafka_conf_destroy(conf);
+      rc = EMBER_EKAFKA;
+    }
+  }
+  if (rc == 0)
+    rc = ember_kafka_consumer_new(o->kafka, group, conf, topics, 1, &f->consumer, errbuf,
+                                  errbuf_size);
   if (rc != 0) {
     ember_free(f);
     return rc;
@@ -79,5 +124,6 @@ void ember__follow_stop(ember__follow_t *f) {
   pthread_join(f->thread, NULL);
   rd_kafka_consumer_close(f->consumer);
   rd_kafka_destroy(f->consumer);
+  ember_free(f->eof);
   ember_free(f);
 }

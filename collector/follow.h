@@ -33,6 +33,10 @@ typedef struct ember__follow_opts {
   /* After every poll, records or not (at least every 200 ms): periodic
    * work on the follower's thread. NULL = none. */
   void (*tick)(void *ctx);
+  /* Once, when every assigned partition reached its end (the history in
+   * the topic at start is read). NULL = not wanted (and no EOF events
+   * asked of the consumer). */
+  void (*caught_up)(void *ctx);
   void *ctx;                         /* borrowed; must outlive the follower */
   ember_metric_t *messages, *errors; /* records read / refused; may be NULL */
 } ember__follow_opts_t;

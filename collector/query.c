@@ -88,12 +88,23 @@ int ember__query_profile_by(ember__merge_fn merge, void *ctx, const ember_store_
   return 0;
 }
 
+static int store_session_merge(void *ctx, const char *id, ember_value_type_t vt,
+                               ember_profile_t **out, ember_store_session_info_t *info) {
+  return ember_store_session_merge(ctx, id, vt, out, info);
+}
+
 int ember__query_session(ember_store_t *store, const char *id, ember__qtype_t type,
                          ember_profile_t **out, ember_store_session_info_t *info) {
+  return ember__query_session_by(store_session_merge, store, id, type, out, info);
+}
+
+int ember__query_session_by(ember__session_merge_fn merge, void *ctx, const char *id,
+                            ember__qtype_t type, ember_profile_t **out,
+                            ember_store_session_info_t *info) {
   ember_profile_t *p = NULL, *samples = NULL;
-  int rc = ember_store_session_merge(store, id, qtype_vt[type], &p, info);
+  int rc = merge(ctx, id, qtype_vt[type], &p, info);
   if (rc == 0 && type == EMBER__Q_CPU && ember_profile_nstacks(p) == 0) {
-    rc = ember_store_session_merge(store, id, EMBER_VT_CPU_SAMPLES, &samples, NULL);
+    rc = merge(ctx, id, EMBER_VT_CPU_SAMPLES, &samples, NULL);
     if (rc == 0) rc = cpu_from_samples(&p, samples);
   }
   if (rc != 0) {

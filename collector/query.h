@@ -45,4 +45,13 @@ int ember__query_profile_by(ember__merge_fn merge, void *ctx, const ember_store_
 int ember__query_session(ember_store_t *store, const char *id, ember__qtype_t type,
                          ember_profile_t **out, ember_store_session_info_t *info);
 
+/* A raw merge of one session's results in one value type, as
+ * ember_store_session_merge: the store's, or the fleet's (fleetq.h). */
+typedef int (*ember__session_merge_fn)(void *ctx, const char *id, ember_value_type_t vt,
+                                       ember_profile_t **out, ember_store_session_info_t *info);
+/* ember__query_session over `merge` instead of one store. */
+int ember__query_session_by(ember__session_merge_fn merge, void *ctx, const char *id,
+                            ember__qtype_t type, ember_profile_t **out,
+                            ember_store_session_info_t *info);
+
 #endif

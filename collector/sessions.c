@@ -19,12 +19,13 @@
 
 #define LOG "sessions"
 
-#define MS_NS           1000000LL
-#define ACTIVE_NS       (60LL * 1000 * MS_NS) /* a target seen this recently is active */
-#define COMMAND_TTL_MS  30000u
-#define EXPIRE_AFTER_NS (30LL * 1000 * MS_NS) /* past ends_ms, unless configured */
-#define MAX_SEEN        64                    /* result (agent, seq) kept per host */
-#define ID_HEX          32
+#define MS_NS            1000000LL
+#define ACTIVE_NS        (60LL * 1000 * MS_NS) /* a target seen this recently is active */
+#define COMMAND_TTL_MS   30000u
+#define EXPIRE_AFTER_NS  (30LL * 1000 * MS_NS) /* past ends_ms, unless configured */
+#define MAX_SEEN         64                    /* result (agent, seq) kept per host */
+#define ID_HEX           32
+#define LIVE_FALLBACK_NS (60LL * 1000 * MS_NS) /* no end of ember.events seen: live anyway */
 
 typedef enum sess_state {
   S_PENDING,
@@ -79,6 +80,8 @@ struct ember__csessions {
   size_t n, cap;
   bool has_key;
   ember_sign_key_t key; /* signs every command */
+  bool live;            /* ember.events is read up to where it was at start */
+  int64_t born_ns;      /* when _new ran: live anyway after LIVE_FALLBACK_NS */
   ember_metric_t *m_created, *m_done, *m_failed, *m_expired, *m_cancelled, *m_commands,
       *m_command_errors, *m_events, *m_malformed, *m_active;
 };
@@ -136,6 +139,8 @@ int ember__csessions_new(const ember__csessions_opts_t *o, ember__csessions_t **
   s->max_active = o->max_active ? o->max_active : 100;
   s->keep_ns = o->keep_ns ? o->keep_ns : 86400LL * 1000 * MS_NS;
   s->answer_timeout_ns = o->answer_timeout_ns ? o->answer_timeout_ns : EXPIRE_AFTER_NS;
+  s->born_ns = ember_time_now_ns();
+  s->live = !o->replay;
   ember_metrics_t *m = o->metrics;
   if (m != NULL) {
     s->m_created =
@@ -211,6 +216,57 @@ static int send_command(ember__csessions_t *s, const session_t *x, const host_en
   }
   ember_buf_free(&b);
   return rc;
+}
+
+/* A collector's Event on ember.events (key = session id): what every
+ * collector builds its sessions from (sessions.h). */
+static int send_event(ember__csessions_t *s, const ember_event_t *e) {
+  ember_buf_t b;
+  ember_buf_init(&b, 1 << 20);
+  int rc = ember_codec_encode_event(e, &b);
+  if (rc == 0) {
+    rd_kafka_resp_err_t err = rd_kafka_producev(
+        s->producer, RD_KAFKA_V_TOPIC(EMBER_TOPIC_EVENTS), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_KEY(e->session_id, strlen(e->session_id)), RD_KAFKA_V_VALUE(b.data, b.len),
+        RD_KAFKA_V_END);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      EMBER_WARN(LOG, "session %s: cannot queue its %s event: %s", e->session_id,
+                 ember_event_state_name(e->state), rd_kafka_err2str(err));
+      count(s->m_command_errors, 1);
+      rc = EMBER_EKAFKA;
+    }
+  }
+  ember_buf_free(&b);
+  return rc;
+}
+
+static int send_created(ember__csessions_t *s, const session_t *x) {
+  char **hosts = ember_calloc(x->nhosts ? x->nhosts : 1, sizeof *hosts);
+  if (hosts == NULL) return -ENOMEM;
+  for (size_t i = 0; i < x->nhosts; i++) hosts[i] = x->hosts[i].host;
+  ember_event_t e = {.state = EMBER_EV_CREATED,
+                     .session_id = (char *)(uintptr_t)x->id,
+                     .worker = x->worker,
+                     .version = x->version,
+                     .actor = x->actor,
+                     .select_host = x->host,
+                     .type = x->type,
+                     .duration_ms = x->duration_ms,
+                     .hz = x->hz,
+                     .instances = x->instances,
+                     .hosts = hosts,
+                     .nhosts = x->nhosts,
+                     .created_ns = x->created_ns,
+                     .at_ns = x->created_ns};
+  int rc = send_event(s, &e);
+  ember_free(hosts);
+  return rc;
+}
+
+static int send_cancel(ember__csessions_t *s, const session_t *x, int64_t now_ns) {
+  ember_event_t e = {
+      .state = EMBER_EV_CANCEL_REQUESTED, .session_id = (char *)(uintptr_t)x->id, .at_ns = now_ns};
+  return send_event(s, &e);
 }
 
 /* ---- routing ---------------------------------------------------------- */
@@ -345,12 +401,17 @@ int ember__csessions_create(ember__csessions_t *s, const ember__csession_req_t *
     s->v = v;
     s->cap = cap;
   }
-  rc = 0;
+  /* The definition goes first, through the same producer (so the same
+   * partition and order as the later events of this key): every collector
+   * knows the session before any answer to it. */
+  rc = send_created(s, x);
   for (size_t i = 0; i < x->nhosts && rc == 0; i++)
     rc = send_command(s, x, &x->hosts[i], EMBER_CMD_START, now_ns);
   if (rc != 0) {
-    /* Hosts already sent a START stop at once; the session is not kept. */
+    /* Hosts already sent a START stop at once; the session is not kept
+     * here, and the others see it cancelled. */
     for (size_t i = 0; i < x->nhosts; i++) send_command(s, x, &x->hosts[i], EMBER_CMD_STOP, now_ns);
+    send_cancel(s, x, now_ns);
     pthread_mutex_unlock(&s->mu);
     snprintf(errbuf, errbuf_size, "cannot queue the session's commands for Kafka; try again");
     goto cleanup;
@@ -377,9 +438,12 @@ static int64_t ends_ns(const session_t *x) {
   return (x->started_ns ? x->started_ns : x->created_ns) + (int64_t)x->duration_ms * MS_NS;
 }
 
-static void finish(ember__csessions_t *s, session_t *x, sess_state_t st, int64_t now_ns) {
+/* `at` is when the rule was met: a deadline that passed before `now_ns`
+ * (a session rebuilt from old events) finishes it at the deadline. */
+static void finish(ember__csessions_t *s, session_t *x, sess_state_t st, int64_t now_ns,
+                   int64_t at) {
   x->state = st;
-  x->finished_ns = now_ns;
+  x->finished_ns = at > 0 && at < now_ns ? at : now_ns;
   ember_metric_t *m[] = {[S_DONE] = s->m_done,
                          [S_FAILED] = s->m_failed,
                          [S_EXPIRED] = s->m_expired,
@@ -407,25 +471,30 @@ static void settle(ember__csessions_t *s, session_t *x, int64_t now_ns) {
   if (answered == x->nhosts) {
     if (x->answered_ns == 0) x->answered_ns = now_ns;
     if (x->cancel_requested) {
-      finish(s, x, S_CANCELLED, now_ns);
+      finish(s, x, S_CANCELLED, now_ns, now_ns);
     } else if (done == 0) {
-      finish(s, x, S_FAILED, now_ns);
-    } else if (complete == done || now_ns - x->answered_ns >= s->answer_timeout_ns) {
+      finish(s, x, S_FAILED, now_ns, now_ns);
+    } else if (complete == done) {
+      finish(s, x, S_DONE, now_ns, now_ns);
+    } else if (s->live && now_ns - x->answered_ns >= s->answer_timeout_ns) {
       /* Waiting as long as hosts may take to answer: a loaded collector
        * stores a result well after its host's DONE (13 s once, in an ASan
        * build beside CPU hogs, when a 10 s grace served an empty profile);
        * until issue 13's fleet view, results ingested by another instance
-       * only cost this wait. */
-      finish(s, x, S_DONE, now_ns);
+       * only cost this wait. Not while ember.events is replayed: the
+       * results may be further on. */
+      finish(s, x, S_DONE, now_ns, x->answered_ns + s->answer_timeout_ns);
     }
     return;
   }
   if (x->cancel_requested && !started) {
-    finish(s, x, S_CANCELLED, now_ns);
+    finish(s, x, S_CANCELLED, now_ns, now_ns);
     return;
   }
-  if (now_ns > ends_ns(x) + s->answer_timeout_ns) {
-    finish(s, x, x->cancel_requested ? S_CANCELLED : S_EXPIRED, now_ns);
+  /* Deadlines wait for the end of the replay: the answers may follow. */
+  if (s->live && now_ns > ends_ns(x) + s->answer_timeout_ns) {
+    finish(s, x, x->cancel_requested ? S_CANCELLED : S_EXPIRED, now_ns,
+           ends_ns(x) + s->answer_timeout_ns);
     return;
   }
   if (started && x->state == S_PENDING) x->state = S_RUNNING;
@@ -443,6 +512,69 @@ static host_entry_t *find_host(session_t *x, const char *host) {
   return NULL;
 }
 
+/* A session another collector (or this one before a restart) started,
+ * from its CREATED event: the same state machine as our own, without the
+ * pids (only STOP is ever sent for it, and STOP needs none). */
+static int adopt(ember__csessions_t *s, const ember_event_t *e, int64_t t) {
+  if (strlen(e->session_id) != ID_HEX) return 0; /* not an id a collector makes */
+  if (s->n == s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 16;
+    session_t **v = ember_realloc(s->v, cap * sizeof *v);
+    if (v == NULL) return -ENOMEM;
+    s->v = v;
+    s->cap = cap;
+  }
+  session_t *x = ember_calloc(1, sizeof *x);
+  if (x == NULL) return -ENOMEM;
+  memcpy(x->id, e->session_id, ID_HEX + 1);
+  int rc = dup_opt(e->worker, &x->worker);
+  if (rc == 0) rc = dup_opt(e->version, &x->version);
+  if (rc == 0) rc = dup_opt(e->actor, &x->actor);
+  if (rc == 0) rc = dup_opt(e->select_host, &x->host);
+  if (rc == 0) {
+    x->hosts = ember_calloc(e->nhosts, sizeof *x->hosts);
+    if (x->hosts == NULL) rc = -ENOMEM;
+  }
+  for (size_t i = 0; i < e->nhosts && rc == 0; i++) {
+    if (find_host(x, e->hosts[i]) != NULL) continue;
+    host_entry_t *h = &x->hosts[x->nhosts];
+    h->host = ember_strdup(e->hosts[i]);
+    if (h->host == NULL)
+      rc = -ENOMEM;
+    else
+      x->nhosts++;
+  }
+  if (rc != 0) {
+    session_free(x);
+    return rc;
+  }
+  x->instances = e->instances;
+  x->type = e->type;
+  x->duration_ms = e->duration_ms;
+  x->hz = e->hz;
+  x->created_ns = e->created_ns ? e->created_ns : t;
+  x->state = S_PENDING;
+  s->v[s->n++] = x;
+  if (s->m_active != NULL) ember_metric_set(s->m_active, (double)active_count(s));
+  return 0;
+}
+
+/* A result of the session stored (by this instance or, through STORED,
+ * by any): counted once per (agent, seq). */
+static void add_result(ember__csessions_t *s, session_t *x, const char *host, const char *agent,
+                       uint64_t seq, uint64_t samples, int64_t t) {
+  host_entry_t *h = find_host(x, host);
+  if (h == NULL || finished(x)) return;
+  for (size_t i = 0; i < h->nseen; i++)
+    if (h->seen[i].seq == seq && strcmp(h->seen[i].agent, agent ? agent : "") == 0) return;
+  if (h->nseen < MAX_SEEN) {
+    snprintf(h->seen[h->nseen].agent, sizeof h->seen[0].agent, "%s", agent ? agent : "");
+    h->seen[h->nseen++].seq = seq;
+  }
+  h->result_samples += samples;
+  settle(s, x, t);
+}
+
 int ember__csessions_event(ember__csessions_t *s, const void *data, size_t len, char *errbuf,
                            size_t errbuf_size) {
   if (s == NULL) return -EINVAL;
@@ -454,12 +586,35 @@ int ember__csessions_event(ember__csessions_t *s, const void *data, size_t len, 
     return rc;
   }
   int64_t now = ember_time_now_ns();
+  /* The event's own time (bounded by now): replayed after a restart, a
+   * session gets the times it had. */
+  int64_t t = e.at_ns > 0 && e.at_ns < now ? e.at_ns : now;
   pthread_mutex_lock(&s->mu);
   session_t *x = find(s, e.session_id);
-  host_entry_t *h = x ? find_host(x, e.host) : NULL;
-  /* Another instance's session, or a host it was not routed to: not ours
-   * to follow. Answers after a host's last word do not reopen it. */
-  if (h != NULL && !finished(x) && !host_answered(h)) {
+  switch (e.state) {
+  case EMBER_EV_CREATED:
+    /* Our own comes back too: already known. */
+    if (x == NULL) rc = adopt(s, &e, t);
+    break;
+  case EMBER_EV_CANCEL_REQUESTED:
+    /* The collector that was asked sent the STOPs; nothing goes out here. */
+    if (x != NULL && !finished(x)) {
+      x->cancel_requested = true;
+      settle(s, x, t);
+    }
+    break;
+  case EMBER_EV_STORED:
+    if (x != NULL) add_result(s, x, e.host, e.agent_id, e.result_seq, e.samples, t);
+    break;
+  case EMBER_EV_ACCEPTED:
+  case EMBER_EV_RUNNING:
+  case EMBER_EV_DONE:
+  case EMBER_EV_FAILED:
+  case EMBER_EV_REJECTED: {
+    host_entry_t *h = x ? find_host(x, e.host) : NULL;
+    /* An unknown session, or a host it was not routed to: not ours to
+     * follow. Answers after a host's last word do not reopen it. */
+    if (h == NULL || finished(x) || host_answered(h)) break;
     h->state = (int)e.state;
     if (e.targets) h->targets = e.targets;
     if (e.hz) h->hz = e.hz;
@@ -473,12 +628,14 @@ int ember__csessions_event(ember__csessions_t *s, const void *data, size_t len, 
       }
     }
     if (x->started_ns == 0 && (e.state == EMBER_EV_ACCEPTED || e.state == EMBER_EV_RUNNING))
-      x->started_ns = now;
-    settle(s, x, now);
+      x->started_ns = t;
+    settle(s, x, t);
+    break;
+  }
   }
   pthread_mutex_unlock(&s->mu);
   ember_event_clear(&e);
-  return 0;
+  return rc == -ENOMEM ? rc : 0;
 }
 
 /* The sample count of a result, comparable with what its agent reported:
@@ -493,29 +650,43 @@ void ember__csessions_result(ember__csessions_t *s, const ember_profile_t *p) {
   const char *sid = ember_profile_session_id(p);
   if (s == NULL || sid == NULL) return;
   const char *agent = ember_profile_agent_id(p);
-  uint64_t seq = ember_profile_seq(p);
+  const char *host = ember_profile_labels(p)->host;
+  uint64_t seq = ember_profile_seq(p), samples = result_samples(p);
+  int64_t now = ember_time_now_ns();
   pthread_mutex_lock(&s->mu);
   session_t *x = find(s, sid);
-  host_entry_t *h = x ? find_host(x, ember_profile_labels(p)->host) : NULL;
-  if (h != NULL && !finished(x)) {
-    bool dup = false;
-    for (size_t i = 0; i < h->nseen && !dup; i++)
-      dup = h->seen[i].seq == seq && strcmp(h->seen[i].agent, agent ? agent : "") == 0;
-    if (!dup) {
-      if (h->nseen < MAX_SEEN) {
-        snprintf(h->seen[h->nseen].agent, sizeof h->seen[0].agent, "%s", agent ? agent : "");
-        h->seen[h->nseen++].seq = seq;
-      }
-      h->result_samples += result_samples(p);
-      settle(s, x, ember_time_now_ns());
-    }
+  if (x != NULL) add_result(s, x, host, agent, seq, samples, now);
+  pthread_mutex_unlock(&s->mu);
+  /* Every collector counts it (whether this one knows the session yet or
+   * not); a result stored twice is counted once by (agent, seq). */
+  if (host != NULL && host[0] != '\0') {
+    ember_event_t e = {.state = EMBER_EV_STORED,
+                       .session_id = (char *)(uintptr_t)sid,
+                       .host = (char *)(uintptr_t)host,
+                       .agent_id = (char *)(uintptr_t)agent,
+                       .samples = samples,
+                       .result_seq = seq,
+                       .at_ns = now};
+    send_event(s, &e);
   }
+}
+
+void ember__csessions_caught_up(ember__csessions_t *s) {
+  if (s == NULL) return;
+  pthread_mutex_lock(&s->mu);
+  if (!s->live) EMBER_INFO(LOG, "ember.events read to its end: %zu sessions known", s->n);
+  s->live = true;
   pthread_mutex_unlock(&s->mu);
 }
 
 void ember__csessions_tick(ember__csessions_t *s, int64_t now_ns) {
   if (s == NULL) return;
   pthread_mutex_lock(&s->mu);
+  if (!s->live && now_ns - s->born_ns > LIVE_FALLBACK_NS) {
+    EMBER_WARN(LOG, "the end of ember.events was not seen in %lld s: deadlines apply from now",
+               (long long)(LIVE_FALLBACK_NS / 1000 / MS_NS));
+    s->live = true;
+  }
   size_t k = 0;
   for (size_t i = 0; i < s->n; i++) {
     session_t *x = s->v[i];
@@ -560,6 +731,7 @@ int ember__csessions_cancel(ember__csessions_t *s, const char *id, int64_t now_n
     rc = -EALREADY;
   } else if (x != NULL) {
     x->cancel_requested = true;
+    send_cancel(s, x, now_ns);
     /* A host that got START may still act on it within its TTL, so every
      * host that has not answered gets STOP, started or not. */
     for (size_t i = 0; i < x->nhosts; i++)

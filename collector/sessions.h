@@ -17,12 +17,23 @@
  *            -> cancelled cancel was asked: at once when no host had
  *                         started, else when every host answered
  *
- * Sessions live in memory only: a restarted collector forgets them (their
- * results stay in the store). Thread-safe: one mutex guards everything;
- * nothing blocks while holding it. */
+ * Every collector knows every session: the one that starts a session
+ * produces a CREATED event on ember.events (before the START commands), a
+ * cancel produces CANCEL_REQUESTED, and every result ingest stores
+ * produces STORED; each collector reads ember.events whole from its start
+ * and builds the sessions from those events and the agents' (_event).
+ * Events change states only: commands go out from _create and _cancel
+ * alone, so a replay after a restart sends nothing. While the replay runs
+ * (opts.replay, until _caught_up) no deadline applies: the answers that
+ * settle a session may be further on in the topic; times come from the
+ * events, so a rebuilt session keeps the times it had.
+ *
+ * Thread-safe: one mutex guards everything; nothing blocks while holding
+ * it (producing only queues). */
 #ifndef EMBER_COLLECTOR_SESSIONS_H
 #define EMBER_COLLECTOR_SESSIONS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,6 +59,8 @@ typedef struct ember__csessions_opts {
   const char *command_key_file; /* command_key_file: the key commands are signed with
                                    (include/ember/sign.h), read by _new; NULL = no key:
                                    every new session is refused (agents would refuse it) */
+  bool replay;                  /* ember.events is read from its beginning: deadlines wait
+                                   for _caught_up (or a minute) */
 } ember__csessions_opts_t;
 
 /* The session config keys, with their defaults. */
@@ -93,14 +106,19 @@ int ember__csessions_result_ready(ember__csessions_t *s, const char *id, ember_s
 int ember__csessions_cancel(ember__csessions_t *s, const char *id, int64_t now_ns, json_t **out,
                             char *errbuf, size_t errbuf_size);
 
-/* One ember.events message. Returns 0 (applied, or for a session this
- * instance does not know), or EMBER_ECORRUPT / EMBER_EVERSION with a
+/* One ember.events message: an agent's answer, or a collector's CREATED,
+ * CANCEL_REQUESTED or STORED. Returns 0 (applied, or for a session this
+ * instance does not know), -ENOMEM, or EMBER_ECORRUPT / EMBER_EVERSION with a
  * sentence (counted as malformed). */
 int ember__csessions_event(ember__csessions_t *s, const void *data, size_t len, char *errbuf,
                            size_t errbuf_size);
 
-/* A result profile stored by ingest (borrowed for the call). */
+/* A result profile stored by ingest (borrowed for the call): counted, and
+ * a STORED event produced so every collector counts it. */
 void ember__csessions_result(ember__csessions_t *s, const ember_profile_t *p);
+
+/* ember.events was read up to its end at start: deadlines apply. */
+void ember__csessions_caught_up(ember__csessions_t *s);
 
 /* Time passes: expiry, grace periods, forgetting old sessions. */
 void ember__csessions_tick(ember__csessions_t *s, int64_t now_ns);

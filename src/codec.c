@@ -824,12 +824,15 @@ const char *ember_event_state_name(ember_event_state_t s) {
   case EMBER_EV_DONE: return "done";
   case EMBER_EV_FAILED: return "failed";
   case EMBER_EV_REJECTED: return "rejected";
+  case EMBER_EV_CREATED: return "created";
+  case EMBER_EV_CANCEL_REQUESTED: return "cancel_requested";
+  case EMBER_EV_STORED: return "stored";
   }
   return "unknown";
 }
 
 int ember_codec_encode_event(const ember_event_t *e, ember_buf_t *out) {
-  if (e == NULL || out == NULL) return -EINVAL;
+  if (e == NULL || out == NULL || (e->nhosts > 0 && e->hosts == NULL)) return -EINVAL;
   Ember__Wire__V1__Event m;
   ember__wire__v1__event__init(&m);
   m.version = EMBER_WIRE_VERSION;
@@ -842,6 +845,19 @@ int ember_codec_encode_event(const ember_event_t *e, ember_buf_t *out) {
   m.samples = e->samples;
   m.hz = e->hz;
   m.at_ns = e->at_ns;
+  m.worker = wire_str(e->worker);
+  m.worker_version = wire_str(e->version);
+  m.actor = wire_str(e->actor);
+  m.type = (Ember__Wire__V1__Command__ProfileType)e->type;
+  m.duration_ms = e->duration_ms;
+  m.n_hosts = e->nhosts;
+  m.hosts = e->hosts;
+  m.created_ns = e->created_ns;
+  m.select_host = wire_str(e->select_host);
+  m.instances = e->instances;
+  m.result_seq = e->result_seq;
+  for (size_t i = 0; i < e->nhosts; i++)
+    if (e->hosts[i] == NULL) return -EINVAL;
   char *at;
   int rc = ember_buf_extend(out, ember__wire__v1__event__get_packed_size(&m), &at);
   if (rc != 0) return rc;
@@ -855,6 +871,12 @@ void ember_event_clear(ember_event_t *e) {
   ember_free(e->host);
   ember_free(e->agent_id);
   ember_free(e->message);
+  ember_free(e->worker);
+  ember_free(e->version);
+  ember_free(e->actor);
+  ember_free(e->select_host);
+  for (size_t i = 0; i < e->nhosts && e->hosts != NULL; i++) ember_free(e->hosts[i]);
+  ember_free(e->hosts);
   *e = (ember_event_t){0};
 }
 
@@ -875,19 +897,61 @@ int ember_codec_decode_event(const void *data, size_t len, ember_event_t *out, c
     goto cleanup;
   }
   if (m->state < EMBER__WIRE__V1__EVENT__STATE__ACCEPTED ||
-      m->state > EMBER__WIRE__V1__EVENT__STATE__REJECTED) {
+      m->state > EMBER__WIRE__V1__EVENT__STATE__STORED) {
     rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size, "event state %d is unknown",
                            (int)m->state);
     goto cleanup;
   }
-  const char *src[] = {m->session_id, m->host, m->agent_id, m->message};
-  char **dst[] = {&e.session_id, &e.host, &e.agent_id, &e.message};
-  if ((rc = copy_texts(src, dst, 4, "event field", errbuf, errbuf_size)) != 0) goto cleanup;
-  if (e.session_id == NULL || e.host == NULL) {
+  const char *src[] = {m->session_id, m->host,           m->agent_id, m->message,
+                       m->worker,     m->worker_version, m->actor,    m->select_host};
+  char **dst[] = {&e.session_id, &e.host,    &e.agent_id, &e.message,
+                  &e.worker,     &e.version, &e.actor,    &e.select_host};
+  if ((rc = copy_texts(src, dst, 8, "event field", errbuf, errbuf_size)) != 0) goto cleanup;
+  bool from_collector = m->state == EMBER__WIRE__V1__EVENT__STATE__CREATED ||
+                        m->state == EMBER__WIRE__V1__EVENT__STATE__CANCEL_REQUESTED;
+  if (e.session_id == NULL || (e.host == NULL && !from_collector)) {
     rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
                            "an event needs a session id and a host");
     goto cleanup;
   }
+  if (m->state == EMBER__WIRE__V1__EVENT__STATE__CREATED) {
+    if (m->n_hosts == 0 || m->n_hosts > EMBER_SESSION_MAX_HOSTS) {
+      rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                             "a CREATED event with %zu hosts (1 to %u)", m->n_hosts,
+                             EMBER_SESSION_MAX_HOSTS);
+      goto cleanup;
+    }
+    if (m->type != EMBER__WIRE__V1__COMMAND__PROFILE_TYPE__CPU &&
+        m->type != EMBER__WIRE__V1__COMMAND__PROFILE_TYPE__MEMORY) {
+      rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                             "a CREATED event with profile type %d", (int)m->type);
+      goto cleanup;
+    }
+    e.hosts = ember_calloc(m->n_hosts, sizeof *e.hosts);
+    if (e.hosts == NULL) {
+      rc = -ENOMEM;
+      goto cleanup;
+    }
+    e.nhosts = m->n_hosts;
+    for (size_t i = 0; i < m->n_hosts; i++) {
+      if ((rc = check_text(m->hosts[i], "event host", i, errbuf, errbuf_size)) != 0) goto cleanup;
+      if (m->hosts[i][0] == '\0') {
+        rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                               "a CREATED event with an empty host");
+        goto cleanup;
+      }
+      e.hosts[i] = ember_strdup(m->hosts[i]);
+      if (e.hosts[i] == NULL) {
+        rc = -ENOMEM;
+        goto cleanup;
+      }
+    }
+    e.type = (ember_session_type_t)m->type;
+  }
+  e.duration_ms = m->duration_ms;
+  e.created_ns = m->created_ns;
+  e.instances = m->instances;
+  e.result_seq = m->result_seq;
   e.state = (ember_event_state_t)m->state;
   e.targets = m->targets;
   e.samples = m->samples;

@@ -74,7 +74,8 @@ typedef enum ember_session_type {
   EMBER_SESSION_MEMORY = 2
 } ember_session_type_t;
 
-#define EMBER_SESSION_MAX_PIDS 4096u
+#define EMBER_SESSION_MAX_PIDS  4096u
+#define EMBER_SESSION_MAX_HOSTS 4096u
 
 typedef struct ember_command {
   ember_command_kind_t kind;
@@ -91,7 +92,11 @@ typedef enum ember_event_state {
   EMBER_EV_RUNNING = 2,
   EMBER_EV_DONE = 3,
   EMBER_EV_FAILED = 4,
-  EMBER_EV_REJECTED = 5
+  EMBER_EV_REJECTED = 5,
+  /* From collectors (fleet-wide sessions): */
+  EMBER_EV_CREATED = 6,          /* what the session is: the fields below */
+  EMBER_EV_CANCEL_REQUESTED = 7, /* a collector sent the STOPs */
+  EMBER_EV_STORED = 8            /* a collector stored a result (agent_id, result_seq, samples) */
 } ember_event_state_t;
 
 typedef struct ember_event {
@@ -100,10 +105,21 @@ typedef struct ember_event {
   uint32_t targets, hz;
   uint64_t samples;
   int64_t at_ns;
+  /* CREATED only (host is NULL then): */
+  char *worker, *version, *actor, *select_host; /* NULL = not set */
+  ember_session_type_t type;
+  uint32_t duration_ms, instances;
+  char **hosts; /* nhosts routed hosts, at least one */
+  size_t nhosts;
+  int64_t created_ns;
+  /* STORED only: */
+  uint64_t result_seq;
 } ember_event_t;
 
-/* Encode appends to out. Decode validates (a session id and host are
- * required, text must be UTF-8 without NUL, kind/type/state known, at most
+/* Encode appends to out. Decode validates (a session id is required, and
+ * a host for every event state but CREATED and CANCEL_REQUESTED; CREATED
+ * needs 1..EMBER_SESSION_MAX_HOSTS non-empty hosts and a known type; text
+ * must be UTF-8 without NUL, kind/type/state known, at most
  * EMBER_SESSION_MAX_PIDS pids) and fills *out only on success: 0,
  * EMBER_ECORRUPT / EMBER_EVERSION / EMBER_ETOOBIG with a sentence in errbuf,
  * -ENOMEM. Decoded values own their strings: release with _clear. */

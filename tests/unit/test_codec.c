@@ -510,6 +510,130 @@ static void test_codec_command_round_trip_and_refusals(void **state) {
   assert_int_not_equal(ember_codec_decode_command("\xff\xff", 2, &d, err, sizeof err), 0);
 }
 
+/* A collector's CREATED event carries what the session is; STORED a
+ * result's count; CANCEL_REQUESTED needs no host. Malformed definitions
+ * are refused. */
+static void test_codec_event_collector_states(void **state) {
+  (void)state;
+  char *hosts[] = {SC("h1"), SC("h2")};
+  ember_event_t e = {.state = EMBER_EV_CREATED,
+                     .session_id = SC("0123456789abcdef0123456789abcdef"),
+                     .worker = SC("w"),
+                     .version = SC("1.2"),
+                     .actor = SC("A"),
+                     .select_host = SC("h2"),
+                     .type = EMBER_SESSION_MEMORY,
+                     .duration_ms = 3000,
+                     .hz = 99,
+                     .instances = 2,
+                     .hosts = hosts,
+                     .nhosts = 2,
+                     .created_ns = 1234567,
+                     .at_ns = 1234567};
+  ember_buf_t b;
+  ember_buf_init(&b, 1 << 16);
+  assert_int_equal(ember_codec_encode_event(&e, &b), 0);
+  ember_event_t d;
+  char err[256] = "";
+  assert_int_equal(ember_codec_decode_event(b.data, b.len, &d, err, sizeof err), 0);
+  assert_int_equal(d.state, EMBER_EV_CREATED);
+  assert_null(d.host);
+  assert_string_equal(d.worker, "w");
+  assert_string_equal(d.version, "1.2");
+  assert_string_equal(d.actor, "A");
+  assert_string_equal(d.select_host, "h2");
+  assert_int_equal(d.type, EMBER_SESSION_MEMORY);
+  assert_int_equal(d.duration_ms, 3000);
+  assert_int_equal(d.hz, 99);
+  assert_int_equal(d.instances, 2);
+  assert_int_equal(d.nhosts, 2);
+  assert_string_equal(d.hosts[0], "h1");
+  assert_string_equal(d.hosts[1], "h2");
+  assert_int_equal(d.created_ns, 1234567);
+  assert_string_equal(ember_event_state_name(d.state), "created");
+  ember_event_clear(&d);
+  /* Allocation failures leave nothing behind. */
+  for (long n = 0; n < 30; n++) {
+    ember_alloc_fail_after(n);
+    int rc = ember_codec_decode_event(b.data, b.len, &d, err, sizeof err);
+    ember_alloc_fail_reset();
+    if (rc == 0) ember_event_clear(&d);
+  }
+  ember_buf_free(&b);
+
+  /* Refused: no hosts, an empty host, an unknown type. */
+  ember_event_t bad = e;
+  bad.nhosts = 0;
+  ember_buf_init(&b, 1 << 16);
+  assert_int_equal(ember_codec_encode_event(&bad, &b), 0);
+  assert_int_equal(ember_codec_decode_event(b.data, b.len, &d, err, sizeof err), EMBER_ECORRUPT);
+  assert_non_null(strstr(err, "hosts"));
+  ember_buf_free(&b);
+  char *empty[] = {SC("h1"), SC("")};
+  bad = e;
+  bad.hosts = empty;
+  ember_buf_init(&b, 1 << 16);
+  assert_int_equal(ember_codec_encode_event(&bad, &b), 0);
+  assert_int_equal(ember_codec_decode_event(b.data, b.len, &d, err, sizeof err), EMBER_ECORRUPT);
+  ember_buf_free(&b);
+  bad = e;
+  bad.type = (ember_session_type_t)7;
+  ember_buf_init(&b, 1 << 16);
+  assert_int_equal(ember_codec_encode_event(&bad, &b), 0);
+  assert_int_equal(ember_codec_decode_event(b.data, b.len, &d, err, sizeof err), EMBER_ECORRUPT);
+  ember_buf_free(&b);
+  /* A NULL host in the list is the caller's mistake. */
+  char *nul[] = {SC("h1"), NULL};
+  bad = e;
+  bad.hosts = nul;
+  ember_buf_init(&b, 1 << 16);
+  assert_int_equal(ember_codec_encode_event(&bad, &b), -EINVAL);
+  ember_buf_free(&b);
+
+  /* CANCEL_REQUESTED: a session id is enough. */
+  ember_event_t c = {.state = EMBER_EV_CANCEL_REQUESTED, .session_id = SC("s-1"), .at_ns = 5};
+  ember_buf_init(&b, 1 << 16);
+  assert_int_equal(ember_codec_encode_event(&c, &b), 0);
+  assert_int_equal(ember_codec_decode_event(b.data, b.len, &d, err, sizeof err), 0);
+  assert_int_equal(d.state, EMBER_EV_CANCEL_REQUESTED);
+  assert_null(d.host);
+  assert_int_equal(d.nhosts, 0);
+  ember_event_clear(&d);
+  ember_buf_free(&b);
+
+  /* STORED: host, agent, samples and the result's seq; a host is needed. */
+  ember_event_t st = {.state = EMBER_EV_STORED,
+                      .session_id = SC("s-1"),
+                      .host = SC("h1"),
+                      .agent_id = SC("h1:1"),
+                      .samples = 77,
+                      .result_seq = 9,
+                      .at_ns = 6};
+  ember_buf_init(&b, 1 << 16);
+  assert_int_equal(ember_codec_encode_event(&st, &b), 0);
+  assert_int_equal(ember_codec_decode_event(b.data, b.len, &d, err, sizeof err), 0);
+  assert_int_equal(d.state, EMBER_EV_STORED);
+  assert_string_equal(d.host, "h1");
+  assert_string_equal(d.agent_id, "h1:1");
+  assert_int_equal(d.samples, 77);
+  assert_int_equal(d.result_seq, 9);
+  assert_string_equal(ember_event_state_name(d.state), "stored");
+  ember_event_clear(&d);
+  ember_buf_free(&b);
+  st.host = NULL;
+  ember_buf_init(&b, 1 << 16);
+  assert_int_equal(ember_codec_encode_event(&st, &b), 0);
+  assert_int_equal(ember_codec_decode_event(b.data, b.len, &d, err, sizeof err), EMBER_ECORRUPT);
+  ember_buf_free(&b);
+  /* A state past the last known one is refused. */
+  st.host = SC("h1");
+  st.state = (ember_event_state_t)9;
+  ember_buf_init(&b, 1 << 16);
+  assert_int_equal(ember_codec_encode_event(&st, &b), 0);
+  assert_int_equal(ember_codec_decode_event(b.data, b.len, &d, err, sizeof err), EMBER_ECORRUPT);
+  ember_buf_free(&b);
+}
+
 static void test_codec_event_round_trip_and_refusals(void **state) {
   (void)state;
   ember_event_t e = {.state = EMBER_EV_RUNNING,
@@ -572,6 +696,7 @@ int main(void) {
       cmocka_unit_test(test_codec_target_round_trip),
       cmocka_unit_test(test_codec_command_round_trip_and_refusals),
       cmocka_unit_test(test_codec_event_round_trip_and_refusals),
+      cmocka_unit_test(test_codec_event_collector_states),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

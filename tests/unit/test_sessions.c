@@ -538,6 +538,252 @@ static void test_sessions_instances_failure_limit(void **state) {
   ember_config_free(cfg);
 }
 
+/* ---- fleet-wide sessions: collectors' events ------------------------- */
+
+static void produce_raw_event(const ember_event_t *e) {
+  ember_buf_t b;
+  ember_buf_init(&b, 1 << 16);
+  assert_int_equal(ember_codec_encode_event(e, &b), 0);
+  const void *vals[] = {b.data};
+  const size_t lens[] = {b.len};
+  assert_int_equal(tu_produce(brokers, EMBER_TOPIC_EVENTS, e->session_id, vals, lens, 1).ok, 1);
+  ember_buf_free(&b);
+}
+
+/* Another collector's CREATED for hosts h1 and h2. */
+static void produce_created(const char *id, int64_t created_ns) {
+  char sid[64], w[] = "w-sess", h1[] = "h1", h2[] = "h2";
+  snprintf(sid, sizeof sid, "%s", id);
+  char *hosts[] = {h1, h2};
+  ember_event_t e = {.state = EMBER_EV_CREATED,
+                     .session_id = sid,
+                     .worker = w,
+                     .type = EMBER_SESSION_CPU,
+                     .duration_ms = 2000,
+                     .hz = 99,
+                     .hosts = hosts,
+                     .nhosts = 2,
+                     .created_ns = created_ns,
+                     .at_ns = created_ns};
+  produce_raw_event(&e);
+}
+
+static void produce_stored(const char *id, const char *host, uint64_t seq, uint64_t samples) {
+  char sid[64], h[32], agent[] = "agent-x";
+  snprintf(sid, sizeof sid, "%s", id);
+  snprintf(h, sizeof h, "%s", host);
+  ember_event_t e = {.state = EMBER_EV_STORED,
+                     .session_id = sid,
+                     .host = h,
+                     .agent_id = agent,
+                     .samples = samples,
+                     .result_seq = seq,
+                     .at_ns = ember_time_now_ns()};
+  produce_raw_event(&e);
+}
+
+static json_t *wait_session(const char *id, int max_ms) {
+  char path[128];
+  snprintf(path, sizeof path, "/api/v1/sessions/%s", id);
+  static char body[1 << 16];
+  for (int t = 0; t < max_ms; t += 100) {
+    int st = http("GET", path, TOKEN, NULL, body, sizeof body);
+    if (st == 200) return json_loads(body, 0, NULL);
+    assert_int_equal(st, 404);
+    usleep(100000);
+  }
+  fail_msg("session %s never appeared", id);
+  return NULL;
+}
+
+static ember__collector_t *start_collector(ember_config_t *cfg, ember_kafka_t *k) {
+  char err[512] = "";
+  ember__collector_t *c = NULL;
+  if (ember__collector_start(cfg, k, &c, err, sizeof err) != 0) fail_msg("start: %s", err);
+  port = ember__collector_api_port(c);
+  return c;
+}
+
+/* Sessions another collector started: built from its CREATED, followed
+ * through the agents' events and the STORED events of whichever collector
+ * stores the results (done at once, not after session.answer_timeout),
+ * cancelled by its CANCEL_REQUESTED; this collector sends no command for
+ * them. */
+static void test_sessions_from_collector_events(void **state) {
+  (void)state;
+  char dir[512], err[512] = "";
+  snprintf(dir, sizeof dir, "%s/sessions4-%d", EMBER_TEST_TMP, (int)getpid());
+  ember_config_t *cfg = NULL;
+  assert_int_equal(ember_config_new(&cfg), 0);
+  const char *kv[][2] = {{"brokers", "embedded"},
+                         {"data_dir", dir},
+                         {"api.listen", "127.0.0.1:0"},
+                         {"store.sync", "false"},
+                         {"api.token", "s3ss"},
+                         {"session.answer_timeout", "120s"},
+                         {"command_key_file", tu_command_key_file()}};
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+    assert_int_equal(ember_config_set(cfg, kv[i][0], kv[i][1]), 0);
+  ember_kafka_t *k = NULL;
+  assert_int_equal(ember_kafka_new(cfg, &k, err, sizeof err), 0);
+  brokers = ember_kafka_brokers(k);
+  ember__collector_t *c = start_collector(cfg, k);
+  rd_kafka_t *cc = commands_consumer();
+
+  const char *id = "00112233445566778899aabbccddeeff";
+  int64_t created = ember_time_now_ns();
+  produce_created(id, created);
+  json_t *j = wait_session(id, 20000);
+  assert_string_equal(json_string_value(json_object_get(j, "state")), "pending");
+  assert_string_equal(json_string_value(json_object_get(j, "worker")), "w-sess");
+  assert_int_equal(json_integer_value(json_object_get(j, "duration_ms")), 2000);
+  assert_int_equal(json_integer_value(json_object_get(j, "hz")), 99);
+  assert_int_equal(json_integer_value(json_object_get(j, "created_ms")), created / 1000000);
+  json_t *hosts = json_object_get(j, "hosts");
+  assert_int_equal(json_array_size(hosts), 2);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(hosts, 0), "state")),
+                      "sent");
+  json_decref(j);
+
+  produce_event(id, "h1", EMBER_EV_ACCEPTED, 0);
+  assert_true(wait_state(id, "running", 10000));
+  produce_event(id, "h1", EMBER_EV_DONE, 40);
+  produce_event_msg(id, "h2", EMBER_EV_REJECTED, 0, "no such worker here");
+  /* The result is stored elsewhere: STORED, twice (a re-delivery), each
+   * counted once, in two parts (two results of the host). */
+  produce_stored(id, "h1", 7, 30);
+  produce_stored(id, "h1", 7, 30);
+  char path[128];
+  snprintf(path, sizeof path, "/api/v1/sessions/%s", id);
+  usleep(1500000);
+  j = get_json(path, 200);
+  assert_string_equal(json_string_value(json_object_get(j, "state")), "running");
+  json_decref(j);
+  produce_stored(id, "h1", 8, 10);
+  assert_true(wait_state(id, "done", 10000));
+
+  /* Cancelled by the collector that was asked: none of its hosts had
+   * started, so at once. */
+  const char *id2 = "ffeeddccbbaa99887766554433221100";
+  produce_created(id2, ember_time_now_ns());
+  j = wait_session(id2, 20000);
+  json_decref(j);
+  char sid[64];
+  snprintf(sid, sizeof sid, "%s", id2);
+  ember_event_t cancel = {
+      .state = EMBER_EV_CANCEL_REQUESTED, .session_id = sid, .at_ns = ember_time_now_ns()};
+  produce_raw_event(&cancel);
+  assert_true(wait_state(id2, "cancelled", 10000));
+  j = get_json("/api/v1/sessions", 200);
+  assert_int_equal(json_array_size(json_object_get(j, "sessions")), 2);
+  json_decref(j);
+
+  /* Not ours: no command went out for either. */
+  ember_command_t cmds[2];
+  assert_int_equal(consume_commands(cc, id, 0, 3000, cmds, 2), 0);
+  assert_int_equal(consume_commands(cc, id2, 0, 1000, cmds, 2), 0);
+  rd_kafka_consumer_close(cc);
+  rd_kafka_destroy(cc);
+  static char body[1 << 16];
+  assert_true(http("GET", "/metrics", TOKEN, NULL, body, sizeof body) == 200);
+  assert_non_null(strstr(body, "ember_sessions_commands_total 0"));
+  assert_non_null(strstr(body, "ember_sessions_created_total 0"));
+  ember__collector_stop(c);
+  ember_kafka_free(k);
+  ember_config_free(cfg);
+}
+
+/* A restarted collector rebuilds its sessions from ember.events: states
+ * and times as they were, results served, and no command sent again. */
+static void test_sessions_survive_restart(void **state) {
+  (void)state;
+  char dir[512], err[512] = "";
+  snprintf(dir, sizeof dir, "%s/sessions5-%d", EMBER_TEST_TMP, (int)getpid());
+  ember_config_t *cfg = NULL;
+  assert_int_equal(ember_config_new(&cfg), 0);
+  const char *kv[][2] = {{"brokers", "embedded"},
+                         {"data_dir", dir},
+                         {"api.listen", "127.0.0.1:0"},
+                         {"store.sync", "false"},
+                         {"batch.linger", "50ms"},
+                         {"retention", "0"},
+                         {"api.token", "s3ss"},
+                         {"session.answer_timeout", "120s"},
+                         {"command_key_file", tu_command_key_file()}};
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+    assert_int_equal(ember_config_set(cfg, kv[i][0], kv[i][1]), 0);
+  ember_kafka_t *k = NULL;
+  assert_int_equal(ember_kafka_new(cfg, &k, err, sizeof err), 0);
+  brokers = ember_kafka_brokers(k);
+  ember__collector_t *c = start_collector(cfg, k);
+  produce_target("h2", "B", 200);
+  for (int t = 0; t < 150; t++) {
+    json_t *j = get_json("/api/v1/targets?worker=w-sess", 200);
+    size_t n = json_array_size(json_object_get(j, "targets"));
+    json_decref(j);
+    if (n == 1) break;
+    usleep(100000);
+  }
+  rd_kafka_t *cc = commands_consumer();
+  char id[64], id2[64];
+  assert_int_equal(post_session("{\"actor\":\"B\",\"duration_ms\":1000}", id, sizeof id), 1);
+  ember_command_t cmds[4];
+  assert_int_equal(consume_commands(cc, id, 1, 20000, cmds, 4), 1);
+  ember_command_clear(&cmds[0]);
+  produce_event(id, "h2", EMBER_EV_ACCEPTED, 0);
+  assert_true(wait_state(id, "running", 10000));
+  int64_t now = ember_time_now_ns();
+  ember_profile_t *p = tu_profile("agent-x", 7, "w-sess", "h2", now - 10000000000LL);
+  assert_int_equal(ember_profile_set_origin(p, "agent-x", 7, id), 0);
+  int64_t samples = ember_profile_total(p, 0);
+  ember_buf_t enc;
+  ember_buf_init(&enc, 1 << 20);
+  assert_int_equal(ember_codec_encode(p, &enc), 0);
+  ember_profile_free(p);
+  const void *vals[] = {enc.data};
+  const size_t lens[] = {enc.len};
+  assert_int_equal(tu_produce(brokers, EMBER_TOPIC_PROFILES, "w-sess", vals, lens, 1).ok, 1);
+  ember_buf_free(&enc);
+  produce_event(id, "h2", EMBER_EV_DONE, (uint64_t)samples);
+  assert_true(wait_state(id, "done", 15000));
+  /* And one cancelled while pending. */
+  assert_int_equal(post_session("{\"actor\":\"B\",\"duration_ms\":1000}", id2, sizeof id2), 1);
+  char path[160];
+  snprintf(path, sizeof path, "/api/v1/sessions/%s/cancel", id2);
+  assert_int_equal(http("POST", path, TOKEN, NULL, NULL, 0), 200);
+  assert_int_equal(consume_commands(cc, id2, 2, 20000, cmds, 4), 2);
+  ember_command_clear(&cmds[0]);
+  ember_command_clear(&cmds[1]);
+  snprintf(path, sizeof path, "/api/v1/sessions/%s", id);
+  json_t *before = get_json(path, 200);
+  ember__collector_stop(c);
+
+  c = start_collector(cfg, k);
+  json_t *after = wait_session(id, 20000);
+  assert_true(wait_state(id, "done", 10000));
+  json_decref(after);
+  after = get_json(path, 200);
+  const char *keys[] = {"created_ms", "started_ms", "finished_ms", "samples", "duration_ms"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    assert_int_equal(json_integer_value(json_object_get(before, keys[i])),
+                     json_integer_value(json_object_get(after, keys[i])));
+  json_decref(before);
+  json_decref(after);
+  assert_true(wait_state(id2, "cancelled", 10000));
+  snprintf(path, sizeof path, "/api/v1/sessions/%s/profile?format=top&type=samples", id);
+  json_t *j = get_json(path, 200);
+  assert_int_equal(json_integer_value(json_object_get(j, "total")), samples);
+  json_decref(j);
+  /* The replay sent nothing. */
+  assert_int_equal(consume_commands(cc, id, 0, 3000, cmds, 4), 0);
+  assert_int_equal(consume_commands(cc, id2, 0, 1000, cmds, 4), 0);
+  rd_kafka_consumer_close(cc);
+  rd_kafka_destroy(cc);
+  ember__collector_stop(c);
+  ember_kafka_free(k);
+  ember_config_free(cfg);
+}
+
 /* No key: the collector starts but refuses sessions with a 503 that says
  * why (agents would refuse unsigned commands). A key file others may read
  * stops it from starting. */
@@ -579,6 +825,8 @@ int main(void) {
       cmocka_unit_test(test_sessions_end_to_end),
       cmocka_unit_test(test_sessions_instances_failure_limit),
       cmocka_unit_test(test_sessions_need_a_key),
+      cmocka_unit_test(test_sessions_from_collector_events),
+      cmocka_unit_test(test_sessions_survive_restart),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
