@@ -769,6 +769,8 @@ static void test_sessions_survive_restart(void **state) {
                      json_integer_value(json_object_get(after, keys[i])));
   json_decref(before);
   json_decref(after);
+  /* Its events may be on another partition, replayed later. */
+  json_decref(wait_session(id2, 20000));
   assert_true(wait_state(id2, "cancelled", 10000));
   snprintf(path, sizeof path, "/api/v1/sessions/%s/profile?format=top&type=samples", id);
   json_t *j = get_json(path, 200);
