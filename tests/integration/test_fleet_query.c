@@ -148,9 +148,11 @@ static void workers_of(const coll_t *c, bool local, char *out, size_t size) {
   size_t i, off = 0;
   const json_t *o;
   json_array_foreach(json_object_get(doc, "workers"), i, o) {
-    int n =
-        snprintf(out + off, size - off, "%s,%lld;", json_string_value(json_object_get(o, "worker")),
-                 (long long)json_integer_value(json_object_get(o, "series")));
+    /* This run's workers only: other tests' share the topic. */
+    const char *wn = json_string_value(json_object_get(o, "worker"));
+    if (wn == NULL || strstr(wn, tag) == NULL) continue;
+    int n = snprintf(out + off, size - off, "%s,%lld;", wn,
+                     (long long)json_integer_value(json_object_get(o, "series")));
     if (n < 0 || (size_t)n >= size - off) break;
     off += (size_t)n;
   }
