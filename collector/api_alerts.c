@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <string.h>
 
-#include <curl/curl.h>
 
 #include "alerts.h"
 #include "api_req.h"
@@ -101,16 +100,6 @@ static unsigned h_rules(ember__req_t *r) {
 /* ---- the fleet's alerts: each collector's engine evaluates the workers
  * whose windows its store holds, so a fleet answer is the union. ---- */
 
-/* "&key=value", the value URL-encoded. */
-static int add_param(ember_buf_t *b, const char *key, const char *value) {
-  if (value == NULL) return 0;
-  char *e = curl_easy_escape(NULL, value, 0);
-  if (e == NULL) return -ENOMEM;
-  int rc = ember_buf_printf(b, "&%s=%s", key, e);
-  curl_free(e);
-  return rc;
-}
-
 static bool has_alert(const json_t *list, const char *id) {
   size_t i;
   const json_t *a;
@@ -144,9 +133,9 @@ static int fleet_alerts(ember__req_t *r, json_t *doc) {
   ember_buf_t q;
   ember_buf_init(&q, 4096);
   int rc = ember_buf_puts(&q, "/api/v1/alerts?local=1");
-  if (rc == 0) rc = add_param(&q, "rule", ember__req_param(r, "rule"));
-  if (rc == 0) rc = add_param(&q, "state", ember__req_param(r, "state"));
-  if (rc == 0) rc = add_param(&q, "worker", ember__req_param(r, "worker"));
+  if (rc == 0) rc = ember__fleetq_param(&q, "rule", ember__req_param(r, "rule"));
+  if (rc == 0) rc = ember__fleetq_param(&q, "state", ember__req_param(r, "state"));
+  if (rc == 0) rc = ember__fleetq_param(&q, "worker", ember__req_param(r, "worker"));
   char partial[sizeof r->partial];
   if (rc == 0)
     rc = ember__fleetq_json(r->env->fleetq, q.data, add_peer_alerts, list, partial, sizeof partial);

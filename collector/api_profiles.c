@@ -57,34 +57,31 @@ static unsigned load_profile(ember__req_t *r, const ember_store_selector_t *sel,
   return rc == 0 ? 0 : ember__req_fail_internal(r, "merging profiles from the store", rc);
 }
 
-/* raw=VT with local=1: this store's own merge in one store value type, in
- * the wire encoding, as fleet queries ask their peers (fleetq.h). */
-static unsigned answer_raw(ember__req_t *r, const char *raw, const ember_store_selector_t *sel,
-                           int64_t from, int64_t to) {
-  static const struct {
-    const char *name;
-    ember_value_type_t vt;
-  } raws[] = {{"cpu_ns", EMBER_VT_CPU_NS},
-              {"cpu_samples", EMBER_VT_CPU_SAMPLES},
-              {"alloc_objects", EMBER_VT_ALLOC_OBJECTS},
-              {"alloc_bytes", EMBER_VT_ALLOC_BYTES}};
+unsigned ember__api_parse_raw(ember__req_t *r, const char *raw, ember_value_type_t *vt) {
   if (!r->local)
     return ember__req_fail(r, 400, "parameter \"raw\" is for peer collectors: it needs local=1");
   if (ember__req_param(r, "format") != NULL && strcmp(ember__req_param(r, "format"), "ember") != 0)
     return ember__req_fail(r, 400, "parameter \"raw\" answers in format=ember only");
-  size_t nv = 0;
-  for (size_t i = 0; i < r->nparams; i++) nv += strcmp(r->params[i].key, "version") == 0;
-  if (nv > 1) return ember__req_fail(r, 400, "parameter \"raw\" takes one version at most");
-  const ember_value_type_t *vt = NULL;
-  for (size_t i = 0; i < sizeof raws / sizeof raws[0] && vt == NULL; i++)
-    if (strcmp(raw, raws[i].name) == 0) vt = &raws[i].vt;
-  if (vt == NULL)
+  if (ember__fleetq_raw_type(raw, vt) != 0)
     return ember__req_fail(r, 400,
                            "parameter \"raw\": \"%.64s\" is not a value type; use cpu_ns, "
                            "cpu_samples, alloc_objects or alloc_bytes",
                            raw);
+  return 0;
+}
+
+/* raw=VT with local=1: this store's own merge in one store value type, in
+ * the wire encoding, as fleet queries ask their peers (fleetq.h). */
+static unsigned answer_raw(ember__req_t *r, const char *raw, const ember_store_selector_t *sel,
+                           int64_t from, int64_t to) {
+  ember_value_type_t vt;
+  unsigned st = ember__api_parse_raw(r, raw, &vt);
+  if (st != 0) return st;
+  size_t nv = 0;
+  for (size_t i = 0; i < r->nparams; i++) nv += strcmp(r->params[i].key, "version") == 0;
+  if (nv > 1) return ember__req_fail(r, 400, "parameter \"raw\" takes one version at most");
   ember_profile_t *p = NULL;
-  int rc = ember_store_merge(r->env->store, sel, from, to, *vt, &p);
+  int rc = ember_store_merge(r->env->store, sel, from, to, vt, &p);
   if (rc == 0) rc = ember_codec_encode(p, &r->body);
   ember_profile_free(p);
   if (rc != 0) return ember__req_fail_internal(r, "encoding this store's merge", rc);

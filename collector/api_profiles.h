@@ -19,6 +19,9 @@ unsigned ember__api_parse_type(ember__req_t *r, ember__qtype_t *out);
 unsigned ember__api_parse_format(ember__req_t *r, size_t *out);
 /* sort=self|total, for format=top: sets r->top_by. */
 unsigned ember__api_parse_sort(ember__req_t *r);
+/* raw=VT, the question of a peer collector (fleetq.h): valid only with
+ * local=1 and format absent or ember; the value type into *vt. */
+unsigned ember__api_parse_raw(ember__req_t *r, const char *raw, ember_value_type_t *vt);
 /* Answer with profile `p` (one value type, borrowed) in format `fmt`:
  * trees cut at max_nodes, top at `limit` functions; `name` starts the
  * download's file name ("ember" gives ember-cpu.pb.gz). */

@@ -135,27 +135,11 @@ static int fleet_session_merge(void *ctx, const char *id, ember_value_type_t vt,
  * value type, in the wire encoding, as fleet queries ask their peers
  * (fleetq.h). Whatever this instance knows of the session. */
 static unsigned answer_session_raw(ember__req_t *r, const char *id, const char *raw) {
-  static const struct {
-    const char *name;
-    ember_value_type_t vt;
-  } raws[] = {{"cpu_ns", EMBER_VT_CPU_NS},
-              {"cpu_samples", EMBER_VT_CPU_SAMPLES},
-              {"alloc_objects", EMBER_VT_ALLOC_OBJECTS},
-              {"alloc_bytes", EMBER_VT_ALLOC_BYTES}};
-  if (!r->local)
-    return ember__req_fail(r, 400, "parameter \"raw\" is for peer collectors: it needs local=1");
-  if (ember__req_param(r, "format") != NULL && strcmp(ember__req_param(r, "format"), "ember") != 0)
-    return ember__req_fail(r, 400, "parameter \"raw\" answers in format=ember only");
-  const ember_value_type_t *vt = NULL;
-  for (size_t i = 0; i < sizeof raws / sizeof raws[0] && vt == NULL; i++)
-    if (strcmp(raw, raws[i].name) == 0) vt = &raws[i].vt;
-  if (vt == NULL)
-    return ember__req_fail(r, 400,
-                           "parameter \"raw\": \"%.64s\" is not a value type; use cpu_ns, "
-                           "cpu_samples, alloc_objects or alloc_bytes",
-                           raw);
+  ember_value_type_t vt;
+  unsigned st = ember__api_parse_raw(r, raw, &vt);
+  if (st != 0) return st;
   ember_profile_t *p = NULL;
-  int rc = ember_store_session_merge(r->env->store, id, *vt, &p, NULL);
+  int rc = ember_store_session_merge(r->env->store, id, vt, &p, NULL);
   if (rc == 0) rc = ember_codec_encode(p, &r->body);
   ember_profile_free(p);
   if (rc != 0) return ember__req_fail_internal(r, "encoding this store's session results", rc);

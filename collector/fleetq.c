@@ -232,23 +232,51 @@ int ember__fleetq_json(const ember__fleetq_t *f, const char *path_query,
   return rc;
 }
 
-static const char *vt_param(ember_value_type_t vt) {
-  switch (vt) {
-  case EMBER_VT_CPU_NS: return "cpu_ns";
-  case EMBER_VT_CPU_SAMPLES: return "cpu_samples";
-  case EMBER_VT_ALLOC_OBJECTS: return "alloc_objects";
-  case EMBER_VT_ALLOC_BYTES: return "alloc_bytes";
-  }
-  return "cpu_ns";
+static const struct {
+  const char *name;
+  ember_value_type_t vt;
+} raw_types[] = {{"cpu_ns", EMBER_VT_CPU_NS},
+                 {"cpu_samples", EMBER_VT_CPU_SAMPLES},
+                 {"alloc_objects", EMBER_VT_ALLOC_OBJECTS},
+                 {"alloc_bytes", EMBER_VT_ALLOC_BYTES}};
+
+const char *ember__fleetq_raw_name(ember_value_type_t vt) {
+  for (size_t i = 0; i < sizeof raw_types / sizeof raw_types[0]; i++)
+    if (raw_types[i].vt == vt) return raw_types[i].name;
+  return NULL;
 }
 
-/* "&key=value" with the value URL-encoded; 0 or -ENOMEM. */
-static int add_param(ember_buf_t *b, const char *key, const char *value) {
+int ember__fleetq_raw_type(const char *name, ember_value_type_t *out) {
+  for (size_t i = 0; name != NULL && i < sizeof raw_types / sizeof raw_types[0]; i++)
+    if (strcmp(name, raw_types[i].name) == 0) {
+      *out = raw_types[i].vt;
+      return 0;
+    }
+  return -EINVAL;
+}
+
+int ember__fleetq_param(ember_buf_t *q, const char *key, const char *value) {
   if (value == NULL) return 0;
   char *e = curl_easy_escape(NULL, value, 0);
   if (e == NULL) return -ENOMEM;
-  int rc = ember_buf_printf(b, "&%s=%s", key, e);
+  int rc = ember_buf_printf(q, "&%s=%s", key, e);
   curl_free(e);
+  return rc;
+}
+
+int ember__fleetq_query(ember_buf_t *q, const char *path, const ember_store_selector_t *sel,
+                        int64_t from_ns, int64_t to_ns) {
+  if (from_ns < 0 || to_ns < 0) return -EINVAL;
+  /* Times as Unix seconds with nine decimals: exact to the nanosecond. */
+  int rc = ember_buf_printf(q, "%s?local=1&from=%" PRId64 ".%09" PRId64 "&to=%" PRId64 ".%09" PRId64,
+                            path, from_ns / 1000000000, from_ns % 1000000000, to_ns / 1000000000,
+                            to_ns % 1000000000);
+  if (rc == 0 && sel != NULL) {
+    rc = ember__fleetq_param(q, "worker", sel->worker);
+    if (rc == 0) rc = ember__fleetq_param(q, "version", sel->version);
+    if (rc == 0) rc = ember__fleetq_param(q, "host", sel->host);
+    if (rc == 0) rc = ember__fleetq_param(q, "actor", sel->actor);
+  }
   return rc;
 }
 
@@ -330,17 +358,9 @@ int ember__fleetq_merge(const ember__fleetq_t *f, ember_store_t *store,
   if (partial_size > 0) partial[0] = '\0';
   ember_buf_t q;
   ember_buf_init(&q, 8192);
-  /* Times as Unix seconds with nine decimals: exact to the nanosecond. */
-  int rc = ember_buf_printf(&q,
-                            "/api/v1/profile?local=1&format=ember&raw=%s&from=%" PRId64
-                            ".%09" PRId64 "&to=%" PRId64 ".%09" PRId64,
-                            vt_param(vt), from_ns / 1000000000, from_ns % 1000000000,
-                            to_ns / 1000000000, to_ns % 1000000000);
-  if (from_ns < 0 || to_ns < 0) rc = -EINVAL;
-  if (rc == 0) rc = add_param(&q, "worker", sel ? sel->worker : NULL);
-  if (rc == 0) rc = add_param(&q, "version", sel ? sel->version : NULL);
-  if (rc == 0) rc = add_param(&q, "host", sel ? sel->host : NULL);
-  if (rc == 0) rc = add_param(&q, "actor", sel ? sel->actor : NULL);
+  const char *raw = ember__fleetq_raw_name(vt);
+  int rc = raw != NULL ? ember__fleetq_query(&q, "/api/v1/profile", sel, from_ns, to_ns) : -EINVAL;
+  if (rc == 0) rc = ember_buf_printf(&q, "&format=ember&raw=%s", raw);
   ember__fleet_ask_t a;
   if (rc == 0) rc = ember__fleetq_ask(f, from_ns, to_ns, q.data, &a);
   ember_buf_free(&q);
@@ -378,10 +398,13 @@ int ember__fleetq_session_merge(const ember__fleetq_t *f, ember_store_t *store, 
   if (info != NULL) *info = (ember_store_session_info_t){0};
   ember_buf_t q;
   ember_buf_init(&q, 8192);
+  const char *raw = ember__fleetq_raw_name(vt);
   char *e = curl_easy_escape(NULL, id, 0);
-  int rc = e ? ember_buf_printf(&q, "/api/v1/sessions/%s/profile?local=1&format=ember&raw=%s", e,
-                                vt_param(vt))
-             : -ENOMEM;
+  int rc = e == NULL ? -ENOMEM
+           : raw == NULL
+               ? -EINVAL
+               : ember_buf_printf(&q, "/api/v1/sessions/%s/profile?local=1&format=ember&raw=%s", e,
+                                  raw);
   curl_free(e);
   /* A session's results may be anywhere in time (and results are not in
    * the runs' ranges): every member that holds anything is asked. */

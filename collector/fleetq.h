@@ -69,6 +69,20 @@ void ember__fleet_ask_free(ember__fleet_ask_t *a);
 /* Note a peer that answered badly in a->partial (its id and why). */
 void ember__fleet_ask_failed(ember__fleet_ask_t *a, size_t i, const char *why);
 
+/* What a peer is asked. The raw= names of the store's value types, both
+ * ways (cpu_ns, cpu_samples, alloc_objects, alloc_bytes): NULL, or
+ * -EINVAL, for anything else. */
+const char *ember__fleetq_raw_name(ember_value_type_t vt);
+int ember__fleetq_raw_type(const char *name, ember_value_type_t *out);
+/* "&key=value" appended to q, the value URL-encoded; nothing for a NULL
+ * value. 0 or -ENOMEM. */
+int ember__fleetq_param(ember_buf_t *q, const char *key, const char *value);
+/* "PATH?local=1&from=S.NNNNNNNNN&to=S.NNNNNNNNN" (Unix seconds, exact to
+ * the nanosecond) and the selector's fields appended to q. 0, -EINVAL (a
+ * negative time), -ENOMEM. */
+int ember__fleetq_query(ember_buf_t *q, const char *path, const ember_store_selector_t *sel,
+                        int64_t from_ns, int64_t to_ns);
+
 /* A JSON answer of every asked peer: `path_query` (with local=1) sent as
  * ember__fleetq_ask does (data at any time), each 200 answer parsed and
  * handed to `each` (borrowed for the call; `peer` its id); a peer whose

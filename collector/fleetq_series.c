@@ -9,38 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <curl/curl.h>
 #include <jansson.h>
 
 #include "fleetq.h"
 #include "ember/log.h"
 
 #define NS_PER_MS 1000000LL
-
-static int add_param(ember_buf_t *b, const char *key, const char *value) {
-  if (value == NULL) return 0;
-  char *e = curl_easy_escape(NULL, value, 0);
-  if (e == NULL) return -ENOMEM;
-  int rc = ember_buf_printf(b, "&%s=%s", key, e);
-  curl_free(e);
-  return rc;
-}
-
-/* "PATH?local=1&from=S.NNNNNNNNN&to=...&worker=..." for `sel`. */
-static int base_query(ember_buf_t *q, const char *path, const ember_store_selector_t *sel,
-                      int64_t from, int64_t to) {
-  if (from < 0 || to < 0) return -EINVAL;
-  int rc = ember_buf_printf(
-      q, "%s?local=1&from=%" PRId64 ".%09" PRId64 "&to=%" PRId64 ".%09" PRId64, path,
-      from / 1000000000, from % 1000000000, to / 1000000000, to % 1000000000);
-  if (rc == 0 && sel != NULL) {
-    rc = add_param(q, "worker", sel->worker);
-    if (rc == 0) rc = add_param(q, "version", sel->version);
-    if (rc == 0) rc = add_param(q, "host", sel->host);
-    if (rc == 0) rc = add_param(q, "actor", sel->actor);
-  }
-  return rc;
-}
 
 static int label_cmp(const char *a, const char *b) {
   if (a == NULL || b == NULL) return (a != NULL) - (b != NULL);
@@ -160,7 +134,7 @@ int ember__fleetq_series(const ember__fleetq_t *f, ember_store_t *store,
   if (partial_size > 0) partial[0] = '\0';
   ember_buf_t q;
   ember_buf_init(&q, 8192);
-  int rc = base_query(&q, "/api/v1/series", sel, from_ns, to_ns);
+  int rc = ember__fleetq_query(&q, "/api/v1/series", sel, from_ns, to_ns);
   ember__fleet_ask_t a;
   if (rc == 0) rc = ember__fleetq_ask(f, from_ns, to_ns, q.data, &a);
   ember_buf_free(&q);
@@ -315,7 +289,7 @@ int ember__fleetq_timelines(const ember__fleetq_t *f, ember_store_t *store,
   if (step_ns <= 0 || from_ns >= to_ns) return -EINVAL;
   ember_buf_t q;
   ember_buf_init(&q, 8192);
-  int rc = base_query(&q, "/api/v1/timeline", sel, from_ns, to_ns);
+  int rc = ember__fleetq_query(&q, "/api/v1/timeline", sel, from_ns, to_ns);
   if (rc == 0) rc = ember_buf_printf(&q, "&raw=1&step=%" PRId64 "ns", step_ns);
   ember__fleet_ask_t a;
   if (rc == 0) rc = ember__fleetq_ask(f, from_ns, to_ns, q.data, &a);

@@ -26,6 +26,7 @@
 
 #include "api.h"
 #include "common/testutil.h"
+#include "ember/codec.h"
 #include "ember/store.h"
 
 #define SEC    1000000000LL
@@ -615,6 +616,10 @@ static const struct {
     {"/api/v1/profile?a=1&b=2&c=3&d=4&e=5&f=6&g=7&h=8&i=9&j=10&k=11&l=12&m=13&n=14&o=15&p=16&q=17"
      "&r=18&s=19&t=20&u=21&v=22&w=23&x=24&y=25&z=26&aa=27&ab=28&ac=29&ad=30&ae=31&af=32&ag=33",
      400, "too many parameters"},
+    {"/api/v1/profile?raw=cpu_ns", 400, "\"raw\" is for peer collectors: it needs local=1"},
+    {"/api/v1/profile?local=1&raw=wall", 400, "\"raw\": \"wall\" is not a value type"},
+    {"/api/v1/profile?local=1&raw=cpu_ns&format=tree", 400, "format=ember only"},
+    {"/api/v1/profile?local=1&raw=cpu_ns&version=a&version=b", 400, "one version at most"},
     {"/api/v1/nope", 404, "no such path: /api/v1/nope"},
     {"/api/v2/workers", 404, "no such path"},
     {"/api/v1", 404, "no such path"},
@@ -653,6 +658,37 @@ static void test_api_bad_requests(void **state) {
   assert_int_equal(sscanf(line, "\nember_api_responses_4xx_total %lf", &n4xx), 1);
   assert_true(n4xx >= 28);
   resp_free(&r);
+}
+
+/* What a peer collector asks (fleetq.h): this store's own merge in one
+ * value type, in the wire encoding, decoded back to the same totals. */
+static void test_api_raw_answers_peers(void **state) {
+  (void)state;
+  static const struct {
+    const char *query;
+    int64_t total;
+  } cases[] = {
+      {"raw=cpu_ns&worker=api&version=v1", V1_NS},
+      {"raw=cpu_ns&format=ember&worker=api&version=v2", V2_NS},
+      {"raw=cpu_samples&worker=api", 80 + 25},
+      {"raw=alloc_bytes", 4096},
+      {"raw=alloc_objects&worker=db", 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char path[256];
+    snprintf(path, sizeof path, "/api/v1/profile?local=1&%s&" RANGE, cases[i].query);
+    resp_t r = get(path);
+    if (r.status != 200) fail_msg("GET %s: %d %s", path, r.status, r.body ? r.body : "");
+    assert_non_null(strstr(r.head, "Content-Type: application/x-ember-profile"));
+    ember_profile_t *p = NULL;
+    char err[256];
+    if (ember_codec_decode(r.body, r.len, NULL, &p, err, sizeof err) != 0)
+      fail_msg("GET %s: the answer does not decode: %s", path, err);
+    assert_int_equal(ember_profile_ntypes(p), 1);
+    assert_int_equal(ember_profile_total(p, 0), cases[i].total);
+    ember_profile_free(p);
+    resp_free(&r);
+  }
 }
 
 static void test_api_token(void **state) {
@@ -1164,6 +1200,7 @@ int main(void) {
       cmocka_unit_test(test_api_profile_pprof_go_tool_reads_it),
       cmocka_unit_test(test_api_diff),
       cmocka_unit_test(test_api_bad_requests),
+      cmocka_unit_test(test_api_raw_answers_peers),
       cmocka_unit_test(test_api_token),
       cmocka_unit_test(test_api_dashboard),
       cmocka_unit_test(test_api_response_cap),
