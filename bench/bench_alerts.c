@@ -10,7 +10,7 @@
  * with N workers (default 200) on 2 hosts each (2N series), 3 versions,
  * 1-4 CPUs each, holding 1 h 1 min of 10 s windows per series before the
  * first round (the 1 h baseline's history plus a margin). Windows are made
- * as bench/bench_store.c makes them: each worker has 500 distinct stacks of
+ * by bench/stream.c (as for bench_store): each worker has 500 distinct stacks of
  * depth 5-30 (a shared libc/runtime part at the root, the worker's own
  * frames at the leaf, every frame with function, file, module, build id),
  * a window draws 19 Hz x CPUs x 10 s x utilisation samples (10-30% by
@@ -65,26 +65,17 @@
 #include "ember/log.h"
 #include "ember/parse.h"
 #include "ember/store.h"
+#include "stream.h"
 
-#define SEC      1000000000LL
-#define T0       (1795996800LL * SEC) /* 2026-11-29T00:00:00Z, an hour boundary */
-#define WIN      (10 * SEC)
-#define PERIOD   (SEC / 19)
-#define NSTACKS  500
-#define NHOSTS   16
-#define MAXDEPTH 30
+#define SEC      STREAM_SEC
+#define T0       STREAM_T0
+#define WIN      STREAM_WIN
+#define NSTACKS  STREAM_NSTACKS
+#define NHOSTS   STREAM_NHOSTS
 #define PREFILL  366 /* 1 h 1 min of windows before the first round */
 #define NSPIKE   4
 #define SPIKE_AT 20 /* steady round the spike starts at */
 #define SPIKE_N  15 /* windows it lasts */
-
-static uint64_t rng = 0x9e3779b97f4a7c15ULL;
-static uint64_t next_rand(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
 
 static void die(const char *what, int rc) {
   fprintf(stderr, "bench_alerts: %s: %s\n", what, ember_strerror(rc));
@@ -97,171 +88,50 @@ static int64_t cpu_ns(void) {
   return (int64_t)ts.tv_sec * SEC + ts.tv_nsec;
 }
 
-/* --- the synthetic fleet (as bench/bench_store.c) --- */
-
-enum { NSHARED = 400, NOWN = 600 };
-static ember_frame_t shared_frames[NSHARED];
+/* --- the synthetic fleet: bench/stream.h's workers, each on 2 hosts --- */
 
 typedef struct worker {
-  char name[32], version[16], host[2][16], agent[2][24];
-  unsigned cpus;
-  ember_frame_t own[NOWN];
-  uint8_t depth[NSTACKS];
-  uint32_t frames[NSTACKS][MAXDEPTH]; /* < NSHARED: shared; else own[i - NSHARED] */
-  size_t hot_stack;                   /* its most frequent stack */
-  size_t spike_stack;                 /* the one a spike burns (an own leaf) */
+  stream_worker_t s;
+  char host[2][16], agent[2][24];
+  size_t hot_stack;   /* its most frequent stack */
+  size_t spike_stack; /* the one a spike burns (an own leaf) */
   bool spikes;
 } worker_t;
 
-static const char *const kinds[] = {"api", "ingest", "billing", "search", "auth", "render"};
-static const char *const shared_modules[][2] = {
-    {"/usr/lib/x86_64-linux-gnu/libc.so.6", "c289da5071a3399de893d2af81d6a30c62646e1e"},
-    {"/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.30", "e3a1cf4bd3d5a31b2f6f9e3e7a77d3f0b96a1a2c"},
-    {"/usr/lib/x86_64-linux-gnu/libssl.so.3", "9a1b7c5e5b0c0e2a4d7c3a51d9e2f0b4c1a8d6e3"},
-    {"[kernel]", NULL},
-};
-static const char *const verbs[] = {"handle", "parse",  "encode", "decode", "write",  "read",
-                                    "flush",  "lookup", "insert", "update", "commit", "poll"};
-static const char *const nouns[] = {"request", "response", "header",  "buffer",  "session",
-                                    "record",  "batch",    "message", "context", "frame",
-                                    "index",   "cache",    "column",  "row"};
-
-static void make_shared(void) {
-  for (size_t i = 0; i < NSHARED; i++) {
-    char buf[96];
-    size_t m = i % 4;
-    if (m == 3)
-      snprintf(buf, sizeof buf, "__x64_sys_%s_%s_%zu", verbs[i % 12], nouns[i % 14], i);
-    else if (m == 1)
-      snprintf(buf, sizeof buf, "std::__detail::_%s_%s<char>::operator()_%zu", verbs[i % 12],
-               nouns[(i / 3) % 14], i);
-    else
-      snprintf(buf, sizeof buf, "__%s_%s_internal_%zu", verbs[(i / 5) % 12], nouns[i % 14], i);
-    shared_frames[i] = (ember_frame_t){.function = strdup(buf),
-                                       .module = shared_modules[m][0],
-                                       .build_id = shared_modules[m][1],
-                                       .address = 0x1000 + i * 0x40,
-                                       .kind = m == 3 ? EMBER_FRAME_KERNEL : EMBER_FRAME_NATIVE};
-  }
-}
-
-static const char *frame_name(const worker_t *w, uint32_t f) {
-  return f < NSHARED ? shared_frames[f].function : w->own[f - NSHARED].function;
-}
-
 static void make_worker(worker_t *w, size_t idx, size_t nworkers) {
-  snprintf(w->name, sizeof w->name, "%s-%03zu", kinds[idx % 6], idx);
-  snprintf(w->version, sizeof w->version, "v2.%zu.%zu", (idx / 7) % 3, idx % 5);
+  stream_make_worker(&w->s, idx);
   for (size_t h = 0; h < 2; h++) {
     size_t host = (idx + h * 5) % NHOSTS;
     snprintf(w->host[h], sizeof w->host[h], "host-%02zu", host);
     snprintf(w->agent[h], sizeof w->agent[h], "agent-host-%02zu", host);
   }
-  w->cpus = 1 + (unsigned)(idx % 4);
-  w->spikes = idx % (nworkers / NSPIKE > 0 ? nworkers / NSPIKE : 1) == 0 &&
-              idx / (nworkers / NSPIKE > 0 ? nworkers / NSPIKE : 1) < NSPIKE;
-  char module[64], build_id[48];
-  snprintf(module, sizeof module, "/srv/%s/bin/%s", w->name, kinds[idx % 6]);
-  snprintf(build_id, sizeof build_id, "%016llx%08llx", (unsigned long long)next_rand(),
-           (unsigned long long)(next_rand() & 0xffffffff));
-  char *mod = strdup(module), *bid = strdup(build_id);
-  for (size_t i = 0; i < NOWN; i++) {
-    char fn[128], file[96];
-    snprintf(fn, sizeof fn, "%s::%s::%s_%s_%zu", kinds[idx % 6], nouns[(i / 14) % 14],
-             verbs[i % 12], nouns[i % 14], i);
-    snprintf(file, sizeof file, "src/%s/%s_%s.cc", kinds[idx % 6], nouns[(i / 14) % 14],
-             verbs[(i / 3) % 12]);
-    w->own[i] = (ember_frame_t){.function = strdup(fn),
-                                .file = strdup(file),
-                                .module = mod,
-                                .build_id = bid,
-                                .line = (uint32_t)(10 + (i * 37) % 2000),
-                                .address = 0x400000 + i * 0x80,
-                                .kind = EMBER_FRAME_NATIVE};
-  }
-  for (size_t s = 0; s < NSTACKS; s++) {
-    size_t depth = 5 + (size_t)(next_rand() % 26);
-    size_t nroot = 3 + (size_t)(next_rand() % 6);
-    if (nroot > depth - 1) nroot = depth - 1;
-    size_t leaf_shared = next_rand() % 3 == 0 ? 1 + (size_t)(next_rand() % 3) : 0;
-    if (leaf_shared + nroot >= depth) leaf_shared = 0;
-    uint32_t *f = w->frames[s];
-    size_t d = 0;
-    for (; d < leaf_shared; d++) f[d] = (uint32_t)(next_rand() % NSHARED);
-    for (; d < depth - nroot; d++) f[d] = (uint32_t)(NSHARED + next_rand() % NOWN);
-    uint32_t entry = (uint32_t)(s % 4);
-    for (size_t r = 0; d < depth; d++, r++)
-      f[d] = (uint32_t)((entry * 8 + r * 3 + (r > 2 ? s % 3 : 0)) % NSHARED);
-    w->depth[s] = (uint8_t)depth;
-  }
-  w->hot_stack = idx % NSTACKS; /* Zipf rank 0 maps here (make_window) */
+  size_t every = nworkers / NSPIKE > 0 ? nworkers / NSPIKE : 1;
+  w->spikes = idx % every == 0 && idx / every < NSPIKE;
+  w->hot_stack = idx % NSTACKS; /* the stream's Zipf rank 0 maps here */
   w->spike_stack = (w->hot_stack + 250) % NSTACKS;
-  while (w->frames[w->spike_stack][0] < NSHARED) w->spike_stack = (w->spike_stack + 1) % NSTACKS;
-}
-
-static double zipf_cdf[NSTACKS];
-static void make_zipf(void) {
-  double sum = 0;
-  for (size_t k = 0; k < NSTACKS; k++) sum += 1.0 / (double)(k + 1);
-  double acc = 0;
-  for (size_t k = 0; k < NSTACKS; k++) {
-    acc += 1.0 / (double)(k + 1) / sum;
-    zipf_cdf[k] = acc;
-  }
-}
-static size_t zipf(void) {
-  double u = (double)(next_rand() >> 11) / 9007199254740992.0;
-  size_t lo = 0, hi = NSTACKS - 1;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (zipf_cdf[mid] < u)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
+  while (w->s.frames[w->spike_stack][0] < STREAM_NSHARED)
+    w->spike_stack = (w->spike_stack + 1) % NSTACKS;
 }
 
 static uint64_t agent_seq[NHOSTS];
 static uint64_t util_lo = 10, util_span = 21; /* 10-30 % */
 static uint64_t nsamples, nstacks_total, nwindows;
 
-/* Window `k` (start T0 + k * WIN) of worker w on its host h. */
+/* Window `k` (start T0 + k * WIN) of worker w on its host h: 10-30% of its
+ * CPUs, or spiking: 90%, 70% of it in spike_stack. */
 static ember_profile_t *make_window(const worker_t *w, size_t widx, size_t h, size_t k,
                                     bool spiking) {
-  static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
-  ember_profile_t *p = NULL;
-  int rc = ember_profile_new(types, 2, &p);
-  if (rc) die("profile_new", rc);
-  ember_labels_t l = {w->name, w->version, w->host[h], NULL, (uint32_t)(1000 + widx)};
-  ember_profile_set_labels(p, &l);
-  int64_t start = T0 + (int64_t)k * WIN;
-  ember_profile_set_window(p, start, start + WIN);
-  ember_profile_set_period(p, PERIOD);
   size_t host = (widx + h * 5) % NHOSTS;
-  ember_profile_set_origin(p, w->agent[h], ++agent_seq[host], NULL);
-  uint64_t pct = spiking ? 90 : util_lo + next_rand() % util_span;
-  uint64_t n = 190u * w->cpus * pct / 100;
-  if (n == 0) n = 1;
-  int64_t count[NSTACKS] = {0}, cns[NSTACKS] = {0};
-  for (uint64_t i = 0; i < n; i++) {
-    size_t s = spiking && next_rand() % 10 < 7 ? w->spike_stack : (zipf() * 7 + widx) % NSTACKS;
-    count[s]++;
-    cns[s] += PERIOD - PERIOD / 10 + (int64_t)(next_rand() % (PERIOD / 5));
-  }
-  ember_frame_t fr[MAXDEPTH];
+  stream_shape_t shape = {.host = w->host[h],
+                          .agent = w->agent[h],
+                          .seq = &agent_seq[host],
+                          .util_pct = spiking ? 90 : util_lo + stream_rand() % util_span,
+                          .spike_pct = spiking ? 70 : 0,
+                          .spike_stack = w->spike_stack};
+  uint64_t n = 0;
   size_t distinct = 0;
-  for (size_t s = 0; s < NSTACKS; s++) {
-    if (!count[s]) continue;
-    for (size_t d = 0; d < w->depth[s]; d++) {
-      uint32_t f = w->frames[s][d];
-      fr[d] = f < NSHARED ? shared_frames[f] : w->own[f - NSHARED];
-    }
-    int64_t v[2] = {count[s], cns[s]};
-    rc = ember_profile_add(p, fr, w->depth[s], v);
-    if (rc) die("profile_add", rc);
-    distinct++;
-  }
+  ember_profile_t *p =
+      stream_window_shaped(&w->s, widx, T0 + (int64_t)k * WIN, &shape, &n, &distinct);
   nsamples += n;
   nstacks_total += distinct;
   nwindows++;
@@ -308,33 +178,33 @@ static void make_rules(rules_t *rs, const worker_t *ws, size_t nworkers) {
   char name[64];
   for (size_t i = 0; i < nworkers; i++) {
     const worker_t *w = &ws[i];
-    double c = w->cpus;
-    snprintf(name, sizeof name, "busy-%s", w->name);
+    double c = w->s.cpus;
+    snprintf(name, sizeof name, "busy-%s", w->s.name);
     rule_add(
         rs,
-        json_pack("{s:s,s:s,s:f,s:s}", "name", name, "worker", w->name, "above", c, "for", "30s"),
+        json_pack("{s:s,s:s,s:f,s:s}", "name", name, "worker", w->s.name, "above", c, "for", "30s"),
         0);
-    snprintf(name, sizeof name, "host-busy-%s", w->name);
+    snprintf(name, sizeof name, "host-busy-%s", w->s.name);
     rule_add(rs,
-             json_pack("{s:s,s:s,s:s,s:f,s:s}", "name", name, "worker", w->name, "group_by", "host",
+             json_pack("{s:s,s:s,s:s,s:f,s:s}", "name", name, "worker", w->s.name, "group_by", "host",
                        "above", 0.7 * c, "for", "1m"),
              0);
-    snprintf(name, sizeof name, "first-host-%s", w->name);
+    snprintf(name, sizeof name, "first-host-%s", w->s.name);
     rule_add(rs,
-             json_pack("{s:s,s:s,s:s,s:f,s:s}", "name", name, "worker", w->name, "host", w->host[0],
+             json_pack("{s:s,s:s,s:s,s:f,s:s}", "name", name, "worker", w->s.name, "host", w->host[0],
                        "above", 0.8 * c, "for", "20s"),
              0);
-    snprintf(name, sizeof name, "rise-%s", w->name);
+    snprintf(name, sizeof name, "rise-%s", w->s.name);
     rule_add(rs,
-             json_pack("{s:s,s:s,s:{s:f,s:s,s:f},s:s}", "name", name, "worker", w->name, "baseline",
+             json_pack("{s:s,s:s,s:{s:f,s:s,s:f},s:s}", "name", name, "worker", w->s.name, "baseline",
                        "factor", 3.0, "period", "1h", "floor", 0.1, "for", "30s"),
              1);
     if (i % 2 == 0) {
       size_t s = w->spikes ? w->spike_stack : w->hot_stack;
-      snprintf(name, sizeof name, "fn-%s", w->name);
+      snprintf(name, sizeof name, "fn-%s", w->s.name);
       rule_add(rs,
-               json_pack("{s:s,s:s,s:{s:s,s:f},s:s}", "name", name, "worker", w->name, "function",
-                         "name", frame_name(w, w->frames[s][0]), "percent", 50.0, "for", "20s"),
+               json_pack("{s:s,s:s,s:{s:s,s:f},s:s}", "name", name, "worker", w->s.name, "function",
+                         "name", stream_frame(&w->s, w->s.frames[s][0])->function, "percent", 50.0, "for", "20s"),
                2);
     }
   }
@@ -515,8 +385,7 @@ int main(int argc, char **argv) {
     util_span = 1;
   }
   ember_log_set_level(EMBER_LOG_ERROR); /* firing alerts are logged as warnings */
-  make_shared();
-  make_zipf();
+  stream_init();
   worker_t *ws = calloc(nworkers, sizeof *ws);
   for (size_t i = 0; i < nworkers; i++) make_worker(&ws[i], i, nworkers);
   size_t nseries = nworkers * 2;

@@ -1,6 +1,5 @@
-/* The benchmarks' synthetic fleet stream (stream.h). Moved here from
- * bench_store.c unchanged, so that bench_store and bench_fleet draw the
- * same windows from the same generator. */
+/* The benchmarks' synthetic fleet stream (stream.h): one generator for
+ * every benchmark that needs a fleet's windows (first bench_store's). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +22,7 @@ static uint64_t next_rand(void) {
 
 /* The shared part: a runtime and libc that every worker's stacks pass
  * through near the root (what a fleet of services on one stack shares). */
-enum { NSHARED = 400 };
+enum { NSHARED = STREAM_NSHARED };
 static ember_frame_t shared_frames[NSHARED];
 
 static const char *const shared_modules[][2] = {
@@ -132,41 +131,61 @@ static uint64_t agent_seq[STREAM_NHOSTS];
 
 uint64_t stream_util_pct;
 
+uint64_t stream_rand(void) { return next_rand(); }
+
+const ember_frame_t *stream_frame(const stream_worker_t *w, uint32_t f) {
+  return f < NSHARED ? &shared_frames[f] : &w->own[f - NSHARED];
+}
+
 ember_profile_t *stream_window(const stream_worker_t *w, size_t widx, int64_t start,
                                uint64_t *samples) {
+  return stream_window_shaped(w, widx, start, NULL, samples, NULL);
+}
+
+ember_profile_t *stream_window_shaped(const stream_worker_t *w, size_t widx, int64_t start,
+                                      const stream_shape_t *shape, uint64_t *samples,
+                                      size_t *distinct) {
+  static const stream_shape_t plain;
+  if (shape == NULL) shape = &plain;
   static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
   ember_profile_t *p = NULL;
   int rc = ember_profile_new(types, 2, &p);
   if (rc) die("profile_new", rc);
-  ember_labels_t l = {w->name, w->version, w->host, NULL, (uint32_t)(1000 + widx)};
+  ember_labels_t l = {w->name, w->version, shape->host ? shape->host : w->host, NULL,
+                      (uint32_t)(1000 + widx)};
   ember_profile_set_labels(p, &l);
   ember_profile_set_window(p, start, start + STREAM_WIN);
   ember_profile_set_period(p, STREAM_PERIOD);
-  ember_profile_set_origin(p, w->agent, ++agent_seq[widx % STREAM_NHOSTS], NULL);
+  uint64_t *seq = shape->seq ? shape->seq : &agent_seq[widx % STREAM_NHOSTS];
+  ember_profile_set_origin(p, shape->agent ? shape->agent : w->agent, ++*seq, NULL);
   /* 19 Hz x cpus x 10 s at 25-55% utilisation: about 50-400 samples
    * (--util P: P% each, for lighter workers). */
-  uint64_t pct = stream_util_pct ? stream_util_pct : 25 + next_rand() % 31;
+  uint64_t pct = shape->util_pct     ? shape->util_pct
+                 : stream_util_pct ? stream_util_pct
+                                   : 25 + next_rand() % 31;
   uint64_t n = 190u * w->cpus * pct / 100;
   if (n == 0) n = 1;
   *samples = n;
   int64_t count[STREAM_NSTACKS] = {0}, cpu_ns[STREAM_NSTACKS] = {0};
   for (uint64_t i = 0; i < n; i++) {
     /* Rank k maps to a per-worker permutation so hot stacks differ. */
-    size_t s = (zipf() * 7 + widx) % STREAM_NSTACKS;
+    size_t s = shape->spike_pct > 0 && next_rand() % 100 < shape->spike_pct
+                   ? shape->spike_stack
+                   : (zipf() * 7 + widx) % STREAM_NSTACKS;
     count[s]++;
     cpu_ns[s] += STREAM_PERIOD - STREAM_PERIOD / 10 + (int64_t)(next_rand() % (STREAM_PERIOD / 5));
   }
   ember_frame_t fr[STREAM_MAXDEPTH];
+  size_t nd = 0;
   for (size_t s = 0; s < STREAM_NSTACKS; s++) {
     if (!count[s]) continue;
-    for (size_t d = 0; d < w->depth[s]; d++) {
-      uint32_t f = w->frames[s][d];
-      fr[d] = f < NSHARED ? shared_frames[f] : w->own[f - NSHARED];
-    }
+    for (size_t d = 0; d < w->depth[s]; d++) fr[d] = *stream_frame(w, w->frames[s][d]);
     int64_t v[2] = {count[s], cpu_ns[s]};
     rc = ember_profile_add(p, fr, w->depth[s], v);
     if (rc) die("profile_add", rc);
+    nd++;
   }
+  if (distinct != NULL) *distinct = nd;
   return p;
 }
 

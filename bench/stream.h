@@ -1,4 +1,5 @@
-/* The benchmarks' synthetic fleet stream (bench_store, bench_fleet): N
+/* The benchmarks' synthetic fleet stream (bench_store, bench_fleet,
+ * bench_alerts, ingest_produce): N
  * workers, each with 500 distinct stacks of depth 5-30 made of a shared
  * runtime/libc part (root side) and the worker's own functions (leaf
  * side), each frame with function, file, module and build-id strings as
@@ -31,6 +32,7 @@
 #define STREAM_NHOSTS   16
 #define STREAM_MAXDEPTH 30
 #define STREAM_NOWN     600
+#define STREAM_NSHARED  400 /* frame indices below it are the shared runtime's */
 
 typedef struct stream_worker {
   char name[32], version[16], host[16], agent[24];
@@ -38,7 +40,7 @@ typedef struct stream_worker {
   ember_frame_t own[STREAM_NOWN];
   char *own_names[STREAM_NOWN];
   uint8_t depth[STREAM_NSTACKS];
-  uint32_t frames[STREAM_NSTACKS][STREAM_MAXDEPTH]; /* < shared count: shared; else own[] */
+  uint32_t frames[STREAM_NSTACKS][STREAM_MAXDEPTH]; /* leaf first; stream_frame */
 } stream_worker_t;
 
 /* Each worker's CPU use in percent of its CPUs; 0 (default) = 25-55 %,
@@ -54,5 +56,25 @@ void stream_make_worker(stream_worker_t *w, size_t idx);
  * the caller (ember_profile_free); *samples gets its sample count. */
 ember_profile_t *stream_window(const stream_worker_t *w, size_t widx, int64_t start,
                                uint64_t *samples);
+
+/* A window that differs from the worker's usual one (bench_alerts: a
+ * worker on two hosts, spikes). Zero fields keep stream_window's choice. */
+typedef struct stream_shape {
+  const char *host, *agent; /* labels and origin; NULL: the worker's */
+  uint64_t *seq;            /* the agent's seq counter; NULL: the worker's host's */
+  uint64_t util_pct;        /* 0: stream_util_pct, else drawn */
+  unsigned spike_pct;       /* share of the samples put on spike_stack */
+  size_t spike_stack;
+} stream_shape_t;
+/* stream_window shaped by `shape` (may be NULL); *distinct (may be NULL)
+ * gets its number of distinct stacks. */
+ember_profile_t *stream_window_shaped(const stream_worker_t *w, size_t widx, int64_t start,
+                                      const stream_shape_t *shape, uint64_t *samples,
+                                      size_t *distinct);
+/* Frame f of w's stacks (shared below STREAM_NSHARED, else its own). */
+const ember_frame_t *stream_frame(const stream_worker_t *w, uint32_t f);
+/* The next number of the stream's generator, for a benchmark's own draws
+ * (they then belong to the stream's deterministic sequence). */
+uint64_t stream_rand(void);
 
 #endif
