@@ -186,25 +186,26 @@ static void make_rules(rules_t *rs, const worker_t *ws, size_t nworkers) {
         0);
     snprintf(name, sizeof name, "host-busy-%s", w->s.name);
     rule_add(rs,
-             json_pack("{s:s,s:s,s:s,s:f,s:s}", "name", name, "worker", w->s.name, "group_by", "host",
-                       "above", 0.7 * c, "for", "1m"),
+             json_pack("{s:s,s:s,s:s,s:f,s:s}", "name", name, "worker", w->s.name, "group_by",
+                       "host", "above", 0.7 * c, "for", "1m"),
              0);
     snprintf(name, sizeof name, "first-host-%s", w->s.name);
     rule_add(rs,
-             json_pack("{s:s,s:s,s:s,s:f,s:s}", "name", name, "worker", w->s.name, "host", w->host[0],
-                       "above", 0.8 * c, "for", "20s"),
+             json_pack("{s:s,s:s,s:s,s:f,s:s}", "name", name, "worker", w->s.name, "host",
+                       w->host[0], "above", 0.8 * c, "for", "20s"),
              0);
     snprintf(name, sizeof name, "rise-%s", w->s.name);
     rule_add(rs,
-             json_pack("{s:s,s:s,s:{s:f,s:s,s:f},s:s}", "name", name, "worker", w->s.name, "baseline",
-                       "factor", 3.0, "period", "1h", "floor", 0.1, "for", "30s"),
+             json_pack("{s:s,s:s,s:{s:f,s:s,s:f},s:s}", "name", name, "worker", w->s.name,
+                       "baseline", "factor", 3.0, "period", "1h", "floor", 0.1, "for", "30s"),
              1);
     if (i % 2 == 0) {
       size_t s = w->spikes ? w->spike_stack : w->hot_stack;
       snprintf(name, sizeof name, "fn-%s", w->s.name);
       rule_add(rs,
                json_pack("{s:s,s:s,s:{s:s,s:f},s:s}", "name", name, "worker", w->s.name, "function",
-                         "name", stream_frame(&w->s, w->s.frames[s][0])->function, "percent", 50.0, "for", "20s"),
+                         "name", stream_frame(&w->s, w->s.frames[s][0])->function, "percent", 50.0,
+                         "for", "20s"),
                2);
     }
   }

@@ -88,8 +88,8 @@ int main(int argc, char **argv) {
   for (size_t kk = 0; kk < total; kk++) {
     size_t widx = kk % nworkers;
     uint64_t ns = 0;
-    ember_profile_t *p = stream_window(&ws[widx], widx,
-                                       STREAM_T0 + (int64_t)(kk / nworkers) * STREAM_WIN, &ns);
+    ember_profile_t *p =
+        stream_window(&ws[widx], widx, STREAM_T0 + (int64_t)(kk / nworkers) * STREAM_WIN, &ns);
     ember_buf_reset(&msg);
     rc = ember_codec_encode(p, &msg);
     ember_profile_free(p);

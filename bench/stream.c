@@ -160,7 +160,7 @@ ember_profile_t *stream_window_shaped(const stream_worker_t *w, size_t widx, int
   ember_profile_set_origin(p, shape->agent ? shape->agent : w->agent, ++*seq, NULL);
   /* 19 Hz x cpus x 10 s at 25-55% utilisation: about 50-400 samples
    * (--util P: P% each, for lighter workers). */
-  uint64_t pct = shape->util_pct     ? shape->util_pct
+  uint64_t pct = shape->util_pct   ? shape->util_pct
                  : stream_util_pct ? stream_util_pct
                                    : 25 + next_rand() % 31;
   uint64_t n = 190u * w->cpus * pct / 100;

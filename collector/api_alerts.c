@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <string.h>
 
-
 #include "alerts.h"
 #include "api_req.h"
 #include "ember/ember.h"

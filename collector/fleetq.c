@@ -268,9 +268,9 @@ int ember__fleetq_query(ember_buf_t *q, const char *path, const ember_store_sele
                         int64_t from_ns, int64_t to_ns) {
   if (from_ns < 0 || to_ns < 0) return -EINVAL;
   /* Times as Unix seconds with nine decimals: exact to the nanosecond. */
-  int rc = ember_buf_printf(q, "%s?local=1&from=%" PRId64 ".%09" PRId64 "&to=%" PRId64 ".%09" PRId64,
-                            path, from_ns / 1000000000, from_ns % 1000000000, to_ns / 1000000000,
-                            to_ns % 1000000000);
+  int rc = ember_buf_printf(
+      q, "%s?local=1&from=%" PRId64 ".%09" PRId64 "&to=%" PRId64 ".%09" PRId64, path,
+      from_ns / 1000000000, from_ns % 1000000000, to_ns / 1000000000, to_ns % 1000000000);
   if (rc == 0 && sel != NULL) {
     rc = ember__fleetq_param(q, "worker", sel->worker);
     if (rc == 0) rc = ember__fleetq_param(q, "version", sel->version);
@@ -400,11 +400,11 @@ int ember__fleetq_session_merge(const ember__fleetq_t *f, ember_store_t *store, 
   ember_buf_init(&q, 8192);
   const char *raw = ember__fleetq_raw_name(vt);
   char *e = curl_easy_escape(NULL, id, 0);
-  int rc = e == NULL ? -ENOMEM
-           : raw == NULL
-               ? -EINVAL
-               : ember_buf_printf(&q, "/api/v1/sessions/%s/profile?local=1&format=ember&raw=%s", e,
-                                  raw);
+  int rc =
+      e == NULL ? -ENOMEM
+      : raw == NULL
+          ? -EINVAL
+          : ember_buf_printf(&q, "/api/v1/sessions/%s/profile?local=1&format=ember&raw=%s", e, raw);
   curl_free(e);
   /* A session's results may be anywhere in time (and results are not in
    * the runs' ranges): every member that holds anything is asked. */
