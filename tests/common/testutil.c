@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -272,29 +273,47 @@ bool tu_which(const char *name, char *buf, size_t size) {
   return false;
 }
 
-int tu_http_get(unsigned port, const char *path, char *buf, size_t size) {
+int tu_http(unsigned port, const char *method, const char *path, const char *headers,
+            const char *body, char *out, size_t size) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  char req[512];
-  int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\n\r\n", path);
-  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || write(fd, req, (size_t)n) != n) {
+  size_t blen = body ? strlen(body) : 0;
+  char *req = NULL;
+  int n = asprintf(&req, "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n%sContent-Length: %zu\r\n\r\n%s",
+                   method, path, headers ? headers : "", blen, body ? body : "");
+  if (n < 0) {
     close(fd);
     return -1;
   }
-  static char resp[1 << 20];
-  size_t got = 0;
-  ssize_t r;
-  while (got < sizeof resp - 1 && (r = read(fd, resp + got, sizeof resp - 1 - got)) > 0)
+  bool sent = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && write(fd, req, (size_t)n) == n;
+  free(req);
+  size_t got = 0, cap = 1 << 16;
+  char *resp = sent ? malloc(cap + 1) : NULL;
+  ssize_t r = 0;
+  while (resp != NULL && (r = read(fd, resp + got, cap - got)) > 0) {
     got += (size_t)r;
+    if (got == cap) {
+      char *bigger = realloc(resp, 2 * cap + 1);
+      if (bigger == NULL) break;
+      resp = bigger;
+      cap *= 2;
+    }
+  }
   close(fd);
+  if (resp == NULL) return -1;
   resp[got] = '\0';
   int status = -1;
-  if (sscanf(resp, "HTTP/1.%*d %d", &status) != 1) return -1;
-  const char *body = strstr(resp, "\r\n\r\n");
-  snprintf(buf, size, "%s", body ? body + 4 : "");
+  const char *b = strstr(resp, "\r\n\r\n");
+  if (sscanf(resp, "HTTP/1.%*d %d", &status) != 1) status = -1;
+  if (out != NULL && size > 0) snprintf(out, size, "%s", status != -1 && b ? b + 4 : "");
+  free(resp);
   return status;
+}
+
+int tu_http_get(unsigned port, const char *path, char *buf, size_t size) {
+  return tu_http(port, "GET", path, NULL, NULL, buf, size);
 }
 
 typedef struct targets_cb {

@@ -46,8 +46,13 @@ int64_t tu_total_matching(const ember_profile_t *p, size_t vi, const char *subst
 /* Does any frame's function contain `substr`? Returns its kind or -1. */
 int tu_find_frame(const ember_profile_t *p, const char *substr);
 
-/* GET http://127.0.0.1:port/path; the body (after the headers) into buf.
- * Returns the HTTP status or -1. */
+/* One HTTP/1.0 request to 127.0.0.1:port (Host: 127.0.0.1, then
+ * `headers`, each line ending in \r\n, may be NULL; `body` may be NULL);
+ * the response body into out (NUL-terminated, cut to size; out may be
+ * NULL). Returns the HTTP status or -1. */
+int tu_http(unsigned port, const char *method, const char *path, const char *headers,
+            const char *body, char *out, size_t size);
+/* tu_http GET without headers: the body into buf. */
 int tu_http_get(unsigned port, const char *path, char *buf, size_t size);
 
 /* Records of ember.targets (from the start, fresh group) whose key starts

@@ -54,37 +54,6 @@ static void stop(coll_t *c) {
   c->pid = 0;
 }
 
-/* POST `body` to `path` of the collector on `port`; the status, the
- * response body in out. */
-static int post(unsigned port, const char *path, const char *body, char *out, size_t size) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  assert_true(fd >= 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  char req[4096];
-  int n = snprintf(req, sizeof req,
-                   "POST %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                   "Content-Length: %zu\r\n\r\n%s",
-                   path, strlen(body), body);
-  assert_true(n > 0 && (size_t)n < sizeof req);
-  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || write(fd, req, (size_t)n) != n) {
-    close(fd);
-    return -1;
-  }
-  static char resp[1 << 18];
-  size_t got = 0;
-  ssize_t r;
-  while (got < sizeof resp - 1 && (r = read(fd, resp + got, sizeof resp - 1 - got)) > 0)
-    got += (size_t)r;
-  close(fd);
-  resp[got] = '\0';
-  int status = -1;
-  if (sscanf(resp, "HTTP/1.%*d %d", &status) != 1) return -1;
-  const char *b = strstr(resp, "\r\n\r\n");
-  snprintf(out, size, "%s", b ? b + 4 : "");
-  return status;
-}
-
 /* GET `path` of `c` as JSON (NULL unless 200). */
 static json_t *get_json(const coll_t *c, const char *path) {
   static char buf[1 << 20];
@@ -199,7 +168,8 @@ static void test_session_fleet(void **state) {
   snprintf(body, sizeof body, "{\"actor\":\"%s\",\"duration_ms\":2000,\"hz\":200}", actor);
   int st = -1;
   for (int t = 0; t < 60; t++) {
-    st = post(a.port, "/api/v1/sessions", body, out, sizeof out);
+    st = tu_http(a.port, "POST", "/api/v1/sessions", "Content-Type: application/json\r\n", body,
+                 out, sizeof out);
     if (st != 404) break;
     sleep(1);
   }

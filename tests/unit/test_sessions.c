@@ -32,36 +32,10 @@
 static unsigned port;
 static const char *brokers;
 
-/* One HTTP/1.0 request; the body into out (NUL-terminated). Returns the
- * status or -1. */
+/* One request to this test's collector (tu_http). */
 static int http(const char *method, const char *path, const char *headers, const char *body,
                 char *out, size_t size) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  assert_true(fd >= 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  char req[4096];
-  size_t blen = body ? strlen(body) : 0;
-  int n = snprintf(req, sizeof req,
-                   "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n%sContent-Length: %zu\r\n\r\n%s", method,
-                   path, headers ? headers : "", blen, body ? body : "");
-  assert_true(n > 0 && (size_t)n < sizeof req);
-  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || write(fd, req, (size_t)n) != n) {
-    close(fd);
-    return -1;
-  }
-  static char resp[1 << 20];
-  size_t got = 0;
-  ssize_t r;
-  while (got < sizeof resp - 1 && (r = read(fd, resp + got, sizeof resp - 1 - got)) > 0)
-    got += (size_t)r;
-  close(fd);
-  resp[got] = '\0';
-  int status = -1;
-  if (sscanf(resp, "HTTP/1.%*d %d", &status) != 1) return -1;
-  const char *b = strstr(resp, "\r\n\r\n");
-  if (out != NULL) snprintf(out, size, "%s", b ? b + 4 : "");
-  return status;
+  return tu_http(port, method, path, headers, body, out, size);
 }
 
 static json_t *get_json(const char *path, int want) {
