@@ -24,18 +24,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
-
 #include "alerts.h"
 #include "api.h"
 #include "collector.h"
-#include "fleet.h"
 #include "follow.h"
 #include "health.h"
 #include "notify.h"
 #include "sessions.h"
-#include "shards.h"
-#include "fleetq.h"
+#include "member.h"
 #include "ember/codec.h"
 #include "ember/log.h"
 #include "ember/metrics.h"
@@ -46,8 +42,7 @@
 const char *const ember__collector_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                     "data_dir",
                                                     "group_id",
-                                                    "fleet.peer_timeout",
-                                                    "fleet.replicas",
+                                                    EMBER__MEMBER_CONFIG_KEYS,
                                                     "store.map_size",
                                                     "store.max_size",
                                                     "store.sync",
@@ -99,15 +94,9 @@ struct ember__collector {
   metrics_set_t m;
   ember__api_t *api;
   ember__registry_t *registry;
-  ember__follow_t *registry_follow; /* ember.targets -> registry */
-  ember__follow_t *events_follow;   /* ember.events -> sessions */
-  ember__fleet_t *fleet;            /* ember.collectors: announcements and peers */
-  ember__shards_t *shards;
-  ember__fleetq_t fleetq; /* fleet queries over the fleet's peer table */
-  char *token;            /* api.token, sent to peers */
-  char **replicas;        /* fleet.replicas, split at commas */
-  size_t nreplicas;
-  bool curl_inited;
+  ember__follow_t *registry_follow;    /* ember.targets -> registry */
+  ember__follow_t *events_follow;      /* ember.events -> sessions */
+  ember__member_t member;              /* this collector in the fleet (member.h) */
   int fault_kill_after, fault_batches; /* EMBER_TEST_FAULT=kill_after_store:N */
   ember__csessions_t *sessions;
   ember__csessions_opts_t session_opts;
@@ -437,7 +426,7 @@ static void commit_batch(ember__collector_t *c) {
     if (tp->offset < m->offset + 1) tp->offset = m->offset + 1;
   }
   rd_kafka_resp_err_t err = rd_kafka_commit(c->consumer, l, 0);
-  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) ember__shards_committed(c->shards, l);
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) ember__shards_committed(c->member.shards, l);
   if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     /* Stored and safe: the messages will be read again and found duplicate. */
     ember_metric_add(c->m.commit_errors, 1);
@@ -490,7 +479,7 @@ static void take(ember__collector_t *c, rd_kafka_message_t *m) {
     return;
   }
   item_t *it = &c->batch.items[c->batch.n - 1];
-  ember__shards_source(c->shards, m, &it->src);
+  ember__shards_source(c->member.shards, m, &it->src);
   char err[256] = "";
   if (m->payload == NULL || m->len == 0) {
     set_malformed(c, it, "empty message");
@@ -513,7 +502,7 @@ static void rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
   bool cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
   if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
     EMBER_INFO("collector", "assigned %d partition(s) of %s", parts->cnt, EMBER_TOPIC_PROFILES);
-    ember__shards_assign(c->shards, rk, parts, 5000);
+    ember__shards_assign(c->member.shards, rk, parts, 5000);
     if (cooperative)
       rd_kafka_error_destroy(rd_kafka_incremental_assign(rk, parts));
     else
@@ -521,7 +510,7 @@ static void rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
   } else {
     /* Store and commit what we hold before another member takes over. */
     flush_batch(c);
-    ember__shards_revoke(c->shards, parts);
+    ember__shards_revoke(c->member.shards, parts);
     EMBER_INFO("collector", "released %d partition(s) of %s", parts->cnt, EMBER_TOPIC_PROFILES);
     if (cooperative)
       rd_kafka_error_destroy(rd_kafka_incremental_unassign(rk, parts));
@@ -642,118 +631,26 @@ static int start_registry(ember__collector_t *c, char *err, size_t n) {
   return ember__follow_start(&fo, &c->registry_follow, err, n);
 }
 
-/* ---- fleet: announcements and peers (fleet.h) -------------------------- */
+/* ---- the test-only fault hook ----------------------------------------- */
 
-/* TODO(issue 13): this collector's runs from the store, through
- * ember_store_runs (being added to store.h): each ember_store_run_t maps
- * field for field onto an ember_collector_run_t. Until then it announces
- * none. */
-/* The shards under this collector's id, and the test-only fault hook. */
-static int start_shards(ember__collector_t *c, const char *id, char *err, size_t n) {
-  int rc = ember__shards_new(c->store, c->metrics, id, &c->shards);
-  if (rc != 0) {
-    snprintf(err, n, "out of memory");
-    return rc;
-  }
+/* EMBER_TEST_FAULT=kill_after_store:N: SIGKILL this process after its Nth
+ * stored batch, between the LMDB commit and the Kafka commit (the crash
+ * the shards' rule is for; test_collector_shards). */
+static int read_fault(ember__collector_t *c, char *err, size_t n) {
   const char *fault = getenv("EMBER_TEST_FAULT");
   const char *pfx = "kill_after_store:";
-  if (fault != NULL && strncmp(fault, pfx, strlen(pfx)) == 0) {
-    int64_t k = 0;
-    if (ember_parse_i64(fault + strlen(pfx), 1, 1000000, &k) != 0) {
-      snprintf(err, n, "EMBER_TEST_FAULT: expected kill_after_store:N with N a positive number");
-      return EMBER_ECONFIG;
-    }
-    c->fault_kill_after = (int)k;
-    EMBER_WARN("collector",
-               "EMBER_TEST_FAULT is set: this process kills itself after stored "
-               "batch %d (a test-only hook)",
-               c->fault_kill_after);
+  if (fault == NULL || strncmp(fault, pfx, strlen(pfx)) != 0) return 0;
+  int64_t k = 0;
+  if (ember_parse_i64(fault + strlen(pfx), 1, 1000000, &k) != 0) {
+    snprintf(err, n, "EMBER_TEST_FAULT: expected kill_after_store:N with N a positive number");
+    return EMBER_ECONFIG;
   }
+  c->fault_kill_after = (int)k;
+  EMBER_WARN("collector",
+             "EMBER_TEST_FAULT is set: this process kills itself after stored "
+             "batch %d (a test-only hook)",
+             c->fault_kill_after);
   return 0;
-}
-
-/* Apply the shards' rule (shards.h) to this store's pending windows
- * against the runs the other members of this collector's group announce
- * (another group's copies are replicas, not duplicates). */
-static void reconcile(ember__collector_t *c) {
-  ember__peer_t *peers = NULL;
-  size_t np = 0, nr = 0;
-  if (ember__fleet_list(c->fleet, ember_time_now_ns(), &peers, &np) != 0) return;
-  const char *group = NULL;
-  for (size_t i = 0; i < np && group == NULL; i++)
-    if (peers[i].self) group = peers[i].info.group_id;
-  for (size_t i = 0; i < np; i++)
-    if (!peers[i].self && group != NULL && strcmp(peers[i].info.group_id, group) == 0)
-      nr += peers[i].info.nruns;
-  ember__foreign_run_t *fr = nr ? ember_malloc(nr * sizeof *fr) : NULL;
-  size_t k = 0;
-  for (size_t i = 0; fr != NULL && i < np; i++) {
-    if (peers[i].self || strcmp(peers[i].info.group_id, group) != 0) continue;
-    for (size_t j = 0; j < peers[i].info.nruns; j++) {
-      const ember_collector_run_t *r = &peers[i].info.runs[j];
-      fr[k++] = (ember__foreign_run_t){.collector = peers[i].info.id,
-                                       .partition = r->partition,
-                                       .start = r->start,
-                                       .stored_end = r->stored_end,
-                                       .committed = r->committed,
-                                       .started_ns = r->started_ns};
-    }
-  }
-  uint64_t undone = 0;
-  int rc = k > 0 ? ember__shards_reconcile(c->shards, fr, k, &undone) : 0;
-  if (rc != 0)
-    EMBER_WARN_LIMITED("collector",
-                       "cannot undo this store's copies of other collectors' "
-                       "windows: %s (tried again at the next announcement)",
-                       ember_store_strerror(rc));
-  ember_free(fr);
-  ember__peers_list_free(peers, np);
-}
-
-/* The fleet's runs callback, on its thread once per announcement: first
- * the rule against what the peers announced, then this store's runs. */
-static int collector_runs(void *ctx, ember_collector_run_t **out, size_t *count) {
-  ember__collector_t *c = ctx;
-  *out = NULL;
-  *count = 0;
-  reconcile(c);
-  ember_store_run_t *runs = NULL;
-  size_t n = 0;
-  int rc = ember_store_runs(c->store, &runs, &n);
-  if (rc != 0) return rc;
-  ember_collector_run_t *v = n ? ember_malloc(n * sizeof *v) : NULL;
-  if (n > 0 && v == NULL) rc = -ENOMEM;
-  for (size_t i = 0; rc == 0 && i < n; i++)
-    v[i] = (ember_collector_run_t){.partition = runs[i].partition,
-                                   .start = runs[i].start,
-                                   .stored_end = runs[i].stored_end,
-                                   .committed = runs[i].committed,
-                                   .started_ns = runs[i].started_ns,
-                                   .tmin_ns = runs[i].tmin_ns,
-                                   .tmax_ns = runs[i].tmax_ns,
-                                   .windows = runs[i].windows,
-                                   .pending = runs[i].pending};
-  ember_store_runs_free(runs);
-  if (rc != 0) return rc;
-  *out = v;
-  *count = n;
-  return 0;
-}
-
-/* Once the API's port is known: the defaults of collector_id and
- * fleet.advertise_url are made from it. */
-static int start_fleet(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
-  ember__fleet_opts_t fo = {.kafka = c->kafka,
-                            .producer = c->dlq,
-                            .consumer = c->consumer,
-                            .group_id = ember_config_get_str(cfg, "group_id", "ember-collector"),
-                            .runs = collector_runs,
-                            .runs_ctx = c};
-  int rc = ember__fleet_read_config(cfg, ember__api_port(c->api), &fo.config, err, n);
-  /* The shards before the fleet's thread, which calls collector_runs. */
-  if (rc == 0) rc = start_shards(c, fo.config.id, err, n);
-  if (rc == 0) rc = ember__fleet_start(c->fleet, &fo, err, n);
-  return rc;
 }
 
 /* ---- sessions thread ------------------------------------------------- */
@@ -922,54 +819,6 @@ static int start_notify(ember__collector_t *c, const ember_config_t *cfg, char *
   return rc;
 }
 
-/* Fleet queries (fleetq.h) over the fleet's peer table: made before the
- * API, which answers through them. */
-static int init_fleetq(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
-  int64_t timeout = 5 * NS_PER_S;
-  const char *v = ember_config_get(cfg, "fleet.peer_timeout");
-  if (v != NULL && (ember_parse_duration_ns(v, NS_PER_S, &timeout) != 0 ||
-                    timeout < 100 * 1000000LL || timeout > 600 * NS_PER_S)) {
-    snprintf(err, n, "fleet.peer_timeout: \"%.64s\" is not a duration from 100ms to 10m", v);
-    return EMBER_ECONFIG;
-  }
-  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-    snprintf(err, n, "cannot initialise libcurl");
-    return -ENOMEM;
-  }
-  c->curl_inited = true;
-  const char *token = ember_config_get(cfg, "api.token");
-  if (token != NULL && *token != '\0' && (c->token = ember_strdup(token)) == NULL) return -ENOMEM;
-  const char *reps = ember_config_get(cfg, "fleet.replicas");
-  for (const char *p = reps; p != NULL && *p != '\0';) {
-    const char *comma = strchr(p, ',');
-    size_t len = comma ? (size_t)(comma - p) : strlen(p);
-    while (len > 0 && (*p == ' ')) p++, len--;
-    while (len > 0 && p[len - 1] == ' ') len--;
-    if (len > EMBER_COLLECTOR_MAX_ID) {
-      snprintf(err, n, "fleet.replicas: a group name is longer than %u bytes",
-               EMBER_COLLECTOR_MAX_ID);
-      return EMBER_ECONFIG;
-    }
-    if (len > 0) {
-      char **grown = ember_realloc(c->replicas, (c->nreplicas + 1) * sizeof *grown);
-      if (grown == NULL) return -ENOMEM;
-      c->replicas = grown;
-      if ((grown[c->nreplicas] = ember_malloc(len + 1)) == NULL) return -ENOMEM;
-      memcpy(grown[c->nreplicas], p, len);
-      grown[c->nreplicas++][len] = '\0';
-    }
-    if (comma == NULL) break;
-    p = comma + 1;
-  }
-  c->fleetq.o = (ember__fleetq_opts_t){.peers = ember__fleet_peers(c->fleet),
-                                       .token = c->token,
-                                       .timeout_ms = (int)(timeout / 1000000),
-                                       .max_body = (size_t)256 << 20,
-                                       .replicas = (const char *const *)c->replicas,
-                                       .nreplicas = c->nreplicas};
-  return 0;
-}
-
 static int open_store(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
   const char *dir = ember_config_get_str(cfg, "data_dir", "./ember-data");
   if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
@@ -1052,9 +901,9 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
   if (rc == 0) rc = ember_metrics_new(&c->metrics);
   if (rc == 0) {
     register_metrics(c);
-    rc = ember__fleet_new(c->metrics, &c->fleet);
+    rc = ember__member_init(&c->member, cfg, c->metrics, errbuf, errbuf_size);
   }
-  if (rc == 0) rc = init_fleetq(c, cfg, errbuf, errbuf_size);
+  if (rc == 0) rc = read_fault(c, errbuf, errbuf_size);
   if (rc == 0) {
     if (kafka == NULL) {
       rc = ember_kafka_new(cfg, &c->kafka, errbuf, errbuf_size);
@@ -1082,8 +931,8 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
                             .registry = c->registry,
                             .sessions = c->sessions,
                             .alerts = c->alerts,
-                            .fleet = c->fleet,
-                            .fleetq = &c->fleetq,
+                            .fleet = c->member.fleet,
+                            .fleetq = &c->member.fleetq,
                             .ready = collector_ready,
                             .ready_ctx = c};
     rc = ember__api_read_config(cfg, &ao, errbuf, errbuf_size);
@@ -1095,7 +944,12 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
   if (rc == 0) rc = start_notify(c, cfg, errbuf, errbuf_size);
   if (rc == 0) rc = start_registry(c, errbuf, errbuf_size);
   if (rc == 0) rc = start_events(c, errbuf, errbuf_size);
-  if (rc == 0) rc = start_fleet(c, cfg, errbuf, errbuf_size);
+  /* Once the API's port is known: collector_id and fleet.advertise_url
+   * default from it. */
+  if (rc == 0)
+    rc = ember__member_start(&c->member, cfg, c->store, c->kafka, c->dlq, c->consumer,
+                             ember_config_get_str(cfg, "group_id", "ember-collector"),
+                             ember__api_port(c->api), errbuf, errbuf_size);
   if (rc == 0) {
     c->ingest_started = pthread_create(&c->ingest_thread, NULL, ingest_main, c) == 0;
     if (!c->ingest_started) {
@@ -1129,7 +983,7 @@ void ember__collector_stop(ember__collector_t *c) {
   if (c->ingest_started) pthread_join(c->ingest_thread, NULL);
   /* The last batch is stored: the last record says so, while the ingest
    * consumer (whose assignment the fleet reads) still exists. */
-  ember__fleet_stop(c->fleet, 5000);
+  ember__member_stop(&c->member, 5000);
   ember__follow_stop(c->registry_follow);
   ember__follow_stop(c->events_follow);
   if (c->consumer != NULL) {
@@ -1146,13 +1000,8 @@ void ember__collector_stop(ember__collector_t *c) {
   ember_store_close(c->store);
   if (c->own_kafka) ember_kafka_free(c->kafka);
   ember__csessions_free(c->sessions);
-  ember__fleet_free(c->fleet);
-  ember_free(c->token);
-  for (size_t i = 0; i < c->nreplicas; i++) ember_free(c->replicas[i]);
-  ember_free(c->replicas);
-  if (c->curl_inited) curl_global_cleanup();
+  ember__member_free(&c->member);
   ember__registry_free(c->registry);
-  ember__shards_free(c->shards);
   ember_metrics_free(c->metrics);
   EMBER_INFO("collector", "stopped");
   ember_free(c);
