@@ -174,7 +174,6 @@ static int cmd_list(const char *cmd, const aopts_t *o) {
   ember_buf_init(&out, EMBER__MAX_JSON_BODY);
   ember__client_t *c = NULL;
   json_t *doc = NULL;
-  long status = 0;
   int st = 0, rc = 0;
   if (o->rule) rc = ember__query_add(&q, "rule", o->rule);
   if (rc == 0 && o->state) rc = ember__query_add(&q, "state", o->state);
@@ -185,16 +184,10 @@ static int cmd_list(const char *cmd, const aopts_t *o) {
     st = EXIT_USAGE;
     goto cleanup;
   }
+  const json_t *list = NULL;
   st = ember__open_client(cmd, o->server, o->token, &c);
-  if (st == 0) st = ember__request(cmd, c, "GET", path, q.data, NULL, &body, &status);
-  if (st == 0) st = ember__status_exit(cmd, c, path, status, &body);
+  if (st == 0) st = ember__get_list(cmd, c, path, q.data, "alerts", &body, &doc, &list);
   if (st != 0) goto cleanup;
-  doc = json_loadb(body.data ? body.data : "", body.len, 0, NULL);
-  const json_t *list = json_object_get(doc, "alerts");
-  if (!json_is_array(list)) {
-    st = ember__malformed(cmd, path, "no \"alerts\" list");
-    goto cleanup;
-  }
   if (o->json != NULL) {
     st = ember__print_out(&body);
   } else if (json_array_size(list) > 0) {

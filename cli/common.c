@@ -517,6 +517,24 @@ int ember__status_exit(const char *cmd, ember__client_t *c, const char *path, lo
   return st;
 }
 
+int ember__get_list(const char *cmd, ember__client_t *c, const char *path, const char *query,
+                    const char *key, ember_buf_t *body, json_t **doc, const json_t **list) {
+  long status = 0;
+  *doc = NULL;
+  *list = NULL;
+  int st = ember__request(cmd, c, "GET", path, query, NULL, body, &status);
+  if (st == 0) st = ember__status_exit(cmd, c, path, status, body);
+  if (st != 0) return st;
+  *doc = json_loadb(body->data ? body->data : "", body->len, 0, NULL);
+  *list = json_object_get(*doc, key);
+  if (!json_is_array(*list)) {
+    char why[64];
+    snprintf(why, sizeof why, "no \"%s\" list", key);
+    return ember__malformed(cmd, path, why);
+  }
+  return 0;
+}
+
 bool ember__no_such_path(const ember_buf_t *body) {
   char msg[64];
   ember__client_message(body, msg, sizeof msg);

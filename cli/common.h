@@ -73,6 +73,13 @@ int ember__request(const char *cmd, ember__client_t *c, const char *method, cons
 int ember__status_exit(const char *cmd, ember__client_t *c, const char *path, long status,
                        const ember_buf_t *body);
 
+/* GET `path` (with `query`, may be NULL) and find the array `key` in the
+ * JSON object answered: 0 with *doc (the caller's to json_decref) and
+ * *list borrowed from it, the raw answer in body; else an exit status
+ * after a message (*doc may then still be set). */
+int ember__get_list(const char *cmd, ember__client_t *c, const char *path, const char *query,
+                    const char *key, ember_buf_t *body, json_t **doc, const json_t **list);
+
 /* Whether a 404's body is the API's answer for a path it does not serve
  * (an older server), rather than for a thing the path names. */
 bool ember__no_such_path(const ember_buf_t *body);

@@ -531,22 +531,11 @@ int ember__cmd_sessions(int argc, char **argv) {
   static const bool right[6] = {false, false, false, true, true, true};
   ember__table_t t = {.ncols = 6, .right = right};
   json_t *doc = NULL;
-  char err[1024] = "";
-  long status = 0;
+  const json_t *list = NULL;
+  int rc = 0;
   st = ember__open_client(cmd, o.server, o.token, &c);
+  if (st == 0) st = ember__get_list(cmd, c, path, NULL, "sessions", &body, &doc, &list);
   if (st != 0) goto cleanup;
-  int rc = ember__client_get(c, path, NULL, EMBER__MAX_JSON_BODY, &status, &body, err, sizeof err);
-  st = rc != 0 ? EXIT_FAILED : ember__client_status_exit(c, path, status, &body, err, sizeof err);
-  if (st != 0) {
-    fprintf(stderr, "ember %s: %s\n", cmd, err);
-    goto cleanup;
-  }
-  doc = json_loadb(body.data ? body.data : "", body.len, 0, NULL);
-  const json_t *list = json_object_get(doc, "sessions");
-  if (!json_is_array(list)) {
-    st = ember__malformed(cmd, path, "no \"sessions\" list");
-    goto cleanup;
-  }
   if (json_array_size(list) == 0) {
     fprintf(stderr, "ember %s: the server has no sessions; start one with `ember profile`\n", cmd);
     st = EXIT_EMPTY;

@@ -843,17 +843,10 @@ static int cmd_list(const char *cmd, const ropts_t *o) {
   ember_buf_init(&out, EMBER__MAX_JSON_BODY);
   ember__client_t *c = NULL;
   json_t *doc = NULL;
-  long status = 0;
+  const json_t *list = NULL;
   int st = ember__open_client(cmd, o->server, o->token, &c);
-  if (st == 0) st = ember__request(cmd, c, "GET", path, NULL, NULL, &body, &status);
-  if (st == 0) st = ember__status_exit(cmd, c, path, status, &body);
+  if (st == 0) st = ember__get_list(cmd, c, path, NULL, "rules", &body, &doc, &list);
   if (st != 0) goto cleanup;
-  doc = json_loadb(body.data ? body.data : "", body.len, 0, NULL);
-  const json_t *list = json_object_get(doc, "rules");
-  if (!json_is_array(list)) {
-    st = ember__malformed(cmd, path, "no \"rules\" list");
-    goto cleanup;
-  }
   if (o->json != NULL) {
     st = ember__print_out(&body);
   } else if (json_array_size(list) > 0) {
