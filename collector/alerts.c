@@ -79,6 +79,10 @@ struct ember__alerts {
   ember__notify_t *notify; /* NULL until started, or none */
   char *rules_file, *webhook;
   pthread_mutex_t mu;
+  /* Held across an API rule change and its sharing with the fleet (which
+   * waits on Kafka), and by ember__alerts_rule_sync: one change at a time,
+   * without holding `mu` (rounds) while Kafka answers. Taken before mu. */
+  pthread_mutex_t api_mu;
   pthread_cond_t cv;
   pthread_t thread;
   bool started, stop;
@@ -1139,6 +1143,7 @@ int ember__alerts_new(const ember__alerts_opts_t *opts, ember__alerts_t **out, c
   a->last_end = INT64_MIN;
   a->last_retain = INT64_MIN / 2;
   pthread_mutex_init(&a->mu, NULL);
+  pthread_mutex_init(&a->api_mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_cond_init(&a->cv, &ca);
@@ -1202,6 +1207,7 @@ void ember__alerts_free(ember__alerts_t *a) {
   ember_free(a->webhook);
   pthread_cond_destroy(&a->cv);
   pthread_mutex_destroy(&a->mu);
+  pthread_mutex_destroy(&a->api_mu);
   ember_free(a);
 }
 
@@ -1270,41 +1276,88 @@ static json_t *rule_json(const arule_t *ar) {
   return j;
 }
 
+/* Store `r` as an API rule and put it in force (under mu); takes r. */
+static int api_rule_put(ember__alerts_t *a, ember__alert_rule_t *r, const char *text, char *errbuf,
+                        size_t errbuf_size) {
+  int rc = ember_store_doc_put(a->o.store, EMBER_STORE_DOC_RULES, r->name, text, strlen(text));
+  if (rc != 0) {
+    snprintf(errbuf, errbuf_size, "cannot store the rule: %s", ember_strerror(rc));
+    ember__alert_rule_free(r);
+    return rc;
+  }
+  return rule_insert(a, r, SRC_API);
+}
+
+/* Drop API rule `i` and its stored document (under mu). */
+static int api_rule_drop(ember__alerts_t *a, size_t i, const char *why, char *errbuf,
+                         size_t errbuf_size) {
+  int rc = ember_store_doc_del(a->o.store, EMBER_STORE_DOC_RULES, a->rules[i].r->name);
+  if (rc == EMBER_ENOTFOUND) rc = 0;
+  if (rc == 0) {
+    rule_remove_at(a, i, why);
+  } else {
+    snprintf(errbuf, errbuf_size, "cannot delete the stored rule: %s", ember_strerror(rc));
+  }
+  return rc;
+}
+
+static size_t rule_index(const ember__alerts_t *a, const char *name) {
+  size_t i = 0;
+  while (i < a->nrules && strcmp(a->rules[i].r->name, name) != 0) i++;
+  return i;
+}
+
+/* The rule as stored and shared: its JSON without "source". */
+static char *rule_text(const ember__alert_rule_t *r, json_t **json) {
+  json_t *j = ember__alert_rule_to_json(r);
+  char *text = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
+  if (json != NULL && text != NULL) {
+    *json = j;
+  } else {
+    json_decref(j);
+  }
+  return text;
+}
+
 int ember__alerts_rule_add(ember__alerts_t *a, const json_t *body, json_t **out, char *errbuf,
                            size_t errbuf_size) {
   if (a == NULL || body == NULL) return -EINVAL;
   ember__alert_rule_t *r = NULL;
   int rc = ember__alert_rule_from_json(body, &r, errbuf, errbuf_size);
   if (rc != 0) return rc;
+  char name[EMBER__RULE_NAME_MAX + 1];
+  snprintf(name, sizeof name, "%s", r->name);
+  json_t *shared = NULL;
+  char *text = rule_text(r, &shared);
+  pthread_mutex_lock(&a->api_mu);
   pthread_mutex_lock(&a->mu);
-  arule_t *have = rule_find(a, r->name);
+  arule_t *have = rule_find(a, name);
   if (have != NULL) {
     snprintf(errbuf, errbuf_size,
-             "a rule named \"%s\" exists (%s); delete it first or pick another name", r->name,
+             "a rule named \"%s\" exists (%s); delete it first or pick another name", name,
              have->source == SRC_FILE ? "from the rules file" : src_names[have->source]);
     rc = -EEXIST;
   }
-  json_t *j = rc == 0 ? ember__alert_rule_to_json(r) : NULL;
-  char *text = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
-  json_decref(j);
+  pthread_mutex_unlock(&a->mu);
   if (rc == 0 && text == NULL) rc = -ENOMEM;
+  /* The fleet first: a rule that only this collector took would be
+   * evaluated over this store's workers only. */
+  if (rc == 0 && a->o.share != NULL)
+    rc = a->o.share(a->o.share_ctx, name, shared, errbuf, errbuf_size);
+  pthread_mutex_lock(&a->mu);
   if (rc == 0) {
-    rc = ember_store_doc_put(a->o.store, EMBER_STORE_DOC_RULES, r->name, text, strlen(text));
-    if (rc != 0) snprintf(errbuf, errbuf_size, "cannot store the rule: %s", ember_strerror(rc));
-  }
-  free(text);
-  char name[EMBER__RULE_NAME_MAX + 1];
-  snprintf(name, sizeof name, "%s", r->name);
-  if (rc == 0) {
-    rc = rule_insert(a, r, SRC_API);
+    rc = api_rule_put(a, r, text, errbuf, errbuf_size);
     r = NULL;
   }
-  ember__alert_rule_free(r);
   if (rc == 0 && out != NULL) {
     *out = rule_json(rule_find(a, name));
     if (*out == NULL) rc = -ENOMEM;
   }
   pthread_mutex_unlock(&a->mu);
+  pthread_mutex_unlock(&a->api_mu);
+  ember__alert_rule_free(r);
+  json_decref(shared);
+  free(text);
   if (rc == 0) EMBER_INFO(LOG, "rule %s added through the API", name);
   return rc;
 }
@@ -1312,11 +1365,10 @@ int ember__alerts_rule_add(ember__alerts_t *a, const json_t *body, json_t **out,
 int ember__alerts_rule_delete(ember__alerts_t *a, const char *name, char *errbuf,
                               size_t errbuf_size) {
   if (a == NULL || name == NULL) return -EINVAL;
+  pthread_mutex_lock(&a->api_mu);
   pthread_mutex_lock(&a->mu);
   int rc = 0;
-  size_t i = 0;
-  for (; i < a->nrules && strcmp(a->rules[i].r->name, name) != 0; i++) {
-  }
+  size_t i = rule_index(a, name);
   if (i == a->nrules) {
     snprintf(errbuf, errbuf_size, "no rule named \"%.64s\"", name);
     rc = EMBER_ENOTFOUND;
@@ -1325,17 +1377,76 @@ int ember__alerts_rule_delete(ember__alerts_t *a, const char *name, char *errbuf
              a->rules[i].source == SRC_FILE ? "the rules file (alerts.rules)"
                                             : "the collector's config (alerts.default_rule)");
     rc = -EPERM;
-  } else {
-    rc = ember_store_doc_del(a->o.store, EMBER_STORE_DOC_RULES, name);
-    if (rc == EMBER_ENOTFOUND) rc = 0;
-    if (rc == 0) {
-      rule_remove_at(a, i, "its rule was deleted");
-    } else {
-      snprintf(errbuf, errbuf_size, "cannot delete the stored rule: %s", ember_strerror(rc));
-    }
   }
   pthread_mutex_unlock(&a->mu);
+  if (rc == 0 && a->o.share != NULL)
+    rc = a->o.share(a->o.share_ctx, name, NULL, errbuf, errbuf_size);
+  pthread_mutex_lock(&a->mu);
+  /* Found again: api_mu kept every other change out, but not rounds. */
+  i = rule_index(a, name);
+  if (rc == 0 && i < a->nrules)
+    rc = api_rule_drop(a, i, "its rule was deleted", errbuf, errbuf_size);
+  pthread_mutex_unlock(&a->mu);
+  pthread_mutex_unlock(&a->api_mu);
   if (rc == 0) EMBER_INFO(LOG, "rule %s deleted through the API", name);
+  return rc;
+}
+
+int ember__alerts_rule_sync(ember__alerts_t *a, const char *name, const json_t *rule, char *errbuf,
+                            size_t errbuf_size) {
+  if (a == NULL || name == NULL) return -EINVAL;
+  ember__alert_rule_t *r = NULL;
+  char *text = NULL;
+  int rc = 0;
+  if (rule != NULL) {
+    rc = ember__alert_rule_from_json(rule, &r, errbuf, errbuf_size);
+    if (rc == 0 && strcmp(r->name, name) != 0) {
+      snprintf(errbuf, errbuf_size, "the rule is named \"%.64s\", its key \"%.64s\"", r->name,
+               name);
+      rc = -EINVAL;
+    }
+    if (rc == 0 && (text = rule_text(r, NULL)) == NULL) rc = -ENOMEM;
+    if (rc != 0) {
+      ember__alert_rule_free(r);
+      return rc;
+    }
+  }
+  pthread_mutex_lock(&a->api_mu);
+  pthread_mutex_lock(&a->mu);
+  size_t i = rule_index(a, name);
+  const char *done = NULL;
+  if (i < a->nrules && a->rules[i].source != SRC_API) {
+    /* This collector's own file or default rule keeps the name. */
+    if (r != NULL) {
+      snprintf(errbuf, errbuf_size,
+               "the fleet's rule \"%s\" is not applied here: a rule of that name comes from %s",
+               name, src_names[a->rules[i].source]);
+      rc = -EEXIST;
+    }
+  } else if (r == NULL) {
+    if (i < a->nrules) rc = api_rule_drop(a, i, "its rule was deleted", errbuf, errbuf_size);
+    if (rc == 0 && i < a->nrules) done = "deleted";
+  } else {
+    char *have = i < a->nrules ? rule_text(a->rules[i].r, NULL) : NULL;
+    if (i < a->nrules && have == NULL) {
+      rc = -ENOMEM;
+    } else if (have != NULL && strcmp(have, text) == 0) {
+      /* What this collector has (its own change, or a replay). */
+    } else {
+      if (i < a->nrules) rc = api_rule_drop(a, i, "its rule was changed", errbuf, errbuf_size);
+      if (rc == 0) {
+        rc = api_rule_put(a, r, text, errbuf, errbuf_size);
+        r = NULL;
+        if (rc == 0) done = have != NULL ? "changed" : "added";
+      }
+    }
+    free(have);
+  }
+  pthread_mutex_unlock(&a->mu);
+  pthread_mutex_unlock(&a->api_mu);
+  ember__alert_rule_free(r);
+  free(text);
+  if (done != NULL) EMBER_INFO(LOG, "rule %s %s through another collector", name, done);
   return rc;
 }
 

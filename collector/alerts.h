@@ -16,8 +16,9 @@
  *
  * Rules come from alerts.rules (a file, re-read by ember__alerts_reload on
  * SIGHUP; a bad file keeps the rules in force), from the API (kept in the
- * store's "rules" table) and, with alerts.default_rule (ember up), one
- * built-in rule: any worker above 0.9 cores for 30 s.
+ * store's "rules" table, and shared with the other collectors through
+ * opts.share and ember__alerts_rule_sync) and, with alerts.default_rule
+ * (ember up), one built-in rule: any worker above 0.9 cores for 30 s.
  *
  * Alerts are kept in the store's "alerts" table with their state, so a
  * restarted collector carries on with them: a firing alert stays firing
@@ -62,6 +63,13 @@ typedef struct ember__alerts_opts {
   size_t history_max;                     /* alerts listed from memory; 0 = 10000 */
   int64_t resend_ns; /* alerts.webhook_resend: firing alerts sent to Alertmanager again this
                         often (its resolve_timeout is 5 min); 0 = 2 min */
+  /* Rules added or deleted through the API are shared with every
+   * collector (rules_fleet.h): called with the rule as stored (its JSON
+   * without "source"), or NULL for a deletion, before the change is made
+   * here and without the engine's lock; non-zero refuses the change, with
+   * a sentence in err. NULL = not shared (one collector). */
+  int (*share)(void *ctx, const char *name, const json_t *rule, char *err, size_t err_size);
+  void *share_ctx; /* borrowed; must outlive the engine */
 } ember__alerts_opts_t;
 
 /* The engine's config keys (and the notifier's, which the collector reads
@@ -108,6 +116,14 @@ int ember__alerts_rule_add(ember__alerts_t *a, const json_t *body, json_t **out,
                            size_t errbuf_size);
 int ember__alerts_rule_delete(ember__alerts_t *a, const char *name, char *errbuf,
                               size_t errbuf_size);
+/* A rule another collector took through its API (ember.rules, key
+ * `name`): `rule` as it shared it, or NULL for a deletion. Added, changed
+ * or deleted here as an API rule; the same rule again is a no-op. A file
+ * or default rule of that name stays (a rule is refused with -EEXIST, a
+ * deletion ignored). Returns 0, -EINVAL (errbuf says why), -EEXIST, a
+ * store error, -ENOMEM. */
+int ember__alerts_rule_sync(ember__alerts_t *a, const char *name, const json_t *rule, char *errbuf,
+                            size_t errbuf_size);
 /* {"rules": [...]} (new reference; NULL when out of memory). */
 json_t *ember__alerts_rules_json(ember__alerts_t *a);
 /* {"alerts": [...]}: firing, then pending, then resolved, newest first in

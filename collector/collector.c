@@ -32,6 +32,7 @@
 #include "notify.h"
 #include "sessions.h"
 #include "member.h"
+#include "rules_fleet.h"
 #include "ember/codec.h"
 #include "ember/log.h"
 #include "ember/metrics.h"
@@ -83,7 +84,7 @@ typedef struct metrics_set {
   ember_metric_t *messages, *profiles, *samples, *duplicates, *expired, *malformed, *dlq_errors,
       *batches, *batch_seconds, *store_errors, *commit_errors, *consumer_errors, *targets,
       *target_messages, *target_errors, *store_bytes, *store_series, *store_stacks, *retained,
-      *cpu_seconds, *rss_bytes, *lag, *splits, *map_bytes, *map_grows;
+      *cpu_seconds, *rss_bytes, *lag, *splits, *map_bytes, *map_grows, *rule_messages, *rule_errors;
 } metrics_set_t;
 
 struct ember__collector {
@@ -102,6 +103,8 @@ struct ember__collector {
   ember__csessions_opts_t session_opts;
   ember__alerts_t *alerts;
   ember__alerts_opts_t alert_opts;
+  ember__rules_fleet_t rules; /* API rules shared through ember.rules */
+  char *group;                /* group_id: the ingest group */
   ember__notify_t *notify;
   ember__notify_opts_t notify_opts;
   /* dlq also carries the session commands (ember.commands). */
@@ -722,6 +725,11 @@ static void register_metrics(ember__collector_t *c) {
                                              "Messages consumed from ember.targets.");
   m->target_errors = ember_metrics_counter(r, "ember_collector_target_errors_total",
                                            "ember.targets messages that failed to decode.");
+  m->rule_messages = ember_metrics_counter(r, "ember_collector_rule_records_total",
+                                           "Records read from ember.rules.");
+  m->rule_errors = ember_metrics_counter(r, "ember_collector_rule_record_errors_total",
+                                         "ember.rules records not applied (not a valid rule, or "
+                                         "a file rule here has the name).");
   m->store_bytes = ember_metrics_gauge(r, "ember_store_file_bytes", "Bytes in use in the store.");
   m->store_series = ember_metrics_gauge(r, "ember_store_series", "Distinct label sets stored.");
   m->store_stacks = ember_metrics_gauge(r, "ember_store_stacks", "Distinct stacks stored.");
@@ -741,6 +749,8 @@ static void register_metrics(ember__collector_t *c) {
 }
 
 static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
+  c->group = ember_strdup(ember_config_get_str(cfg, "group_id", "ember-collector"));
+  if (c->group == NULL) return -ENOMEM;
   uint64_t v;
   int rc = ember_config_get_u64(cfg, "batch.max_messages", 1000, 1, 100000, &v, err, n);
   if (rc != 0) return rc;
@@ -797,7 +807,15 @@ static int start_alerts(ember__collector_t *c, char *err, size_t n) {
   c->alert_opts.store = c->store;
   c->alert_opts.sessions = c->sessions;
   c->alert_opts.metrics = c->metrics;
-  return ember__alerts_new(&c->alert_opts, &c->alerts, err, n);
+  c->alert_opts.share = ember__rules_fleet_share;
+  c->alert_opts.share_ctx = &c->rules;
+  int rc = ember__alerts_new(&c->alert_opts, &c->alerts, err, n);
+  if (rc != 0) return rc;
+  c->rules.alerts = c->alerts;
+  c->rules.group = c->group;
+  c->rules.messages = c->m.rule_messages;
+  c->rules.errors = c->m.rule_errors;
+  return ember__rules_fleet_start(&c->rules, c->kafka, err, n);
 }
 
 static int start_notify(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
@@ -974,6 +992,8 @@ void ember__collector_stop(ember__collector_t *c) {
   if (c == NULL) return;
   /* Queries first, so nothing reads the store while it closes. */
   ember__api_stop(c->api);
+  /* Before the engine: records of ember.rules are applied to it. */
+  ember__rules_fleet_stop(&c->rules);
   /* The engine's round in hand ends; what the notifier holds gets two
    * seconds (undelivered notifications are sent again at the next start). */
   ember__alerts_stop(c->alerts);
@@ -1004,6 +1024,7 @@ void ember__collector_stop(ember__collector_t *c) {
   ember__registry_free(c->registry);
   ember_metrics_free(c->metrics);
   EMBER_INFO("collector", "stopped");
+  ember_free(c->group);
   ember_free(c);
 }
 

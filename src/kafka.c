@@ -19,13 +19,18 @@ struct ember_kafka {
   rd_kafka_mock_cluster_t *mock;
 };
 
+/* delete_retention: how long a compacted topic keeps a deletion (its
+ * tombstone); NULL = the broker's default (1 day). A collector that is
+ * down for longer misses the deletions made meanwhile. */
 static const struct {
   const char *name;
   bool compact;
+  const char *delete_retention;
 } ember_topics[] = {
-    {EMBER_TOPIC_PROFILES, false},  {EMBER_TOPIC_PROFILES_DLQ, false}, {EMBER_TOPIC_TARGETS, true},
-    {EMBER_TOPIC_COMMANDS, false},  {EMBER_TOPIC_EVENTS, false},       {EMBER_TOPIC_ALERTS, false},
-    {EMBER_TOPIC_COLLECTORS, true},
+    {EMBER_TOPIC_PROFILES, false, NULL},  {EMBER_TOPIC_PROFILES_DLQ, false, NULL},
+    {EMBER_TOPIC_TARGETS, true, NULL},    {EMBER_TOPIC_COMMANDS, false, NULL},
+    {EMBER_TOPIC_EVENTS, false, NULL},    {EMBER_TOPIC_ALERTS, false, NULL},
+    {EMBER_TOPIC_COLLECTORS, true, NULL}, {EMBER_TOPIC_RULES, true, "2592000000"}, /* 30 days */
 };
 #define EMBER_NTOPICS (sizeof ember_topics / sizeof ember_topics[0])
 
@@ -382,6 +387,8 @@ int ember_kafka_ensure_topics(const ember_kafka_t *k, int timeout_ms, char *errb
       goto cleanup;
     }
     if (ember_topics[i].compact) rd_kafka_NewTopic_set_config(nt[i], "cleanup.policy", "compact");
+    if (ember_topics[i].delete_retention != NULL)
+      rd_kafka_NewTopic_set_config(nt[i], "delete.retention.ms", ember_topics[i].delete_retention);
   }
   q = rd_kafka_queue_new(rk);
   opts = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);

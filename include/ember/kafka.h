@@ -50,6 +50,9 @@ extern "C" {
 #define EMBER_TOPIC_EVENTS       "ember.events"
 #define EMBER_TOPIC_ALERTS       "ember.alerts"
 #define EMBER_TOPIC_COLLECTORS   "ember.collectors"
+/* Alert rules added through any collector's API, for every collector
+ * (compacted; key = the rule's name; an empty value deletes it). */
+#define EMBER_TOPIC_RULES "ember.rules"
 
 /* The config keys this module reads, for ember_config_check() lists. */
 #define EMBER_KAFKA_CONFIG_KEYS "brokers", "client_id", "topic_partitions", "kafka."

@@ -92,6 +92,41 @@ static int get(const coll_t *c, const char *path, char *buf, size_t size) {
   return tu_http_get(c->port, path, buf, size);
 }
 
+/* Does GET /api/v1/rules of `c` list an API rule `name`? */
+static bool has_api_rule(const coll_t *c, const char *name) {
+  static char buf[1 << 16];
+  char needle[160];
+  snprintf(needle, sizeof needle, "\"name\":\"%s\"", name);
+  if (get(c, "/api/v1/rules", buf, sizeof buf) != 200) return false;
+  json_t *doc = json_loads(buf, 0, NULL), *e;
+  size_t i;
+  bool found = false;
+  json_array_foreach(json_object_get(doc, "rules"), i, e) {
+    const char *n = json_string_value(json_object_get(e, "name"));
+    const char *src = json_string_value(json_object_get(e, "source"));
+    found = found || (n && src && strcmp(n, name) == 0 && strcmp(src, "api") == 0);
+  }
+  json_decref(doc);
+  return found;
+}
+
+/* Wait up to 30 s for has_api_rule(c, name) to be `want`. */
+static void wait_rule(const coll_t *c, const char *name, bool want) {
+  for (int t = 0; t < 300 && has_api_rule(c, name) != want; t++) usleep(100000);
+  if (has_api_rule(c, name) != want)
+    fail_msg("%s %s rule %s within 30 s (log %s)", c->name, want ? "lacks" : "still has", name,
+             c->log);
+}
+
+static void add_rule(const coll_t *c, const char *name, const char *worker) {
+  char body[512], out[1024];
+  snprintf(body, sizeof body, "{\"name\":\"%s\",\"worker\":\"%s\",\"above\":100,\"for\":\"10s\"}",
+           name, worker);
+  int st = tu_http(c->port, "POST", "/api/v1/rules", "Content-Type: application/json\r\n", body,
+                   out, sizeof out);
+  if (st != 201) fail_msg("POST /api/v1/rules on %s: %d %s", c->name, st, out);
+}
+
 /* The number of live members /api/v1/collectors of `c` lists; *assigned
  * (may be NULL) gets how many of them are assigned partitions. */
 static int live_members_assigned(const coll_t *c, int *assigned) {
@@ -309,6 +344,43 @@ static void test_fleet_any_collector_answers_for_all(void **state) {
   assert_true(partial);
   assert_true(got == want - own[1]);
   assert_non_null(strstr(hdr, "c1"));
+
+  /* A rule added through one member's API is in force on every member of
+   * its group (each evaluates the workers it stores), not on the replica
+   * group's collectors (they would notify each alert again); a deletion
+   * through another member too; and a member that was down when a rule
+   * came finds it when it starts. */
+  start(&rep, "replica", "r", NULL);
+  add_rule(&c[0], "shared-hot", names[0]);
+  wait_rule(&c[2], "shared-hot", true);
+  wait_rule(&c[0], "shared-hot", true);
+  assert_int_equal(tu_http(c[2].port, "DELETE", "/api/v1/rules/shared-hot", NULL, NULL, NULL, 0),
+                   200);
+  wait_rule(&c[0], "shared-hot", false);
+  stop(&c[2]);
+  add_rule(&c[0], "while-down", names[1]);
+  start(&c[2], "c2", "g", NULL);
+  wait_rule(&c[2], "while-down", true);
+  assert_false(has_api_rule(&c[2], "shared-hot"));
+  assert_false(has_api_rule(&rep, "while-down"));
+  assert_false(has_api_rule(&rep, "shared-hot"));
+  /* A record of this group that is not a rule is counted, not applied. */
+  char key[200];
+  snprintf(key, sizeof key, "g-%s/broken", tag);
+  const void *vals[] = {"{not json"};
+  const size_t lens[] = {9};
+  double errs0 = tu_metric(c[0].port, "ember_collector_rule_record_errors_total");
+  assert_int_equal(tu_produce(tu_bootstrap(), EMBER_TOPIC_RULES, key, vals, lens, 1).ok, 1);
+  for (int t = 0; t < 300; t++) {
+    if (tu_metric(c[0].port, "ember_collector_rule_record_errors_total") > errs0) break;
+    usleep(100000);
+  }
+  assert_true(tu_metric(c[0].port, "ember_collector_rule_record_errors_total") == errs0 + 1);
+  assert_false(has_api_rule(&c[0], "broken"));
+  assert_true(has_api_rule(&c[0], "while-down"));
+  print_message("API rules: added on c0, deleted on c2, added while c2 was down: every member of "
+                "the group agrees, the replica group has none\n");
+  stop(&rep);
   stop(&c[0]);
   stop(&c[2]);
 }

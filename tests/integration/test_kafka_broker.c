@@ -239,8 +239,8 @@ static void test_kafka_broker_ensure_topics(void **state) {
   rd_kafka_t *rk = NULL;
   assert_int_equal(ember_kafka_producer_new(k, NULL, &rk, err, sizeof err), 0);
   static const char *const names[] = {
-      EMBER_TOPIC_PROFILES, EMBER_TOPIC_PROFILES_DLQ, EMBER_TOPIC_TARGETS,   EMBER_TOPIC_COMMANDS,
-      EMBER_TOPIC_EVENTS,   EMBER_TOPIC_ALERTS,       EMBER_TOPIC_COLLECTORS};
+      EMBER_TOPIC_PROFILES, EMBER_TOPIC_PROFILES_DLQ, EMBER_TOPIC_TARGETS,    EMBER_TOPIC_COMMANDS,
+      EMBER_TOPIC_EVENTS,   EMBER_TOPIC_ALERTS,       EMBER_TOPIC_COLLECTORS, EMBER_TOPIC_RULES};
   const struct rd_kafka_metadata *md = NULL;
   assert_int_equal(rd_kafka_metadata(rk, 1, NULL, &md, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -260,6 +260,12 @@ static void test_kafka_broker_ensure_topics(void **state) {
   assert_string_equal(value, "compact");
   topic_config(rk, EMBER_TOPIC_COLLECTORS, "cleanup.policy", value, sizeof value);
   assert_string_equal(value, "compact");
+  topic_config(rk, EMBER_TOPIC_RULES, "cleanup.policy", value, sizeof value);
+  assert_string_equal(value, "compact");
+  /* Rule deletions are kept 30 days: a collector down that long still
+   * sees them. */
+  topic_config(rk, EMBER_TOPIC_RULES, "delete.retention.ms", value, sizeof value);
+  assert_string_equal(value, "2592000000");
   topic_config(rk, EMBER_TOPIC_PROFILES, "cleanup.policy", value, sizeof value);
   assert_string_equal(value, "delete");
 

@@ -373,6 +373,136 @@ static void test_rules_sources_errors_reload_metrics(void **state) {
   ember_metrics_free(m);
 }
 
+/* The fleet's side of API rules (rules_fleet.h): what the share hook is
+ * given, a refused share refusing the change, and records from other
+ * collectors added, changed, replayed and deleted by ember__alerts_rule_sync. */
+typedef struct shared {
+  int calls;
+  char name[80];
+  char text[1024]; /* "" for a deletion */
+  int refuse;      /* returned when non-zero */
+} shared_t;
+
+static int share_hook(void *ctx, const char *name, const json_t *rule, char *err, size_t n) {
+  shared_t *sh = ctx;
+  sh->calls++;
+  snprintf(sh->name, sizeof sh->name, "%s", name);
+  char *t = rule ? json_dumps(rule, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  snprintf(sh->text, sizeof sh->text, "%s", t ? t : "");
+  free(t);
+  if (sh->refuse) snprintf(err, n, "the broker is away");
+  return sh->refuse;
+}
+
+static json_t *rule_named(ember__alerts_t *a, const char *name) {
+  json_t *rules = ember__alerts_rules_json(a), *e, *found = NULL;
+  size_t i;
+  json_array_foreach(json_object_get(rules, "rules"), i, e) {
+    if (strcmp(json_string_value(json_object_get(e, "name")), name) == 0) found = json_incref(e);
+  }
+  json_decref(rules);
+  return found;
+}
+
+static int sync_text(ember__alerts_t *a, const char *name, const char *json, char *err, size_t n) {
+  json_t *j = json ? json_loads(json, 0, NULL) : NULL;
+  if (json != NULL) assert_non_null(j);
+  err[0] = '\0';
+  int rc = ember__alerts_rule_sync(a, name, j, err, n);
+  json_decref(j);
+  return rc;
+}
+
+static void test_rules_shared_with_the_fleet(void **state) {
+  (void)state;
+  write_file("[rule from-file]\nworker = w\nabove = 2\nfor = 30s\n");
+  shared_t sh = {0};
+  ember__alerts_opts_t o = {.store = store,
+                            .rules_file = rules_path,
+                            .interval_ns = STEP,
+                            .delay_ns = SEC,
+                            .share = share_hook,
+                            .share_ctx = &sh};
+  ember__alerts_t *a = NULL;
+  char err[400] = "";
+  assert_int_equal(ember__alerts_new(&o, &a, err, sizeof err), 0);
+
+  /* An API rule is shared as stored (no "source"), then put in force. */
+  add_rule(a, "{\"name\":\"hot\",\"worker\":\"w\",\"above\":1,\"for\":\"10s\"}");
+  assert_int_equal(sh.calls, 1);
+  assert_string_equal(sh.name, "hot");
+  assert_non_null(strstr(sh.text, "\"above\":1"));
+  assert_null(strstr(sh.text, "source"));
+  /* A refused share refuses the change: nothing here either. */
+  sh.refuse = EMBER_EKAFKA;
+  assert_int_equal(rule_error(a, "{\"name\":\"cold\",\"worker\":\"w\",\"above\":1,\"for\":\"1s\"}",
+                              err, sizeof err),
+                   EMBER_EKAFKA);
+  assert_non_null(strstr(err, "broker is away"));
+  assert_null(rule_named(a, "cold"));
+  assert_int_equal(ember__alerts_rule_delete(a, "hot", err, sizeof err), EMBER_EKAFKA);
+  json_t *r = rule_named(a, "hot");
+  assert_non_null(r);
+  json_decref(r);
+  sh.refuse = 0;
+  /* Clashes and unknown names are refused before anything is shared. */
+  int before = sh.calls;
+  assert_int_equal(rule_error(a, "{\"name\":\"hot\",\"worker\":\"w\",\"above\":3,\"for\":\"1s\"}",
+                              err, sizeof err),
+                   -EEXIST);
+  assert_int_equal(ember__alerts_rule_delete(a, "from-file", err, sizeof err), -EPERM);
+  assert_int_equal(sh.calls, before);
+
+  /* Its own record coming back is a no-op; another collector's change
+   * replaces it; a new name is added; a tombstone deletes. */
+  json_t *mine = json_loads(sh.text, 0, NULL);
+  assert_int_equal(ember__alerts_rule_sync(a, "hot", mine, err, sizeof err), 0);
+  json_decref(mine);
+  assert_int_equal(sync_text(a, "hot",
+                             "{\"name\":\"hot\",\"worker\":\"w\",\"above\":4,\"for\":\"10s\"}", err,
+                             sizeof err),
+                   0);
+  r = rule_named(a, "hot");
+  assert_true(json_real_value(json_object_get(r, "above")) == 4.0);
+  assert_string_equal(json_string_value(json_object_get(r, "source")), "api");
+  json_decref(r);
+  assert_int_equal(sync_text(a, "elsewhere",
+                             "{\"name\":\"elsewhere\",\"worker\":\"*\",\"above\":2,\"for\":\"1m\"}",
+                             err, sizeof err),
+                   0);
+  /* Bad records are refused with a sentence and change nothing. */
+  assert_int_equal(sync_text(a, "x", "{\"name\":\"y\",\"worker\":\"w\",\"above\":1,\"for\":\"1s\"}",
+                             err, sizeof err),
+                   -EINVAL);
+  assert_non_null(strstr(err, "its key"));
+  assert_int_equal(sync_text(a, "x", "{\"name\":\"x\",\"above\":-1}", err, sizeof err), -EINVAL);
+  assert_null(rule_named(a, "x"));
+  /* The file's rule keeps its name: the fleet's is not applied, and a
+   * tombstone of that name leaves it. */
+  assert_int_equal(sync_text(a, "from-file",
+                             "{\"name\":\"from-file\",\"worker\":\"w\",\"above\":9,\"for\":\"1s\"}",
+                             err, sizeof err),
+                   -EEXIST);
+  assert_non_null(strstr(err, "file"));
+  assert_int_equal(sync_text(a, "from-file", NULL, err, sizeof err), 0);
+  r = rule_named(a, "from-file");
+  assert_true(json_real_value(json_object_get(r, "above")) == 2.0);
+  json_decref(r);
+  assert_int_equal(sync_text(a, "hot", NULL, err, sizeof err), 0);
+  assert_null(rule_named(a, "hot"));
+  assert_int_equal(sync_text(a, "never-was", NULL, err, sizeof err), 0);
+  /* What came from the fleet is stored: a restart (before the topic is
+   * read again) has it. */
+  ember__alerts_free(a);
+  a = NULL;
+  assert_int_equal(ember__alerts_new(&o, &a, err, sizeof err), 0);
+  r = rule_named(a, "elsewhere");
+  assert_non_null(r);
+  json_decref(r);
+  assert_null(rule_named(a, "hot"));
+  ember__alerts_free(a);
+}
+
 /* A webhook receiver: counts POSTs whose body holds "startsAt". */
 static atomic_int posts, hook_posts;
 
@@ -543,6 +673,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_group_by_host, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rules_sources_errors_reload_metrics, setup, teardown),
       cmocka_unit_test_setup_teardown(test_alertmanager_resend, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rules_shared_with_the_fleet, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -589,8 +589,8 @@ static void test_kafka_injected_produce_errors(void **state) {
 /* The partition count of each of Ember's topics, from `k`'s cluster. */
 static void assert_topic_partitions(const ember_kafka_t *k, int want) {
   static const char *const names[] = {
-      EMBER_TOPIC_PROFILES, EMBER_TOPIC_PROFILES_DLQ, EMBER_TOPIC_TARGETS,   EMBER_TOPIC_COMMANDS,
-      EMBER_TOPIC_EVENTS,   EMBER_TOPIC_ALERTS,       EMBER_TOPIC_COLLECTORS};
+      EMBER_TOPIC_PROFILES, EMBER_TOPIC_PROFILES_DLQ, EMBER_TOPIC_TARGETS,    EMBER_TOPIC_COMMANDS,
+      EMBER_TOPIC_EVENTS,   EMBER_TOPIC_ALERTS,       EMBER_TOPIC_COLLECTORS, EMBER_TOPIC_RULES};
   char err[256] = "";
   rd_kafka_t *p = NULL;
   assert_int_equal(ember_kafka_producer_new(k, NULL, &p, err, sizeof err), 0);
