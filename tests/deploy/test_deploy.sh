@@ -248,7 +248,7 @@ neg_k8s "Kubernetes: a field with the wrong case" \
   'unknown field "spec.template.spec.containers[0].volumeMounts[0].mountpath"' \
   agent.yaml '0,/mountPath:/s//mountpath:/'
 neg_k8s "Kubernetes: a value of the wrong type" 'cannot unmarshal string' \
-  collector.yaml 's/^  replicas: 1$/  replicas: "one"/'
+  collector.yaml 's/^  replicas: 3$/  replicas: "three"/'
 neg_k8s "Kubernetes: a selector that misses its pods" "does not match the template's labels" \
   agent.yaml '/matchLabels:/{n;s/ember-agent/ember-agnet/}'
 neg_k8s "Kubernetes: a probe on a port the container lacks" \
