@@ -44,6 +44,7 @@
 #include "ember/store.h"
 #include "fanout.h"
 #include "fleetq.h"
+#include "member.h"
 #include "peers.h"
 #include "stream.h"
 
@@ -112,23 +113,10 @@ static void write_batch(ember_store_t *s, ember_profile_t **p, const ember_store
  * stays live for the whole run). */
 static void put_peer(ember__peers_t *peers, ember_store_t *s, const char *id, const char *url,
                      const int32_t *assigned, size_t nassigned, int64_t now) {
-  ember_store_run_t *runs = NULL;
+  ember_collector_run_t *cr = NULL;
   size_t nruns = 0;
-  int rc = ember_store_runs(s, &runs, &nruns);
+  int rc = ember__member_store_runs(s, &cr, &nruns);
   if (rc) die("runs", rc);
-  ember_collector_run_t *cr = calloc(nruns ? nruns : 1, sizeof *cr);
-  if (!cr) die("calloc", -ENOMEM);
-  for (size_t i = 0; i < nruns; i++)
-    cr[i] = (ember_collector_run_t){.partition = runs[i].partition,
-                                    .start = runs[i].start,
-                                    .stored_end = runs[i].stored_end,
-                                    .committed = runs[i].committed,
-                                    .started_ns = runs[i].started_ns,
-                                    .tmin_ns = runs[i].tmin_ns,
-                                    .tmax_ns = runs[i].tmax_ns,
-                                    .windows = runs[i].windows,
-                                    .pending = runs[i].pending};
-  ember_store_runs_free(runs);
   ember_collector_info_t rec = {.id = (char *)(uintptr_t)id,
                                 .group_id = (char *)(uintptr_t) "g",
                                 .api_url = (char *)(uintptr_t)url,
@@ -142,7 +130,7 @@ static void put_peer(ember__peers_t *peers, ember_store_t *s, const char *id, co
                                 .nassigned = nassigned};
   rc = ember__peers_put(peers, &rec, now);
   if (rc) die("peers_put", rc);
-  free(cr);
+  ember_free(cr);
 }
 
 typedef struct answer {

@@ -110,16 +110,12 @@ static void reconcile(ember__member_t *m) {
   ember__peers_list_free(peers, np);
 }
 
-/* The fleet's runs callback, on its thread once per announcement: first
- * the rule against what the peers announced, then this store's runs. */
-static int member_runs(void *ctx, ember_collector_run_t **out, size_t *count) {
-  ember__member_t *m = ctx;
+int ember__member_store_runs(ember_store_t *store, ember_collector_run_t **out, size_t *count) {
   *out = NULL;
   *count = 0;
-  reconcile(m);
   ember_store_run_t *runs = NULL;
   size_t n = 0;
-  int rc = ember_store_runs(m->store, &runs, &n);
+  int rc = ember_store_runs(store, &runs, &n);
   if (rc != 0) return rc;
   ember_collector_run_t *v = n ? ember_malloc(n * sizeof *v) : NULL;
   if (n > 0 && v == NULL) rc = -ENOMEM;
@@ -138,6 +134,14 @@ static int member_runs(void *ctx, ember_collector_run_t **out, size_t *count) {
   *out = v;
   *count = n;
   return 0;
+}
+
+/* The fleet's runs callback, on its thread once per announcement: first
+ * the rule against what the peers announced, then this store's runs. */
+static int member_runs(void *ctx, ember_collector_run_t **out, size_t *count) {
+  ember__member_t *m = ctx;
+  reconcile(m);
+  return ember__member_store_runs(m->store, out, count);
 }
 
 int ember__member_start(ember__member_t *m, const ember_config_t *cfg, ember_store_t *store,

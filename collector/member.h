@@ -57,6 +57,9 @@ int ember__member_init(ember__member_t *m, const ember_config_t *cfg, ember_metr
 int ember__member_start(ember__member_t *m, const ember_config_t *cfg, ember_store_t *store,
                         ember_kafka_t *kafka, rd_kafka_t *producer, rd_kafka_t *consumer,
                         const char *group_id, uint16_t api_port, char *err, size_t n);
+/* The runs of `store` as announcements carry them (*out the caller's,
+ * ember_free). 0, a store error, -ENOMEM. */
+int ember__member_store_runs(ember_store_t *store, ember_collector_run_t **out, size_t *count);
 /* The last announcement (flushed for at most flush_ms). */
 void ember__member_stop(ember__member_t *m, int flush_ms);
 void ember__member_free(ember__member_t *m);
