@@ -99,6 +99,7 @@ struct ember__collector {
   ember__follow_t *events_follow;      /* ember.events -> sessions */
   ember__member_t member;              /* this collector in the fleet (member.h) */
   int fault_kill_after, fault_batches; /* EMBER_TEST_FAULT=kill_after_store:N */
+  char fault_worker[128];              /* EMBER_TEST_FAULT=kill_after_store_of:WORKER */
   ember__csessions_t *sessions;
   ember__csessions_opts_t session_opts;
   ember__alerts_t *alerts;
@@ -444,11 +445,22 @@ static void commit_batch(ember__collector_t *c) {
  * its Nth stored batch, between the store's commit and Kafka's, to show a
  * crash there stores nothing twice in the fleet. */
 static void fault_after_store(ember__collector_t *c) {
-  if (c->fault_kill_after <= 0) return;
-  if (++c->fault_batches >= c->fault_kill_after) {
+  if (c->fault_kill_after > 0 && ++c->fault_batches >= c->fault_kill_after) {
     EMBER_WARN("collector", "EMBER_TEST_FAULT: killing this process after stored batch %d",
                c->fault_batches);
     raise(SIGKILL);
+  }
+  if (c->fault_worker[0] == '\0') return;
+  for (size_t i = 0; i < c->batch.n; i++) {
+    const ember_profile_t *p = c->batch.items[i].profile;
+    const char *w = p ? ember_profile_labels(p)->worker : NULL;
+    if (w != NULL && strcmp(w, c->fault_worker) == 0) {
+      EMBER_WARN("collector",
+                 "EMBER_TEST_FAULT: killing this process after a stored batch "
+                 "holding a window of %s",
+                 w);
+      raise(SIGKILL);
+    }
   }
 }
 
@@ -638,9 +650,25 @@ static int start_registry(ember__collector_t *c, char *err, size_t n) {
 
 /* EMBER_TEST_FAULT=kill_after_store:N: SIGKILL this process after its Nth
  * stored batch, between the LMDB commit and the Kafka commit (the crash
- * the shards' rule is for; test_collector_shards). */
+ * the shards' rule is for; test_collector_shards). kill_after_store_of:W:
+ * after the first stored batch that holds a window of worker W (a test
+ * sharing the topic with others cannot count batches; test_fleet_query). */
 static int read_fault(ember__collector_t *c, char *err, size_t n) {
   const char *fault = getenv("EMBER_TEST_FAULT");
+  const char *of = "kill_after_store_of:";
+  if (fault != NULL && strncmp(fault, of, strlen(of)) == 0) {
+    const char *w = fault + strlen(of);
+    if (*w == '\0' || strlen(w) >= sizeof c->fault_worker) {
+      snprintf(err, n, "EMBER_TEST_FAULT: expected kill_after_store_of:WORKER");
+      return EMBER_ECONFIG;
+    }
+    snprintf(c->fault_worker, sizeof c->fault_worker, "%s", w);
+    EMBER_WARN("collector",
+               "EMBER_TEST_FAULT is set: this process kills itself after storing a window of "
+               "%s (a test-only hook)",
+               w);
+    return 0;
+  }
   const char *pfx = "kill_after_store:";
   if (fault == NULL || strncmp(fault, pfx, strlen(pfx)) != 0) return 0;
   int64_t k = 0;

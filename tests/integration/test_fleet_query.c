@@ -214,18 +214,22 @@ static int64_t timeline_sum(const coll_t *c, bool local) {
   return sum;
 }
 
-static int64_t produce(size_t per_worker) {
+/* Windows first .. first + n - 1 (seq and time) of workers [w0, w1), from
+ * two agents on two hosts each; the samples produced. */
+static int64_t produce_part(int w0, int w1, size_t first, size_t n) {
   int64_t want = 0;
   char agent[160];
-  for (int w = 0; w < WORKERS; w++) {
-    /* Two agents on two hosts, each with its own windows of the worker. */
+  int64_t base = BASE_NS + (int64_t)(first - 1) * WINDOW;
+  for (int w = w0; w < w1; w++) {
     snprintf(agent, sizeof agent, "a-%s-%d", tag, w);
-    want += tu_produce_profiles(tu_bootstrap(), agent, 1, per_worker, names[w], "host-a", BASE_NS);
+    want += tu_produce_profiles(tu_bootstrap(), agent, first, n, names[w], "host-a", base);
     snprintf(agent, sizeof agent, "b-%s-%d", tag, w);
-    want += tu_produce_profiles(tu_bootstrap(), agent, 1, per_worker, names[w], "host-b", BASE_NS);
+    want += tu_produce_profiles(tu_bootstrap(), agent, first, n, names[w], "host-b", base);
   }
   return want;
 }
+
+static int64_t produce(size_t per_worker) { return produce_part(0, WORKERS, 1, per_worker); }
 
 /* fleet_total summed over this run's workers. */
 static int64_t run_total(const coll_t *c, bool local, bool *partial) {
@@ -390,21 +394,36 @@ static void test_fleet_a_crash_before_the_commit_counts_once(void **state) {
   setup_names("crash");
   worker_names();
   coll_t a = {.port = 0}, b = {.port = 0};
-  /* A starts at the end of the topic (other tests' windows are before it),
-   * so its three batches are this run's windows. */
-  static const char *const fault[] = {"EMBER_TEST_FAULT=kill_after_store:3", NULL};
-  start2(&a, "a", "g", fault, "kafka.auto.offset.reset=latest");
+  /* A dies right after storing the first batch that holds a window of
+   * worker 0, before committing it. Other tests write ember.profiles
+   * meanwhile, so A's batches cannot be counted; worker 0's windows come
+   * only after A stored (and so committed) everything before. */
+  char fault[300];
+  snprintf(fault, sizeof fault, "EMBER_TEST_FAULT=kill_after_store_of:%s", names[0]);
+  const char *const env[] = {fault, NULL};
+  start2(&a, "a", "g", env, "kafka.auto.offset.reset=latest");
   char cmd[900], out[64] = "";
   snprintf(cmd, sizeof cmd, "grep -c 'assigned [1-9]' %s", a.log);
   for (int t = 0; t < 300 && (tu_sh(cmd, out, sizeof out) != 0 || out[0] == '0'); t++)
     usleep(100000);
   sleep(2); /* its positions at the end, fetched */
-  const int64_t want = produce(150);
+  const int64_t before = produce_part(1, WORKERS, 1, 100);
+  int64_t got = -1;
+  for (int t = 0; t < 600 && got != before; t++) {
+    got = run_total(&a, true, NULL);
+    if (got != before) usleep(100000);
+  }
+  if (got != before)
+    fail_msg("a stored %lld of %lld samples within 60 s (log %s)", (long long)got,
+             (long long)before, a.log);
+  /* Worker 0 first, then more of the others. */
+  const int64_t after = produce_part(0, WORKERS, 101, 50);
+  const int64_t want = before + after;
   int status = tu_wait(a.pid, 60000);
   assert_true(status != -1 && WIFSIGNALED(status));
   a.pid = 0;
-  /* B takes every partition from the group's committed offsets, below what
-   * A stored. */
+  /* B takes every partition from the group's committed offsets: after
+   * everything A committed, before the batch A stored last. */
   start(&b, "b", "g", NULL);
   /* B has read the whole stream once its total stops moving with no lag. */
   int64_t last = -2, lb0 = -1;
@@ -415,9 +434,10 @@ static void test_fleet_a_crash_before_the_commit_counts_once(void **state) {
     last = lb0;
     usleep(100000);
   }
-  print_message("a died after its third batch; b then stored %lld of %lld samples\n",
-                (long long)lb0, (long long)want);
-  assert_true(lb0 > 0 && lb0 < want);
+  print_message("a died after storing worker 0's first windows; b then stored %lld of %lld "
+                "samples (%lld produced after a's last commit)\n",
+                (long long)lb0, (long long)want, (long long)after);
+  assert_true(lb0 == after);
   /* A comes back with its store: its uncommitted copies are undone. */
   start(&a, "a", "g", NULL);
   double undone = 0;
