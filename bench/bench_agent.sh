@@ -37,9 +37,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# CPU time in ns from schedstat (clock ticks are too coarse for perf record,
-# which mostly sleeps).
-cpu_ns() { awk '{print $1}' "/proc/$1/schedstat"; }
+# CPU time in ns from schedstat, summed over every thread of the process
+# (/proc/PID/schedstat alone is the main thread's: the agent's publisher,
+# close and Kafka threads would be missed). Clock ticks are too coarse for
+# perf record, which mostly sleeps. Threads that exited between two reads
+# are missed; the agent's and perf's threads live as long as they do.
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f", s }'; }
 rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 metric() { curl -s "http://127.0.0.1:$2/metrics" | awk -v m="$1" '$1 == m {printf "%d", $2}'; }
 

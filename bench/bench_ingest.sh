@@ -2,16 +2,17 @@
 # Collector ingest with 1, 2 and 3 collectors in one consumer group on one
 # real broker (issue 13): is there a coordination tax per collector core?
 #
-#   bench/bench_ingest.sh [BUILD_DIR] [WORKERS] [MINUTES]   (default: build 200 10)
+#   bench/bench_ingest.sh [BUILD_DIR] [WORKERS] [MINUTES]   (default: build 200 30)
 #
 # bench/ingest_produce writes bench_store's stream (WORKERS workers, MINUTES
-# minutes of 10 s windows: 12,000 profiles by default) to ember.profiles at
+# minutes of 10 s windows: 36,000 profiles by default) to ember.profiles at
 # 12 partitions on a broker of tests/kafka/broker.sh, once. Then for K = 1,
 # 2, 3: K real ember-collector processes (own data dirs, own API ports, a
 # new group per K so each starts from the earliest offset) read all of it;
 # we poll their ember_collector_profiles_stored_total until the sum is the
-# number produced, and read each collector's CPU time (schedstat: every
-# thread, startup and fleet announcements included, which is the point).
+# number produced, and read each collector's CPU time (/proc/PID/stat:
+# every thread, startup and fleet announcements included, which is the
+# point).
 #
 # Per collector: profiles stored, CPU seconds, profiles per CPU second.
 # Per K: wall seconds from the first stored profile to the last, profiles
@@ -23,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 workers=${2:-200}
-minutes=${3:-10}
+minutes=${3:-30}
 tmp=$(mktemp -d /tmp/ember-bench-ingest.XXXXXX)
 pids=()
 cleanup() {
@@ -34,7 +35,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cpu_ns() { awk '{print $1}' "/proc/$1/schedstat"; }
+# Every thread's CPU, living or gone (utime + stime of /proc/PID/stat, in
+# clock ticks; /proc/PID/schedstat is the main thread's alone).
+tck=$(getconf CLK_TCK)
+cpu_ns() { awk -v t="$tck" '{ sub(/^.*\) /, ""); printf "%.0f", ($12 + $13) * 1e9 / t }' "/proc/$1/stat"; }
 metric() { { curl -s "http://127.0.0.1:$2/metrics" || true; } | awk -v m="$1" '$1 == m {printf "%d", $2}'; }
 
 cmake --build "$build" --target ember-collector bench_ingest_produce >/dev/null
