@@ -27,8 +27,8 @@ void ember__alert_state_init(ember__alert_state_t *st) {
       .resolved_ns = EMBER__ALERT_NONE,
       .below_since_ns = EMBER__ALERT_NONE,
       .updated_ns = EMBER__ALERT_NONE,
-      .value = NAN,
-      .threshold = NAN,
+      .value = (double)NAN,
+      .threshold = (double)NAN,
   };
 }
 
@@ -174,7 +174,7 @@ static int get_time(const json_t *o, const char *k, int64_t *out, char *errbuf, 
 static int get_num(const json_t *o, const char *k, double *out, char *errbuf, size_t size) {
   const json_t *v = json_object_get(o, k);
   if (v == NULL || json_is_null(v)) {
-    *out = NAN;
+    *out = (double)NAN;
     return 0;
   }
   if (!json_is_number(v)) return bad(errbuf, size, k, "must be a number or null");

@@ -812,7 +812,7 @@ static int eval_rule(ember__alerts_t *a, arule_t *ar, int64_t end) {
   int err = ember__ahist_groups(a->hist, ar->r, spike_start, &rc, &g, &n);
   if (err != 0) return err;
   for (size_t i = 0; i < n; i++) {
-    double value = g[i].cores, thr = NAN;
+    double value = g[i].cores, thr = (double)NAN;
     switch (ar->r->kind) {
     case EMBER__ALERT_ABOVE: thr = ar->r->above; break;
     case EMBER__ALERT_BASELINE: {
