@@ -14,10 +14,13 @@ set_tests_properties(test_collector_shards PROPERTIES FIXTURES_REQUIRED kafka_br
 set_property(TEST test_collector_shards APPEND PROPERTY
   ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
 
-# Several collectors as one fleet: fan-out queries, a replica group, a
-# crash between the store's commit and Kafka's (docs/internals/fleet.md).
+# Several collectors as one fleet: fan-out queries, a replica group, two
+# real agents, a crash between the store's commit and Kafka's
+# (docs/internals/fleet.md). zlib's crc32 picks worker names that land on
+# every partition (librdkafka's default partitioner).
 ember_test(integration test_fleet_query integration)
-add_dependencies(test_fleet_query ember-collector)
+target_link_libraries(test_fleet_query PRIVATE PkgConfig::ZLIB)
+add_dependencies(test_fleet_query ember-collector ember_agent prog_burn)
 set_tests_properties(test_fleet_query PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 500)
 set_property(TEST test_fleet_query APPEND PROPERTY
   ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)

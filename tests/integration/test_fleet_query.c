@@ -7,6 +7,10 @@
  *    replica's own store; with one of the three killed the answer comes
  *    from the replica, still exact; with the replica gone too, it is
  *    marked partial and names the dead collector;
+ *  - two real ember-agent processes with different host ids, profiling
+ *    burners and Debian's sha256sum (no frame pointers) under several
+ *    workers: each of the three answers the workers, hosts and per-worker
+ *    totals of the replica, which stored everything in the same run;
  *  - a collector killed between its store's commit and its offset commit
  *    (the test-only fault hook) while another takes its partitions: each
  *    window counts once in the fleet, also after it comes back with its
@@ -25,6 +29,7 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+#include <zlib.h>
 
 #include "common/testutil.h"
 #include "ember/kafka.h"
@@ -389,6 +394,192 @@ static void test_fleet_any_collector_answers_for_all(void **state) {
   stop(&c[2]);
 }
 
+/* GET `path` (with from/to of [from_s, to_s) appended) as JSON; NULL
+ * unless 200. */
+static json_t *get_range(const coll_t *c, const char *path, int64_t from_s, int64_t to_s) {
+  static char buf[1 << 20];
+  char url[700];
+  snprintf(url, sizeof url, "%s%cfrom=%lld&to=%lld", path, strchr(path, '?') ? '&' : '?',
+           (long long)from_s, (long long)to_s);
+  if (get(c, url, buf, sizeof buf) != 200) return NULL;
+  return json_loads(buf, 0, NULL);
+}
+
+/* This run's workers or hosts (by tag) as "name,series;..." (`what`:
+ * "workers" or "hosts"). */
+static void names_in(const coll_t *c, const char *what, bool local, int64_t from_s, int64_t to_s,
+                     char *out, size_t size) {
+  char path[200];
+  snprintf(path, sizeof path, "/api/v1/%s%s", what, local ? "?local=1" : "");
+  json_t *doc = get_range(c, path, from_s, to_s), *o;
+  size_t i, off = 0;
+  out[0] = '\0';
+  bool workers = strcmp(what, "workers") == 0;
+  json_array_foreach(json_object_get(doc, workers ? "workers" : "values"), i, o) {
+    const char *key = workers ? "worker" : "name";
+    const char *v = json_string_value(json_object_get(o, key));
+    if (v == NULL || strstr(v, tag) == NULL) continue;
+    int n = snprintf(out + off, size - off, "%s,%lld;", v,
+                     (long long)json_integer_value(json_object_get(o, "series")));
+    if (n < 0 || (size_t)n >= size - off) break;
+    off += (size_t)n;
+  }
+  json_decref(doc);
+}
+
+static int64_t samples_of(const coll_t *c, const char *worker, bool local, int64_t from_s,
+                          int64_t to_s, bool *partial) {
+  char path[400];
+  snprintf(path, sizeof path, "/api/v1/profile?type=samples&format=top&limit=1&worker=%s%s", worker,
+           local ? "&local=1" : "");
+  json_t *doc = get_range(c, path, from_s, to_s);
+  if (doc == NULL) return -1;
+  if (partial) *partial = json_object_get(doc, "partial") != NULL;
+  int64_t t = (int64_t)json_integer_value(json_object_get(doc, "total"));
+  json_decref(doc);
+  return t;
+}
+
+static pid_t start_agent(const char *host, const char *workers, const char *log) {
+  /* Copied by the spawn: one set of buffers serves every call. */
+  static char a[4][900];
+  char *a_brokers = a[0], *a_host = a[1], *a_spool = a[2], *a_sel = a[3];
+  snprintf(a_brokers, 900, "brokers=%s", tu_bootstrap());
+  snprintf(a_host, 900, "host_id=%s", host);
+  snprintf(a_spool, 900, "spool_dir=%s/%s-spool", EMBER_TEST_TMP, host);
+  snprintf(a_sel, 900, "selector=worker=%s", workers);
+  const char *argv[] = {EMBER_BINARY_DIR "/agent/ember-agent",
+                        a_brokers,
+                        a_host,
+                        a_spool,
+                        a_sel,
+                        "continuous_hz=199",
+                        "window=1s",
+                        "scan_interval=1s",
+                        "targets_refresh=1s",
+                        "unwind=auto",
+                        "metrics_listen=",
+                        tu_command_key_arg(),
+                        NULL};
+  return tu_spawn(argv, NULL, log);
+}
+
+static pid_t target(const char *worker, const char *const *argv) {
+  static char env[8][300];
+  static int k;
+  char *e = env[k++ % 8];
+  snprintf(e, 300, "EMBER_WORKER=%s", worker);
+  const char *envp[] = {e, NULL};
+  return tu_spawn(argv, envp, NULL);
+}
+
+static void test_fleet_real_agents_equal_one_store(void **state) {
+  (void)state;
+  setup_names("agents");
+  coll_t c[3] = {{.port = 0}}, rep = {.port = 0};
+  start(&c[0], "c0", "g", NULL);
+  start(&c[1], "c1", "g", NULL);
+  start(&c[2], "c2", "g", NULL);
+  start(&rep, "replica", "r", NULL);
+  int assigned = 0;
+  for (int t = 0; t < 600; t++) {
+    if (live_members_assigned(&c[0], &assigned) == 4 && assigned == 4) break;
+    usleep(100000);
+  }
+  assert_int_equal(assigned, 4);
+
+  /* Agent A profiles the workers TAG-a-*, agent B TAG-b-*: three each, a
+   * light burner, a second one and Debian's sha256sum hashing zeros. */
+  char sha[64] = "";
+  if (!tu_which("sha256sum", sha, sizeof sha)) skip();
+  static char w[6][160];
+  const char *kinds[3] = {"burn", "burn2", "sha"};
+  pid_t t[6];
+  for (int i = 0; i < 6; i++) {
+    /* Workers 0-3 each on their own partition of the 4 (the agent keys a
+     * window by its worker; librdkafka's default partitioner takes the
+     * key's CRC-32), so every member of the group stores some. */
+    for (unsigned n = 0; n < 1000; n++) {
+      snprintf(w[i], sizeof w[i], "%s-%c-%s%u", tag, i < 3 ? 'a' : 'b', kinds[i % 3], n);
+      uLong crc = crc32(0L, (const Bytef *)w[i], (uInt)strlen(w[i]));
+      if (i >= 4 || crc % 4 == (uLong)i) break;
+    }
+    const char *burn[] = {EMBER_TEST_PROGRAMS "/burn", "--light", "30", NULL};
+    const char *hash[] = {sha, "/dev/zero", NULL};
+    t[i] = target(w[i], i % 3 == 2 ? hash : burn);
+  }
+  char ha[160], hb[160], sa[160], sb[160], la[700], lb[700];
+  snprintf(ha, sizeof ha, "%s-hA", tag);
+  snprintf(hb, sizeof hb, "%s-hB", tag);
+  snprintf(sa, sizeof sa, "%s-a-*", tag);
+  snprintf(sb, sizeof sb, "%s-b-*", tag);
+  snprintf(la, sizeof la, "%s/%s-agentA.log", EMBER_TEST_TMP, tag);
+  snprintf(lb, sizeof lb, "%s/%s-agentB.log", EMBER_TEST_TMP, tag);
+  int64_t from_s = ember_time_now_ns() / 1000000000 - 60;
+  pid_t agents[2] = {start_agent(ha, sa, la), start_agent(hb, sb, lb)};
+  /* Until the replica holds windows of all six (however busy the machine
+   * is), and a little more. */
+  for (int k = 0, have = 0; k < 900 && have < 6; k++) {
+    have = 0;
+    for (int i = 0; i < 6; i++)
+      have += samples_of(&rep, w[i], true, from_s, from_s + 3600, NULL) > 0;
+    if (have < 6) usleep(100000);
+  }
+  sleep(2);
+  /* SIGTERM: each agent publishes the window in hand before it exits. */
+  for (int i = 0; i < 2; i++) tu_stop_daemon(agents[i], i ? "agent B" : "agent A", i ? lb : la);
+  for (int i = 0; i < 6; i++) tu_kill(t[i]);
+  int64_t to_s = ember_time_now_ns() / 1000000000 + 60;
+
+  /* The replica has stored everything once its totals stop moving. */
+  int64_t ref[6] = {0}, prev = -1;
+  for (int k = 0, still = 0; k < 300 && still < 20; k++) {
+    int64_t sum = 0;
+    for (int i = 0; i < 6; i++) sum += ref[i] = samples_of(&rep, w[i], true, from_s, to_s, NULL);
+    double lag = tu_metric(rep.port, "ember_collector_consumer_lag");
+    still = sum == prev && sum > 0 && lag == 0 ? still + 1 : 0;
+    prev = sum;
+    usleep(100000);
+  }
+  for (int i = 0; i < 6; i++)
+    if (ref[i] <= 0) fail_msg("the replica stored no samples of %s (logs %s %s)", w[i], la, lb);
+  char rw[2048], rh[1024], gw[2048], gh[1024];
+  names_in(&rep, "workers", true, from_s, to_s, rw, sizeof rw);
+  names_in(&rep, "hosts", true, from_s, to_s, rh, sizeof rh);
+  assert_non_null(strstr(rh, ha));
+  assert_non_null(strstr(rh, hb));
+  int64_t own[3] = {0};
+  for (int k = 0; k < 3; k++) {
+    /* Each member answers exactly what the replica holds (waiting for its
+     * own group to have read as far). */
+    bool same = false;
+    for (int n = 0; n < 200 && !same; n++) {
+      same = true;
+      for (int i = 0; i < 6 && same; i++) {
+        bool partial = true;
+        same = samples_of(&c[k], w[i], false, from_s, to_s, &partial) == ref[i] && !partial;
+      }
+      if (!same) usleep(100000);
+    }
+    if (!same) fail_msg("%s does not answer the replica's totals (log %s)", c[k].name, c[k].log);
+    names_in(&c[k], "workers", false, from_s, to_s, gw, sizeof gw);
+    names_in(&c[k], "hosts", false, from_s, to_s, gh, sizeof gh);
+    assert_string_equal(gw, rw);
+    assert_string_equal(gh, rh);
+    for (int i = 0; i < 6; i++) own[k] += samples_of(&c[k], w[i], true, from_s, to_s, NULL);
+  }
+  int64_t all = 0;
+  for (int i = 0; i < 6; i++) all += ref[i];
+  print_message("two agents, six workers: the replica holds %lld samples (workers %s); the "
+                "group's stores %lld + %lld + %lld; every member answers the same\n",
+                (long long)all, rw, (long long)own[0], (long long)own[1], (long long)own[2]);
+  assert_true(own[0] + own[1] + own[2] == all);
+  /* The workers' partitions are spread over the group: every store holds some. */
+  assert_true(own[0] > 0 && own[1] > 0 && own[2] > 0);
+  stop(&rep);
+  for (int k = 0; k < 3; k++) stop(&c[k]);
+}
+
 static void test_fleet_a_crash_before_the_commit_counts_once(void **state) {
   (void)state;
   setup_names("crash");
@@ -468,6 +659,7 @@ static void test_fleet_a_crash_before_the_commit_counts_once(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fleet_any_collector_answers_for_all),
+      cmocka_unit_test(test_fleet_real_agents_equal_one_store),
       cmocka_unit_test(test_fleet_a_crash_before_the_commit_counts_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
