@@ -368,13 +368,6 @@ static int store_batch(ember__collector_t *c) {
   return rc;
 }
 
-static void on_dlq_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
-  (void)rk;
-  (void)opaque;
-  atomic_int *status = m->_private;
-  if (status != NULL) atomic_store(status, m->err == RD_KAFKA_RESP_ERR_NO_ERROR ? 0 : -(int)m->err);
-}
-
 /* Step 2: every malformed message of the batch delivered to the DLQ, with
  * headers saying why and where it came from. */
 static int dlq_batch(ember__collector_t *c) {
@@ -925,7 +918,7 @@ static int make_consumers(ember__collector_t *c, const ember_config_t *cfg, char
   rd_kafka_conf_t *pconf = NULL;
   rc = ember_kafka_producer_conf(c->kafka, &pconf, err, n);
   if (rc != 0) return rc;
-  rd_kafka_conf_set_dr_msg_cb(pconf, on_dlq_delivery);
+  rd_kafka_conf_set_dr_msg_cb(pconf, ember_kafka_dr_status);
   rc = ember_kafka_producer_new(c->kafka, pconf, &c->dlq, err, n);
   if (rc != 0) return rc;
   EMBER_INFO("collector", "consuming %s in group %s", EMBER_TOPIC_PROFILES, group);

@@ -11,13 +11,6 @@
 
 #define MAX_RULE_RECORD (64u << 10) /* a rule's JSON is well under 1 KiB */
 
-static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
-  (void)rk;
-  (void)opaque;
-  atomic_int *status = m->_private;
-  if (status != NULL) atomic_store(status, m->err == RD_KAFKA_RESP_ERR_NO_ERROR ? 0 : -(int)m->err);
-}
-
 int ember__rules_fleet_share(void *ctx, const char *name, const json_t *rule, char *err,
                              size_t err_size) {
   ember__rules_fleet_t *f = ctx;
@@ -102,7 +95,7 @@ int ember__rules_fleet_start(ember__rules_fleet_t *f, ember_kafka_t *kafka, char
     rd_kafka_conf_destroy(conf);
     return EMBER_EKAFKA;
   }
-  rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+  rd_kafka_conf_set_dr_msg_cb(conf, ember_kafka_dr_status);
   rc = ember_kafka_producer_new(kafka, conf, &f->producer, err, err_size);
   if (rc != 0) return rc;
   ember__follow_opts_t fo = {.kafka = kafka,

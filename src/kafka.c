@@ -1,5 +1,6 @@
 /* Kafka configuration and the embedded mock cluster. See ember/kafka.h. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -177,6 +178,13 @@ int ember_kafka_producer_conf(const ember_kafka_t *k, rd_kafka_conf_t **out, cha
                                          NULL};
   if (k == NULL || out == NULL) return -EINVAL;
   return base_conf(k, out, defaults, errbuf, errbuf_size);
+}
+
+void ember_kafka_dr_status(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque) {
+  (void)rk;
+  (void)opaque;
+  atomic_int *status = m->_private;
+  if (status != NULL) atomic_store(status, m->err == RD_KAFKA_RESP_ERR_NO_ERROR ? 0 : -(int)m->err);
 }
 
 int ember_kafka_consumer_conf(const ember_kafka_t *k, const char *group_id, rd_kafka_conf_t **out,

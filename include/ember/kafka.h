@@ -82,6 +82,12 @@ EMBER_API int ember_kafka_producer_conf(const ember_kafka_t *k, rd_kafka_conf_t 
 EMBER_API int ember_kafka_consumer_conf(const ember_kafka_t *k, const char *group_id,
                                         rd_kafka_conf_t **out, char *errbuf, size_t errbuf_size);
 
+/* A delivery report callback (rd_kafka_conf_set_dr_msg_cb) for producers
+ * whose messages carry an atomic_int as their opaque (RD_KAFKA_V_OPAQUE):
+ * set to 0 when the message was delivered, else to -(its error). Messages
+ * without an opaque are ignored. Runs in whichever thread polls. */
+EMBER_API void ember_kafka_dr_status(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque);
+
 /* Make a producer from `conf` (NULL: the defaults). Takes ownership of conf
  * whatever the result. */
 EMBER_API int ember_kafka_producer_new(const ember_kafka_t *k, rd_kafka_conf_t *conf,

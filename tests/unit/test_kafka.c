@@ -646,9 +646,27 @@ static int group_teardown(void **state) {
   return 0;
 }
 
+/* The delivery callback for messages that carry a status as their opaque:
+ * 0 when delivered, -(error) when not, and no write without one. */
+static void test_kafka_dr_status(void **state) {
+  (void)state;
+  atomic_int st;
+  atomic_init(&st, 1);
+  rd_kafka_message_t m = {.err = RD_KAFKA_RESP_ERR_NO_ERROR, ._private = &st};
+  ember_kafka_dr_status(NULL, &m, NULL);
+  assert_int_equal(atomic_load(&st), 0);
+  atomic_store(&st, 1);
+  m.err = RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
+  ember_kafka_dr_status(NULL, &m, NULL);
+  assert_int_equal(atomic_load(&st), -(int)RD_KAFKA_RESP_ERR__MSG_TIMED_OUT);
+  m._private = NULL;
+  ember_kafka_dr_status(NULL, &m, NULL); /* nothing to write to */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_kafka_producer_conf_defaults),
+      cmocka_unit_test(test_kafka_dr_status),
       cmocka_unit_test(test_kafka_consumer_conf_defaults),
       cmocka_unit_test(test_kafka_remote_brokers_kept),
       cmocka_unit_test(test_kafka_passthrough_reaches_both),
