@@ -154,49 +154,57 @@ static int live_members_assigned(const coll_t *c, int *assigned) {
   return n;
 }
 
-/* CPU samples of the whole stream as collector `c` answers (fleet-wide,
- * or its own store with local=1); -1 on a failed request. *partial gets
- * whether the answer said it was partial. */
-static int64_t fleet_total(const coll_t *c, const char *worker, bool local, bool *partial) {
-  char path[600];
-  snprintf(path, sizeof path,
-           "/api/v1/profile?type=samples&format=top&limit=1&from=%lld&to=%lld%s%s%s",
-           (long long)(BASE_NS / 1000000000), (long long)(BASE_NS / 1000000000 + 100000 * 10),
-           worker ? "&worker=" : "", worker ? worker : "", local ? "&local=1" : "");
+/* The stream's range, in Unix seconds. */
+#define STREAM_FROM_S (BASE_NS / 1000000000)
+#define STREAM_TO_S   (BASE_NS / 1000000000 + 100000 * 10)
+
+/* GET `path` (with from/to of [from_s, to_s) appended) as JSON; NULL
+ * unless 200. */
+static json_t *get_range(const coll_t *c, const char *path, int64_t from_s, int64_t to_s) {
   static char buf[1 << 20];
-  if (get(c, path, buf, sizeof buf) != 200) return -1;
-  json_error_t je;
-  json_t *doc = json_loads(buf, 0, &je);
-  if (doc == NULL) return -1;
-  if (partial) *partial = json_object_get(doc, "partial") != NULL;
-  int64_t t = (int64_t)json_integer_value(json_object_get(doc, "total"));
-  json_decref(doc);
-  return t;
+  char url[700];
+  snprintf(url, sizeof url, "%s%cfrom=%lld&to=%lld", path, strchr(path, '?') ? '&' : '?',
+           (long long)from_s, (long long)to_s);
+  if (get(c, url, buf, sizeof buf) != 200) return NULL;
+  return json_loads(buf, 0, NULL);
 }
 
-/* The workers collector `c` lists for the stream's range, as one string. */
-static void workers_of(const coll_t *c, bool local, char *out, size_t size) {
-  char path[300];
-  snprintf(path, sizeof path, "/api/v1/workers?from=%lld&to=%lld%s",
-           (long long)(BASE_NS / 1000000000), (long long)(BASE_NS / 1000000000 + 100000 * 10),
-           local ? "&local=1" : "");
-  static char buf[1 << 20];
-  out[0] = '\0';
-  if (get(c, path, buf, sizeof buf) != 200) return;
-  json_error_t je;
-  json_t *doc = json_loads(buf, 0, &je);
+/* This run's workers or hosts (by tag) as "name,series;..." (`what`:
+ * "workers" or "hosts"). */
+static void names_in(const coll_t *c, const char *what, bool local, int64_t from_s, int64_t to_s,
+                     char *out, size_t size) {
+  char path[200];
+  snprintf(path, sizeof path, "/api/v1/%s%s", what, local ? "?local=1" : "");
+  json_t *doc = get_range(c, path, from_s, to_s), *o;
   size_t i, off = 0;
-  const json_t *o;
-  json_array_foreach(json_object_get(doc, "workers"), i, o) {
-    /* This run's workers only: other tests' share the topic. */
-    const char *wn = json_string_value(json_object_get(o, "worker"));
-    if (wn == NULL || strstr(wn, tag) == NULL) continue;
-    int n = snprintf(out + off, size - off, "%s,%lld;", wn,
+  out[0] = '\0';
+  bool workers = strcmp(what, "workers") == 0;
+  json_array_foreach(json_object_get(doc, workers ? "workers" : "values"), i, o) {
+    const char *key = workers ? "worker" : "name";
+    const char *v = json_string_value(json_object_get(o, key));
+    if (v == NULL || strstr(v, tag) == NULL) continue;
+    int n = snprintf(out + off, size - off, "%s,%lld;", v,
                      (long long)json_integer_value(json_object_get(o, "series")));
     if (n < 0 || (size_t)n >= size - off) break;
     off += (size_t)n;
   }
   json_decref(doc);
+}
+
+/* CPU samples of `worker` in [from_s, to_s) as collector `c` answers
+ * (fleet-wide, or its own store with local=1); -1 on a failed request.
+ * *partial (may be NULL) gets whether the answer said it was partial. */
+static int64_t samples_of(const coll_t *c, const char *worker, bool local, int64_t from_s,
+                          int64_t to_s, bool *partial) {
+  char path[400];
+  snprintf(path, sizeof path, "/api/v1/profile?type=samples&format=top&limit=1&worker=%s%s", worker,
+           local ? "&local=1" : "");
+  json_t *doc = get_range(c, path, from_s, to_s);
+  if (doc == NULL) return -1;
+  if (partial) *partial = json_object_get(doc, "partial") != NULL;
+  int64_t t = (int64_t)json_integer_value(json_object_get(doc, "total"));
+  json_decref(doc);
+  return t;
 }
 
 /* The sum of the total_cpu_ns timeline collector `c` answers. */
@@ -236,13 +244,13 @@ static int64_t produce_part(int w0, int w1, size_t first, size_t n) {
 
 static int64_t produce(size_t per_worker) { return produce_part(0, WORKERS, 1, per_worker); }
 
-/* fleet_total summed over this run's workers. */
+/* samples_of the stream summed over this run's workers. */
 static int64_t run_total(const coll_t *c, bool local, bool *partial) {
   int64_t sum = 0;
   if (partial) *partial = false;
   for (int w = 0; w < WORKERS; w++) {
     bool p = false;
-    int64_t one = fleet_total(c, names[w], local, &p);
+    int64_t one = samples_of(c, names[w], local, STREAM_FROM_S, STREAM_TO_S, &p);
     if (one < 0) return -1;
     sum += one;
     if (partial && p) *partial = true;
@@ -261,16 +269,14 @@ static void wait_total(const coll_t *c, int64_t want, bool local) {
              c->log);
 }
 
-static void test_fleet_any_collector_answers_for_all(void **state) {
-  (void)state;
-  setup_names("fleet");
-  coll_t c[3] = {{.port = 0}}, rep = {.port = 0};
+/* Three collectors in group g and a replica in group r, all four live and
+ * each assigned partitions (the replica holds all of its group's) before
+ * anything is produced. */
+static void start_group(coll_t c[3], coll_t *rep) {
   start(&c[0], "c0", "g", NULL);
   start(&c[1], "c1", "g", NULL);
   start(&c[2], "c2", "g", NULL);
-  start(&rep, "replica", "r", NULL);
-  /* All four live, and the three of the group each assigned partitions
-   * (the replica holds all of its group's), before the stream. */
+  start(rep, "replica", "r", NULL);
   int assigned = 0;
   for (int t = 0; t < 600; t++) {
     if (live_members_assigned(&c[0], &assigned) == 4 && assigned == 4) break;
@@ -278,6 +284,13 @@ static void test_fleet_any_collector_answers_for_all(void **state) {
   }
   assert_int_equal(live_members_assigned(&c[0], &assigned), 4);
   assert_int_equal(assigned, 4);
+}
+
+static void test_fleet_any_collector_answers_for_all(void **state) {
+  (void)state;
+  setup_names("fleet");
+  coll_t c[3] = {{.port = 0}}, rep = {.port = 0};
+  start_group(c, &rep);
 
   worker_names();
   const int64_t want = produce(150);
@@ -286,19 +299,19 @@ static void test_fleet_any_collector_answers_for_all(void **state) {
   for (int i = 0; i < 3; i++) wait_total(&c[i], want, false);
 
   char ref_workers[4096], got_workers[4096];
-  workers_of(&rep, true, ref_workers, sizeof ref_workers);
+  names_in(&rep, "workers", true, STREAM_FROM_S, STREAM_TO_S, ref_workers, sizeof ref_workers);
   int64_t ref_tl = timeline_sum(&rep, true);
   int64_t own[3], own_sum = 0;
   for (int i = 0; i < 3; i++) {
     own[i] = run_total(&c[i], true, NULL);
     own_sum += own[i];
-    workers_of(&c[i], false, got_workers, sizeof got_workers);
+    names_in(&c[i], "workers", false, STREAM_FROM_S, STREAM_TO_S, got_workers, sizeof got_workers);
     assert_string_equal(got_workers, ref_workers);
     assert_true(timeline_sum(&c[i], false) == ref_tl);
     for (int w = 0; w < WORKERS; w++) {
       bool partial = true;
-      int64_t a = fleet_total(&c[i], names[w], false, &partial);
-      int64_t b = fleet_total(&rep, names[w], true, NULL);
+      int64_t a = samples_of(&c[i], names[w], false, STREAM_FROM_S, STREAM_TO_S, &partial);
+      int64_t b = samples_of(&rep, names[w], true, STREAM_FROM_S, STREAM_TO_S, NULL);
       assert_true(a == b && b > 0);
       assert_false(partial);
     }
@@ -346,8 +359,7 @@ static void test_fleet_any_collector_answers_for_all(void **state) {
   snprintf(cmd, sizeof cmd,
            "curl -s -D - -o /dev/null 'http://127.0.0.1:%u/api/v1/profile?type=samples&from=%lld"
            "&to=%lld' | grep -i '^Ember-Partial'",
-           c[0].port, (long long)(BASE_NS / 1000000000),
-           (long long)(BASE_NS / 1000000000 + 100000 * 10));
+           c[0].port, (long long)STREAM_FROM_S, (long long)STREAM_TO_S);
   tu_sh(cmd, hdr, sizeof hdr);
   print_message("replica stopped too: c0 answers %lld samples; %s", (long long)got, hdr);
   assert_true(partial);
@@ -394,52 +406,6 @@ static void test_fleet_any_collector_answers_for_all(void **state) {
   stop(&c[2]);
 }
 
-/* GET `path` (with from/to of [from_s, to_s) appended) as JSON; NULL
- * unless 200. */
-static json_t *get_range(const coll_t *c, const char *path, int64_t from_s, int64_t to_s) {
-  static char buf[1 << 20];
-  char url[700];
-  snprintf(url, sizeof url, "%s%cfrom=%lld&to=%lld", path, strchr(path, '?') ? '&' : '?',
-           (long long)from_s, (long long)to_s);
-  if (get(c, url, buf, sizeof buf) != 200) return NULL;
-  return json_loads(buf, 0, NULL);
-}
-
-/* This run's workers or hosts (by tag) as "name,series;..." (`what`:
- * "workers" or "hosts"). */
-static void names_in(const coll_t *c, const char *what, bool local, int64_t from_s, int64_t to_s,
-                     char *out, size_t size) {
-  char path[200];
-  snprintf(path, sizeof path, "/api/v1/%s%s", what, local ? "?local=1" : "");
-  json_t *doc = get_range(c, path, from_s, to_s), *o;
-  size_t i, off = 0;
-  out[0] = '\0';
-  bool workers = strcmp(what, "workers") == 0;
-  json_array_foreach(json_object_get(doc, workers ? "workers" : "values"), i, o) {
-    const char *key = workers ? "worker" : "name";
-    const char *v = json_string_value(json_object_get(o, key));
-    if (v == NULL || strstr(v, tag) == NULL) continue;
-    int n = snprintf(out + off, size - off, "%s,%lld;", v,
-                     (long long)json_integer_value(json_object_get(o, "series")));
-    if (n < 0 || (size_t)n >= size - off) break;
-    off += (size_t)n;
-  }
-  json_decref(doc);
-}
-
-static int64_t samples_of(const coll_t *c, const char *worker, bool local, int64_t from_s,
-                          int64_t to_s, bool *partial) {
-  char path[400];
-  snprintf(path, sizeof path, "/api/v1/profile?type=samples&format=top&limit=1&worker=%s%s", worker,
-           local ? "&local=1" : "");
-  json_t *doc = get_range(c, path, from_s, to_s);
-  if (doc == NULL) return -1;
-  if (partial) *partial = json_object_get(doc, "partial") != NULL;
-  int64_t t = (int64_t)json_integer_value(json_object_get(doc, "total"));
-  json_decref(doc);
-  return t;
-}
-
 static pid_t start_agent(const char *host, const char *workers, const char *log) {
   /* Copied by the spawn: one set of buffers serves every call. */
   static char a[4][900];
@@ -477,16 +443,7 @@ static void test_fleet_real_agents_equal_one_store(void **state) {
   (void)state;
   setup_names("agents");
   coll_t c[3] = {{.port = 0}}, rep = {.port = 0};
-  start(&c[0], "c0", "g", NULL);
-  start(&c[1], "c1", "g", NULL);
-  start(&c[2], "c2", "g", NULL);
-  start(&rep, "replica", "r", NULL);
-  int assigned = 0;
-  for (int t = 0; t < 600; t++) {
-    if (live_members_assigned(&c[0], &assigned) == 4 && assigned == 4) break;
-    usleep(100000);
-  }
-  assert_int_equal(assigned, 4);
+  start_group(c, &rep);
 
   /* Agent A profiles the workers TAG-a-*, agent B TAG-b-*: three each, a
    * light burner, a second one and Debian's sha256sum hashing zeros. */
