@@ -13,6 +13,7 @@
 
 #include "ember.pb-c.h"
 #include "ember/codec.h"
+#include "ember/wire.h"
 
 static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
 
@@ -283,7 +284,7 @@ static void expect_error(mutate_fn mutate, int want_rc, const char *want_msg) {
   ember_profile_free(p);
 }
 
-static void bad_version(Ember__Wire__V1__Profile *m) { m->version = EMBER_WIRE_VERSION + 1; }
+static void bad_version(Ember__Wire__V1__Profile *m) { m->version = EMBER_WIRE_V2 + 1; }
 static void zero_version(Ember__Wire__V1__Profile *m) { m->version = 0; }
 static void bad_location_index(Ember__Wire__V1__Profile *m) { m->samples[1]->locations[0] = 1000; }
 static void bad_function_index(Ember__Wire__V1__Profile *m) {
@@ -322,7 +323,7 @@ static void overflow(Ember__Wire__V1__Profile *m) {
 
 static void test_codec_rejects_out_of_range(void **state) {
   (void)state;
-  expect_error(bad_version, EMBER_EVERSION, "schema version 2 is not supported");
+  expect_error(bad_version, EMBER_EVERSION, "schema version 3 is not supported");
   expect_error(zero_version, EMBER_EVERSION, "schema version 0");
   expect_error(bad_location_index, EMBER_ECORRUPT, "sample 1: location index 1000 out of range");
   expect_error(bad_function_index, EMBER_ECORRUPT, "location 0: function");
