@@ -9,7 +9,9 @@ void ember__dcache_clear(ember__dcache_t *c) {
   ember_free(c->bytes);
   ember_free(c->ents);
   ember__htab_free(&c->index);
+  uint64_t clears = c->clears + 1;
   *c = (ember__dcache_t){0};
+  c->clears = clears;
 }
 
 /* The full hash is compared first, so a probe past another entry does not
@@ -104,4 +106,30 @@ void ember__dcache_add(ember__dcache_t *c, uint64_t hash, const void *p, size_t 
   }
   c->blen += n;
   c->n++;
+}
+
+ember__dcache_mark_t ember__dcache_mark(const ember__dcache_t *c) {
+  return (ember__dcache_mark_t){.n = c->n, .blen = c->blen, .clears = c->clears};
+}
+
+void ember__dcache_rollback(ember__dcache_t *c, ember__dcache_mark_t m) {
+  /* Emptied since the mark (full, or out of memory): nothing of before is
+   * left to keep. */
+  if (c->clears != m.clears) {
+    ember__dcache_clear(c);
+    return;
+  }
+  if (c->n == m.n) return;
+  c->n = m.n;
+  c->blen = m.blen;
+  ember__htab_free(&c->index);
+  if (ember__htab_reserve(&c->index, c->n, dent_hash, c) < 0) {
+    ember__dcache_clear(c);
+    return;
+  }
+  for (size_t i = 0; i < c->n; i++)
+    if (ember__htab_insert(&c->index, c->ents[i].hash, (uint32_t)i, dent_hash, c) < 0) {
+      ember__dcache_clear(c);
+      return;
+    }
 }

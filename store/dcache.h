@@ -37,6 +37,7 @@ typedef struct ember__dcache {
   uint64_t key_hash;
   bool (*match)(const void *ctx, const uint8_t *p, size_t n); /* or NULL: memcmp key */
   const void *match_ctx;
+  uint64_t clears; /* times emptied (kept across ember__dcache_clear) */
 } ember__dcache_t;
 
 /* Does the cached content p[0..n) equal the key the caller has in mind? */
@@ -57,6 +58,19 @@ int ember__dcache_find_match(ember__dcache_t *c, uint64_t hash, size_t n,
 void ember__dcache_prefetch(const ember__dcache_t *c, uint64_t hash);
 void ember__dcache_prefetch_entry(const ember__dcache_t *c, uint64_t hash);
 void ember__dcache_prefetch_bytes(const ember__dcache_t *c, uint64_t hash);
+/* Where the cache stands, to take it back there (ember__dcache_rollback)
+ * when a transaction that added entries after the mark aborts for a reason
+ * that leaves everything before it valid (bad input, not a store error). */
+typedef struct ember__dcache_mark {
+  size_t n, blen;
+  uint64_t clears;
+} ember__dcache_mark_t;
+
+ember__dcache_mark_t ember__dcache_mark(const ember__dcache_t *c);
+/* Drop every entry added since `m` (O(entries kept): the index is built
+ * again). If the cache was emptied since, it stays empty. */
+void ember__dcache_rollback(ember__dcache_t *c, ember__dcache_mark_t m);
+
 /* Remember p -> id. Never fails: on no memory the cache is emptied. */
 void ember__dcache_add(ember__dcache_t *c, uint64_t hash, const void *p, size_t n, uint32_t id);
 
