@@ -537,6 +537,162 @@ int ember__codec_decode_v1(const void *data, size_t len, const ember_codec_limit
   return rc;
 }
 
+/* A version 1 message as a wire view (ember_wire_decode): the tables
+ * copied into columns, the hashes computed here (a v1 writer sends none),
+ * without building a profile. */
+typedef struct v1_view {
+  ember__wire_mem_t mem;
+  ember_wire_t w;
+  ember__arena_t arena; /* the unpacked message and the columns */
+} v1_view_t;
+
+static void v1_view_release(ember__wire_mem_t *mem) {
+  v1_view_t *v = (v1_view_t *)mem;
+  ember__arena_release(&v->arena);
+  ember_free(v);
+}
+
+static void *cols(ember__arena_t *a, size_t n, size_t size) {
+  return ember__arena_alloc(a, (n ? n : 1) * size); /* n is bounded by the limits */
+}
+
+static int v1_columns(const wire_profile_t *m, const uint32_t *lens, ember__arena_t *a,
+                      ember_wire_t *w) {
+  size_t ns = m->n_strings, nm = m->n_modules, nf = m->n_functions, nl = m->n_locations;
+  size_t nsamp = m->n_samples, nt = m->n_value_types, nlocs = 0, blen = 0;
+  for (size_t i = 0; i < nsamp; i++) nlocs += m->samples[i]->n_locations;
+  for (size_t i = 0; i < ns; i++) blen += lens[i];
+  char *blob = cols(a, blen, 1);
+  uint32_t *off = cols(a, ns, 4), *len = cols(a, ns, 4), *mn = cols(a, nm, 4),
+           *mb = cols(a, nm, 4), *fnn = cols(a, nf, 4), *fnf = cols(a, nf, 4),
+           *lf = cols(a, nl, 4), *lm = cols(a, nl, 4), *ll = cols(a, nl, 4), *lk = cols(a, nl, 4),
+           *depth = cols(a, nsamp, 4), *soff = cols(a, nsamp, 4), *locs = cols(a, nlocs, 4);
+  uint64_t *la = cols(a, nl, 8), *lh = cols(a, nl, 8), *sh = cols(a, nsamp, 8),
+           *strh = cols(a, ns, 8);
+  int64_t *vals = cols(a, nsamp * nt, 8);
+  if (!blob || !off || !len || !mn || !mb || !fnn || !fnf || !lf || !lm || !ll || !lk || !depth ||
+      !soff || !locs || !la || !lh || !sh || !strh || !vals)
+    return -ENOMEM;
+  size_t at = 0;
+  for (size_t i = 0; i < ns; i++) {
+    off[i] = (uint32_t)at; /* the message size bounds it */
+    len[i] = lens[i];
+    memcpy(blob + at, m->strings[i], lens[i]);
+    strh[i] = ember_wire_string_hash(blob + at, lens[i]);
+    at += lens[i];
+  }
+  uint64_t empty = ember_wire_string_hash("", 0);
+  for (size_t i = 0; i < nm; i++) {
+    mn[i] = m->modules[i]->name;
+    mb[i] = m->modules[i]->build_id;
+  }
+  for (size_t i = 0; i < nf; i++) {
+    fnn[i] = m->functions[i]->name;
+    fnf[i] = m->functions[i]->file;
+  }
+  for (size_t i = 0; i < nl; i++) {
+    const wire_location_t *l = m->locations[i];
+    lf[i] = l->function;
+    lm[i] = l->module;
+    la[i] = l->address;
+    ll[i] = l->line;
+    lk[i] = (uint32_t)l->kind;
+    uint32_t idx[4] = {l->function ? fnn[l->function - 1] : 0, l->function ? fnf[l->function - 1] : 0,
+                       l->module ? mn[l->module - 1] : 0, l->module ? mb[l->module - 1] : 0};
+    uint64_t h[4];
+    for (int k = 0; k < 4; k++) h[k] = idx[k] == 0 || lens[idx[k]] == 0 ? empty : strh[idx[k]];
+    lh[i] = ember_wire_location_hash(la[i], ll[i], lk[i], h);
+  }
+  at = 0;
+  uint64_t stack[EMBER_MAX_STACK_DEPTH];
+  for (size_t i = 0; i < nsamp; i++) {
+    const Ember__Wire__V1__Sample *smp = m->samples[i];
+    depth[i] = (uint32_t)smp->n_locations; /* validated: 1..EMBER_MAX_STACK_DEPTH */
+    soff[i] = (uint32_t)at;
+    for (size_t j = 0; j < smp->n_locations; j++) {
+      locs[at + j] = smp->locations[j];
+      stack[j] = lh[smp->locations[j]];
+    }
+    sh[i] = ember_wire_stack_hash(stack, smp->n_locations);
+    memcpy(vals + i * nt, smp->values, nt * sizeof *vals);
+    at += smp->n_locations;
+  }
+  w->version = 1;
+  w->agent_id = text_or_null(m->agent_id);
+  w->session_id = text_or_null(m->session_id);
+  w->seq = m->seq;
+  if (m->labels != NULL)
+    w->labels = (ember_labels_t){text_or_null(m->labels->worker), text_or_null(m->labels->version),
+                                 text_or_null(m->labels->host), text_or_null(m->labels->actor),
+                                 m->labels->pid};
+  w->start_ns = m->window_start_ns;
+  w->end_ns = m->window_end_ns;
+  w->period_ns = m->period_ns;
+  w->ntypes = nt;
+  for (size_t i = 0; i < nt; i++) w->types[i] = (ember_value_type_t)m->value_types[i];
+  w->blob = blob;
+  w->str_off = off;
+  w->str_len = len;
+  w->nstrings = ns;
+  w->mod_name = mn;
+  w->mod_build_id = mb;
+  w->nmodules = nm;
+  w->fn_name = fnn;
+  w->fn_file = fnf;
+  w->nfunctions = nf;
+  w->loc_function = lf;
+  w->loc_module = lm;
+  w->loc_address = la;
+  w->loc_line = ll;
+  w->loc_kind = lk;
+  w->loc_hash = lh;
+  w->nlocations = nl;
+  w->depth = depth;
+  w->stack_off = soff;
+  w->locs = locs;
+  w->values = vals;
+  w->stack_hash = sh;
+  w->nsamples = nsamp;
+  w->nlocs = nlocs;
+  return 0;
+}
+
+int ember__codec_decode_v1_view(const void *data, size_t len, const ember_codec_limits_t *lim,
+                                ember_wire_t **out, char *errbuf, size_t errbuf_size) {
+  if (len > lim->max_message)
+    return ember__codec_fail(EMBER_ETOOBIG, errbuf, errbuf_size,
+                             "message of %zu bytes (at most %zu)", len, lim->max_message);
+  if (len == 0) return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size, "empty message");
+  v1_view_t *v = ember_calloc(1, sizeof *v);
+  if (v == NULL) return ember__codec_fail(-ENOMEM, errbuf, errbuf_size, "out of memory");
+  v->mem.release = v1_view_release;
+  v->w.priv = &v->mem;
+  v->arena.next_size = len * 3 + 4096;
+  ProtobufCAllocator alloc = {ember__arena_alloc, ember__arena_free, &v->arena};
+  wire_profile_t *m = ember__wire__v1__profile__unpack(&alloc, len, data);
+  int rc;
+  if (m == NULL) {
+    rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                           "not a valid ember.wire.v1.Profile message (%zu bytes)", len);
+  } else {
+    bool want = m->n_strings > 0 && m->n_strings <= lim->max_strings;
+    uint32_t *lens = want ? ember__arena_alloc(&v->arena, m->n_strings * sizeof *lens) : NULL;
+    if (want && lens == NULL) {
+      rc = ember__codec_fail(-ENOMEM, errbuf, errbuf_size, "out of memory while decoding");
+    } else {
+      rc = validate(m, lim, lens, errbuf, errbuf_size);
+      if (rc == 0 && (rc = v1_columns(m, lens, &v->arena, &v->w)) != 0)
+        ember__codec_fail(rc, errbuf, errbuf_size, "out of memory while decoding");
+    }
+  }
+  if (rc != 0) {
+    v1_view_release(&v->mem);
+    return rc;
+  }
+  *out = &v->w;
+  return 0;
+}
+
 /* --- targets --- */
 
 static char *wire_str(const char *s) { return (char *)(uintptr_t)(s ? s : ""); }

@@ -11,6 +11,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "ember/codec.h"
+#include "ember/wire.h"
 
 /* ember_malloc / ember_free behind protobuf-c's allocator interface. */
 extern ProtobufCAllocator ember__codec_pb_allocator;
@@ -47,6 +48,11 @@ typedef struct ember__wire_mem {
 /* ember_codec_decode of a version 1 message (codec.c). */
 int ember__codec_decode_v1(const void *data, size_t len, const ember_codec_limits_t *lim,
                            ember_profile_t **out, char *errbuf, size_t errbuf_size);
+
+/* ember_wire_decode of a version 1 message (codec.c): a view whose columns
+ * are copied from the unpacked message, hashes computed. Same returns. */
+int ember__codec_decode_v1_view(const void *data, size_t len, const ember_codec_limits_t *lim,
+                                ember_wire_t **out, char *errbuf, size_t errbuf_size);
 
 /* XXH64 of data[0..len) with `seed`, as its specification defines it
  * (wire_hash.c; wire v2's hashes are built on it). */

@@ -44,6 +44,18 @@ uint32_t ember_wire_peek_version(const void *data, size_t len) {
   return 0;
 }
 
+/* out[i] = d[0] + ... + d[i]; the index of the first sum outside
+ * [0, UINT32_MAX], or SIZE_MAX when there is none. */
+static size_t undelta32(const int32_t *d, size_t n, uint32_t *out) {
+  int64_t v = 0; /* n is bounded by the message size: no overflow */
+  for (size_t i = 0; i < n; i++) {
+    v += d[i];
+    if (v < 0 || v > (int64_t)UINT32_MAX) return i;
+    out[i] = (uint32_t)v;
+  }
+  return SIZE_MAX;
+}
+
 static const char *text_or_null(const char *s) { return s == NULL || s[0] == '\0' ? NULL : s; }
 
 #define FAIL(rc, ...) ember__codec_fail((rc), errbuf, errbuf_size, __VA_ARGS__)
@@ -122,18 +134,22 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
   if (m->n_function_name != m->n_function_file)
     return FAIL(EMBER_ECORRUPT, "%zu function names for %zu files", m->n_function_name,
                 m->n_function_file);
+  uint32_t *fnn = ember__arena_alloc(a, (m->n_function_name ? m->n_function_name : 1) * 4);
+  if (fnn == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
+  size_t bad = undelta32(m->function_name, m->n_function_name, fnn);
+  if (bad != SIZE_MAX) return FAIL(EMBER_ECORRUPT, "function %zu: name index out of range", bad);
   for (size_t i = 0; i < m->n_module_name; i++)
     if ((rc = check_index(m->module_name[i], ns, "module", i, errbuf, errbuf_size)) ||
         (rc = check_index(m->module_build_id[i], ns, "module", i, errbuf, errbuf_size)))
       return rc;
   for (size_t i = 0; i < m->n_function_name; i++)
-    if ((rc = check_index(m->function_name[i], ns, "function", i, errbuf, errbuf_size)) ||
+    if ((rc = check_index(fnn[i], ns, "function", i, errbuf, errbuf_size)) ||
         (rc = check_index(m->function_file[i], ns, "function", i, errbuf, errbuf_size)))
       return rc;
   w->mod_name = m->module_name;
   w->mod_build_id = m->module_build_id;
   w->nmodules = m->n_module_name;
-  w->fn_name = m->function_name;
+  w->fn_name = fnn;
   w->fn_file = m->function_file;
   w->nfunctions = m->n_function_name;
 
@@ -148,10 +164,17 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
                 "addresses, %zu lines, %zu kinds, %zu hashes)",
                 nl, m->n_location_module, m->n_location_address, m->n_location_line,
                 m->n_location_kind, m->n_location_hash);
+  uint32_t *lf = ember__arena_alloc(a, (nl ? nl : 1) * sizeof *lf);
+  uint64_t *la = ember__arena_alloc(a, (nl ? nl : 1) * sizeof *la);
+  if (lf == NULL || la == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
+  if ((bad = undelta32(m->location_function, nl, lf)) != SIZE_MAX)
+    return FAIL(EMBER_ECORRUPT, "location %zu: function index out of range", bad);
+  uint64_t addr = 0;
+  for (size_t i = 0; i < nl; i++) la[i] = addr += (uint64_t)m->location_address[i];
   for (size_t i = 0; i < nl; i++) {
-    if (m->location_function[i] > w->nfunctions)
+    if (lf[i] > w->nfunctions)
       return FAIL(EMBER_ECORRUPT, "location %zu: function %u out of range (have %zu functions)",
-                  i, m->location_function[i], w->nfunctions);
+                  i, lf[i], w->nfunctions);
     if (m->location_module[i] > w->nmodules)
       return FAIL(EMBER_ECORRUPT, "location %zu: module %u out of range (have %zu modules)", i,
                   m->location_module[i], w->nmodules);
@@ -159,9 +182,9 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
       return FAIL(EMBER_ECORRUPT, "location %zu: unknown frame kind %u", i,
                   m->location_kind[i]);
   }
-  w->loc_function = m->location_function;
+  w->loc_function = lf;
   w->loc_module = m->location_module;
-  w->loc_address = m->location_address;
+  w->loc_address = la;
   w->loc_line = m->location_line;
   w->loc_kind = m->location_kind;
   w->loc_hash = m->location_hash;
@@ -180,7 +203,12 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
       lim->max_depth < EMBER_MAX_STACK_DEPTH ? lim->max_depth : EMBER_MAX_STACK_DEPTH;
   uint32_t *soff = ember__arena_alloc(a, (nsamp ? nsamp : 1) * sizeof *soff);
   unsigned char *used = ember__arena_alloc(a, nl ? nl : 1);
-  if (soff == NULL || used == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
+  size_t nsl = m->n_sample_locations;
+  uint32_t *sl = ember__arena_alloc(a, (nsl ? nsl : 1) * sizeof *sl);
+  if (soff == NULL || used == NULL || sl == NULL)
+    return FAIL(-ENOMEM, "out of memory while decoding");
+  if ((bad = undelta32(m->sample_locations, nsl, sl)) != SIZE_MAX)
+    return FAIL(EMBER_ECORRUPT, "sample location %zu: index out of range", bad);
   memset(used, 0, nl);
   size_t at = 0;
   for (size_t i = 0; i < nsamp; i++) {
@@ -193,7 +221,7 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
                   d, m->n_sample_locations);
     soff[i] = (uint32_t)at; /* n_sample_locations fits: it is below the message size */
     for (size_t j = at; j < at + d; j++) {
-      uint32_t l = m->sample_locations[j];
+      uint32_t l = sl[j];
       if (l >= nl)
         return FAIL(EMBER_ECORRUPT,
                     "sample %zu: location index %u out of range (have %zu locations)", i, l, nl);
@@ -212,7 +240,7 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
     if (!used[i]) return FAIL(EMBER_ECORRUPT, "location %zu is used by no sample", i);
   w->depth = m->sample_depth;
   w->stack_off = soff;
-  w->locs = m->sample_locations;
+  w->locs = sl;
   w->values = m->sample_values;
   w->stack_hash = m->stack_hash;
   w->nsamples = nsamp;
@@ -245,16 +273,8 @@ int ember_wire_decode(const void *data, size_t len, const ember_codec_limits_t *
   if (version > EMBER_WIRE_V2)
     return FAIL(EMBER_EVERSION, "schema version %u is not supported (this build reads 1 and 2)",
                 version);
-  if (version != EMBER_WIRE_V2) {
-    ember_profile_t *p = NULL;
-    int rc = ember__codec_decode_v1(data, len, lim, &p, errbuf, errbuf_size);
-    if (rc == 0) {
-      rc = ember_wire_from_profile(p, out);
-      if (rc != 0) FAIL(rc, "out of memory while decoding");
-    }
-    ember_profile_free(p);
-    return rc;
-  }
+  if (version != EMBER_WIRE_V2) return ember__codec_decode_v1_view(data, len, lim, out, errbuf,
+                                                                  errbuf_size);
   if (len > lim->max_message)
     return FAIL(EMBER_ETOOBIG, "message of %zu bytes (at most %zu)", len, lim->max_message);
   decoded_t *d = ember_calloc(1, sizeof *d);

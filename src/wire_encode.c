@@ -246,6 +246,12 @@ int ember_wire_from_profile(const ember_profile_t *p, ember_wire_t **out) {
   return 0;
 }
 
+/* d[i] = a[i] - a[i - 1] (a[-1] = 0). Indices are below 2^31: the
+ * limits bound every table far below that. */
+static void delta32(const uint32_t *a, size_t n, int32_t *d) {
+  for (size_t i = 0; i < n; i++) d[i] = (int32_t)((int64_t)a[i] - (i ? (int64_t)a[i - 1] : 0));
+}
+
 static char *wire_text(const char *s) { return (char *)(uintptr_t)(s ? s : ""); }
 
 int ember_codec_encode_v2(const ember_profile_t *p, ember_buf_t *out) {
@@ -280,13 +286,10 @@ int ember_codec_encode_v2(const ember_profile_t *p, ember_buf_t *out) {
   m.module_name = (uint32_t *)(uintptr_t)w->mod_name;
   m.module_build_id = (uint32_t *)(uintptr_t)w->mod_build_id;
   m.n_function_name = m.n_function_file = w->nfunctions;
-  m.function_name = (uint32_t *)(uintptr_t)w->fn_name;
   m.function_file = (uint32_t *)(uintptr_t)w->fn_file;
   m.n_location_function = m.n_location_module = m.n_location_address = m.n_location_line =
       m.n_location_kind = m.n_location_hash = w->nlocations;
-  m.location_function = (uint32_t *)(uintptr_t)w->loc_function;
   m.location_module = (uint32_t *)(uintptr_t)w->loc_module;
-  m.location_address = (uint64_t *)(uintptr_t)w->loc_address;
   m.location_line = (uint32_t *)(uintptr_t)w->loc_line;
   m.location_kind = (uint32_t *)(uintptr_t)w->loc_kind;
   m.location_hash = (uint64_t *)(uintptr_t)w->loc_hash;
@@ -294,13 +297,34 @@ int ember_codec_encode_v2(const ember_profile_t *p, ember_buf_t *out) {
   m.sample_depth = (uint32_t *)(uintptr_t)w->depth;
   m.stack_hash = (uint64_t *)(uintptr_t)w->stack_hash;
   m.n_sample_locations = w->nlocs;
-  m.sample_locations = (uint32_t *)(uintptr_t)w->locs;
   m.n_sample_values = w->nsamples * w->ntypes;
   m.sample_values = (int64_t *)(uintptr_t)w->values;
   m.end_mark = EMBER__WIRE_END_MARK;
+  /* The delta columns. */
+  int32_t *dfn = alloc_n(w->nfunctions, sizeof *dfn), *dlf = alloc_n(w->nlocations, sizeof *dlf);
+  int32_t *dlocs = alloc_n(w->nlocs, sizeof *dlocs);
+  int64_t *daddr = alloc_n(w->nlocations, sizeof *daddr);
+  if (dfn == NULL || dlf == NULL || dlocs == NULL || daddr == NULL) {
+    rc = -ENOMEM;
+    goto cleanup;
+  }
+  delta32(w->fn_name, w->nfunctions, dfn);
+  delta32(w->loc_function, w->nlocations, dlf);
+  delta32(w->locs, w->nlocs, dlocs);
+  for (size_t i = 0; i < w->nlocations; i++)
+    daddr[i] = (int64_t)(w->loc_address[i] - (i ? w->loc_address[i - 1] : 0));
+  m.function_name = dfn;
+  m.location_function = dlf;
+  m.sample_locations = dlocs;
+  m.location_address = daddr;
   char *at;
   rc = ember_buf_extend(out, ember__wire__v2__profile__get_packed_size(&m), &at);
   if (rc == 0) ember__wire__v2__profile__pack(&m, (uint8_t *)at);
+cleanup:
+  ember_free(dfn);
+  ember_free(dlf);
+  ember_free(dlocs);
+  ember_free(daddr);
   ember_wire_free(w);
   return rc;
 }

@@ -222,14 +222,13 @@ int ember__dict_locations(ember__dict_t *d, const ember_wire_t *w, char *why, si
   int rc = grow(&d->fmap, &d->fmap_cap, n, sizeof *d->fmap);
   if (rc < 0) return rc;
   /* The lookups of one window overlap their cache misses: the cache is
-   * tens of MiB, so each lookup would otherwise wait for its index slot,
-   * then its entry, then its bytes. */
+   * tens of MiB, so each lookup would otherwise wait for its slot, then
+   * its record. */
   const ember__dcache_t *c = &d->s->cache[EMBER__CTR_FRAME];
   enum { AHEAD = 4 };
   for (size_t i = 0; i < n; i++) {
-    if (i + 3 * AHEAD < n) ember__dcache_prefetch(c, w->loc_hash[i + 3 * AHEAD]);
-    if (i + 2 * AHEAD < n) ember__dcache_prefetch_entry(c, w->loc_hash[i + 2 * AHEAD]);
-    if (i + AHEAD < n) ember__dcache_prefetch_bytes(c, w->loc_hash[i + AHEAD]);
+    if (i + 2 * AHEAD < n) ember__dcache_prefetch(c, w->loc_hash[i + 2 * AHEAD]);
+    if (i + AHEAD < n) ember__dcache_prefetch_entry(c, w->loc_hash[i + AHEAD]);
     rc = frame_id(d, w, i, &d->fmap[i], why, why_size);
     if (rc != 0) return rc;
   }
@@ -243,8 +242,8 @@ static size_t put_varint(uint8_t *o, uint64_t v) {
   return n;
 }
 
-int ember__dict_stack(ember__dict_t *d, const ember_wire_t *w, size_t i, uint32_t *id, char *why,
-                      size_t why_size) {
+static int stack_id(ember__dict_t *d, const ember_wire_t *w, size_t i, uint32_t *id, char *why,
+                    size_t why_size) {
   uint32_t ids[EMBER_MAX_STACK_DEPTH];
   size_t depth = w->depth[i];
   if (depth == 0 || depth > EMBER_MAX_STACK_DEPTH) return -EINVAL; /* a view never has these */
@@ -270,4 +269,18 @@ int ember__dict_stack(ember__dict_t *d, const ember_wire_t *w, size_t i, uint32_
   bool created;
   return intern_uncached(d, EMBER__DB_STACKS_IDX, EMBER__DB_STACKS, EMBER__CTR_STACK, hash, ids,
                          depth * sizeof *ids, id, &created);
+}
+
+int ember__dict_stacks(ember__dict_t *d, const ember_wire_t *w, uint32_t *ids, char *why,
+                       size_t why_size) {
+  const ember__dcache_t *c = &d->s->cache[EMBER__CTR_STACK];
+  size_t n = w->nsamples;
+  enum { AHEAD = 4 };
+  for (size_t i = 0; i < n; i++) {
+    if (i + 2 * AHEAD < n) ember__dcache_prefetch(c, w->stack_hash[i + 2 * AHEAD]);
+    if (i + AHEAD < n) ember__dcache_prefetch_entry(c, w->stack_hash[i + AHEAD]);
+    int rc = stack_id(d, w, i, &ids[i], why, why_size);
+    if (rc != 0) return rc;
+  }
+  return 0;
 }

@@ -53,10 +53,10 @@ int ember__dict_series(ember__dict_t *d, const ember_labels_t *l, uint32_t *sid)
  * not seen fails its checks; or a store error. */
 int ember__dict_locations(ember__dict_t *d, const ember_wire_t *w, char *why, size_t why_size);
 
-/* The store stack id of sample `i` of `w`, after ember__dict_locations.
- * Returns 0; EMBER_ECORRUPT with a sentence when a stack the store had not
- * seen does not match its hash; or a store error. */
-int ember__dict_stack(ember__dict_t *d, const ember_wire_t *w, size_t i, uint32_t *id, char *why,
-                      size_t why_size);
+/* The store stack id of every sample of `w` into ids[0..nsamples), after
+ * ember__dict_locations. Returns 0; EMBER_ECORRUPT with a sentence when a
+ * stack the store had not seen does not match its hash; or a store error. */
+int ember__dict_stacks(ember__dict_t *d, const ember_wire_t *w, uint32_t *ids, char *why,
+                       size_t why_size);
 
 #endif

@@ -40,6 +40,8 @@ typedef struct wctx {
     uint32_t local; /* sample index in the view */
   } * ents;
   size_t ents_cap;
+  uint32_t *sids; /* the view's samples' stack ids */
+  size_t sids_cap;
   uint32_t *wids; /* this window's entries, sorted: stack ids */
   int64_t *wvals; /* and values, ntypes per entry */
   size_t wids_cap, wvals_cap;
@@ -335,11 +337,10 @@ static int write_one(wctx_t *w, const ember_wire_t *v, const ember_store_source_
   if (rc == 0) rc = grow(&w->wids, &w->wids_cap, nsamples, sizeof *w->wids);
   if (rc == 0) rc = grow(&w->wvals, &w->wvals_cap, nsamples * nt, sizeof *w->wvals);
   if (rc < 0) return rc;
-  for (size_t i = 0; i < nsamples; i++) {
-    w->ents[i].local = (uint32_t)i;
-    rc = ember__dict_stack(&w->dict, v, i, &w->ents[i].id, w->why, sizeof w->why);
-    if (rc < 0) return rc;
-  }
+  if (rc == 0) rc = grow(&w->sids, &w->sids_cap, nsamples, sizeof *w->sids);
+  if (rc == 0) rc = ember__dict_stacks(&w->dict, v, w->sids, w->why, sizeof w->why);
+  if (rc < 0) return rc;
+  for (size_t i = 0; i < nsamples; i++) w->ents[i] = (struct ent){w->sids[i], (uint32_t)i};
   if (nsamples) qsort(w->ents, nsamples, sizeof *w->ents, ent_cmp);
   /* Sorted by stack id; samples of one stack (a v2 message may send a
    * stack twice) are added into one entry. */
@@ -537,6 +538,7 @@ cleanup:
   ember__srcs_free(&w.srcs);
   ember__out_free(&w.row);
   ember_free(w.ents);
+  ember_free(w.sids);
   ember_free(w.wids);
   ember_free(w.wvals);
   ember_free(w.oids);

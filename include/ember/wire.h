@@ -82,9 +82,11 @@ typedef struct ember_wire {
 
 /* Decode a version 1 or version 2 message (the version field comes first
  * in both). Version 2 is checked as the header comment says and read in
- * place; version 1 is decoded into a profile (ember_codec_decode) and
- * converted (ember_wire_from_profile). Returns as ember_codec_decode; *out
- * (free with ember_wire_free) only on success. */
+ * place; version 1 is checked as ember_codec_decode checks it (its strings
+ * too) and copied into columns, its hashes computed here, so v1 windows
+ * share the store's caches with v2 ones (its locations may include some no
+ * sample uses). Returns as ember_codec_decode; *out (free with
+ * ember_wire_free) only on success. */
 EMBER_API int ember_wire_decode(const void *data, size_t len, const ember_codec_limits_t *lim,
                                 ember_wire_t **out, char *errbuf, size_t errbuf_size);
 

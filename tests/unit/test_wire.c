@@ -340,13 +340,17 @@ static void columns_uneven(Ember__Wire__V2__Profile *m) { m->n_location_hash--; 
 static void depth_zero(Ember__Wire__V2__Profile *m) { m->sample_depth[3] = 0; }
 static void depths_past_end(Ember__Wire__V2__Profile *m) { m->sample_depth[4] += 5; }
 static void depths_short(Ember__Wire__V2__Profile *m) { m->sample_depth[4] -= 1; }
-static void bad_location(Ember__Wire__V2__Profile *m) { m->sample_locations[2] = 1000; }
+static void bad_location(Ember__Wire__V2__Profile *m) { m->sample_locations[2] += 1000; }
+static void negative_location(Ember__Wire__V2__Profile *m) { m->sample_locations[0] = -1; }
+static void negative_function(Ember__Wire__V2__Profile *m) { m->function_name[0] = -3; }
 static void negative_value(Ember__Wire__V2__Profile *m) { m->sample_values[5] = -5; }
 static void missing_value(Ember__Wire__V2__Profile *m) { m->n_sample_values--; }
 static void hashes_uneven(Ember__Wire__V2__Profile *m) { m->n_stack_hash--; }
 static void unused_location(Ember__Wire__V2__Profile *m) {
-  /* Sample 0 (hot, main) stops naming hot, which no other sample uses. */
-  m->sample_locations[0] = m->sample_locations[1];
+  /* Sample 0 (hot, main) becomes (main, main): hot, which no other sample
+   * uses, is left over. Delta-coded: 0, 1 becomes 1, 0. */
+  m->sample_locations[0] = 1;
+  m->sample_locations[1] = 0;
 }
 static char bad_label[] = "\xed\xa0\x80";
 static void bad_utf8_label(Ember__Wire__V2__Profile *m) { m->worker = bad_label; }
@@ -378,7 +382,9 @@ static void test_wire_rejects_bad_input(void **state) {
   expect_error(depth_zero, false, EMBER_ECORRUPT, "sample 3: stack of 0 frames");
   expect_error(depths_past_end, false, EMBER_ECORRUPT, "sample 4: its 7 frames run past");
   expect_error(depths_short, false, EMBER_ECORRUPT, "the depths add up to");
-  expect_error(bad_location, false, EMBER_ECORRUPT, "location index 1000 out of range");
+  expect_error(bad_location, false, EMBER_ECORRUPT, "out of range (have 8 locations)");
+  expect_error(negative_location, false, EMBER_ECORRUPT, "sample location 0: index out of range");
+  expect_error(negative_function, false, EMBER_ECORRUPT, "function 0: name index out of range");
   expect_error(negative_value, false, EMBER_ECORRUPT, "sample 2: negative value -5");
   expect_error(missing_value, false, EMBER_ECORRUPT, "values for 5 samples");
   expect_error(hashes_uneven, false, EMBER_ECORRUPT, "stack hashes for 5 samples");
@@ -404,7 +410,7 @@ static void test_wire_same_stack_twice_adds(void **state) {
   /* Samples [s0, s0], values [v0, v0]; locations 0 (hot) and 1 (main),
    * the two that s0 names, are the only ones kept. */
   uint32_t depth[2] = {u->sample_depth[0], u->sample_depth[0]};
-  uint32_t locs[4] = {0, 1, 0, 1};
+  int32_t locs[4] = {0, 1, -1, 1}; /* delta-coded: 0, 1, 0, 1 */
   int64_t vals[4] = {30, 30, 30, 30};
   uint64_t sh[2] = {u->stack_hash[0], u->stack_hash[0]};
   assert_int_equal(depth[0], 2);
