@@ -93,7 +93,8 @@ typedef struct metrics_set {
   ember_metric_t *messages, *profiles, *samples, *duplicates, *expired, *malformed, *dlq_errors,
       *batches, *batch_seconds, *store_errors, *commit_errors, *consumer_errors, *targets,
       *target_messages, *target_errors, *store_bytes, *store_series, *store_stacks, *retained,
-      *cpu_seconds, *rss_bytes, *lag, *splits, *map_bytes, *map_grows, *rule_messages, *rule_errors;
+      *cpu_seconds, *rss_bytes, *lag, *splits, *map_bytes, *map_grows, *rule_messages, *rule_errors,
+      *wire_v1, *wire_v2;
 } metrics_set_t;
 
 struct ember__collector {
@@ -522,11 +523,16 @@ static void flush_batch(ember__collector_t *c) {
   int64_t t0 = ember_time_mono_ns();
   /* Every message decoded before anything is stored. */
   ember__dpool_wait(c->pool);
-  for (size_t i = 0; i < b->n; i++)
-    if (b->items[i].bad_decode) {
-      b->items[i].bad_decode = false;
-      log_malformed(c, &b->items[i]);
+  for (size_t i = 0; i < b->n; i++) {
+    item_t *it = &b->items[i];
+    if (it->bad_decode) {
+      it->bad_decode = false;
+      log_malformed(c, it);
+    } else if (item_ok(it)) {
+      uint32_t v = ember_wire_peek_version(it->msg->payload, it->msg->len);
+      ember_metric_add(v == EMBER_WIRE_V2 ? c->m.wire_v2 : c->m.wire_v1, 1);
     }
+  }
   if (store_batch(c) == 0) {
     fault_after_store(c);
     if (dlq_batch(c) == 0) commit_batch(c);
@@ -859,6 +865,10 @@ static void register_metrics(ember__collector_t *c) {
       r, "ember_store_map_bytes", "Current size of the store's map (grows up to store.max_size).");
   m->map_grows = ember_metrics_counter(r, "ember_store_map_grows_total",
                                        "Times the store's map was full and was grown.");
+  m->wire_v1 = ember_metrics_counter(r, "ember_collector_wire_messages_total{version=\"1\"}",
+                                     "Messages of ember.profiles decoded, by wire version.");
+  m->wire_v2 = ember_metrics_counter(r, "ember_collector_wire_messages_total{version=\"2\"}",
+                                     "Messages of ember.profiles decoded, by wire version.");
 }
 
 static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {

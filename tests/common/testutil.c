@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "ember/codec.h"
+#include "ember/wire.h"
 #include "ember/config.h"
 #include "ember/kafka.h"
 #include "ember/sign.h"
@@ -170,6 +171,8 @@ typedef struct profiles_acc {
   ember_profile_t **res;
   int64_t *ts; /* NULL unless timestamps were asked for */
   bool want_ts;
+  uint32_t *ver; /* NULL unless versions were asked for */
+  bool want_ver;
   size_t n, cap;
 } profiles_acc_t;
 
@@ -197,7 +200,12 @@ static bool on_profile_message(void *ctx, const rd_kafka_message_t *m) {
       acc->ts = realloc(acc->ts, acc->cap * sizeof *acc->ts);
       assert_non_null(acc->ts);
     }
+    if (acc->want_ver) {
+      acc->ver = realloc(acc->ver, acc->cap * sizeof *acc->ver);
+      assert_non_null(acc->ver);
+    }
   }
+  if (acc->want_ver) acc->ver[acc->n] = ember_wire_peek_version(m->payload, m->len);
   if (acc->want_ts) {
     rd_kafka_timestamp_type_t tstype;
     acc->ts[acc->n] = rd_kafka_message_timestamp(m, &tstype);
@@ -220,6 +228,15 @@ size_t tu_consume_profiles_ts(const char *brokers, const char *host, int idle_ms
   consume(brokers, EMBER_TOPIC_PROFILES, idle_ms, max_ms, on_profile_message, &acc);
   *out = acc.res;
   *ts_ms = acc.ts;
+  return acc.n;
+}
+
+size_t tu_consume_profiles_v(const char *brokers, const char *host, int idle_ms, int max_ms,
+                             ember_profile_t ***out, uint32_t **versions) {
+  profiles_acc_t acc = {.host = host, .want_ver = true};
+  consume(brokers, EMBER_TOPIC_PROFILES, idle_ms, max_ms, on_profile_message, &acc);
+  *out = acc.res;
+  *versions = acc.ver;
   return acc.n;
 }
 

@@ -39,6 +39,11 @@ size_t tu_consume_profiles(const char *brokers, const char *host, int idle_ms, i
 size_t tu_consume_profiles_ts(const char *brokers, const char *host, int idle_ms, int max_ms,
                               ember_profile_t ***out, int64_t **ts_ms);
 
+/* The same, also giving each message's wire version (1 or 2) in
+ * *versions (caller frees). */
+size_t tu_consume_profiles_v(const char *brokers, const char *host, int idle_ms, int max_ms,
+                             ember_profile_t ***out, uint32_t **versions);
+
 /* Sum of value `vi` over stacks whose leaf frame's function is `fn`, and
  * over stacks containing a frame whose function contains `substr`. */
 int64_t tu_self(const ember_profile_t *p, size_t vi, const char *fn);
