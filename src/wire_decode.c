@@ -366,7 +366,7 @@ int ember_wire_to_profile(const ember_wire_t *w, ember_profile_t **out, char *er
     }
     rc = ember_profile_add_ids(p, ids, w->depth[i], w->values + i * w->ntypes, NULL);
     if (rc != 0) {
-      rc = rc == -ERANGE ? FAIL(rc, "sample %zu: a value sum would overflow", i)
+      rc = rc == -ERANGE ? FAIL(EMBER_ECORRUPT, "sample %zu: a value sum would overflow", i)
                          : FAIL(rc, "cannot add sample %zu", i);
       goto cleanup;
     }

@@ -101,8 +101,8 @@ EMBER_API int ember_wire_from_profile(const ember_profile_t *p, ember_wire_t **o
 /* Build a profile from `w`, checking everything ember_wire_decode left
  * (strings of every location UTF-8 without NUL and at most
  * EMBER_MAX_STRING bytes, every location and stack hash). Samples with the
- * same stack are added together. 0; EMBER_ECORRUPT with a sentence;
- * -ERANGE (a sum overflows); -ENOMEM. */
+ * same stack are added together. 0; EMBER_ECORRUPT with a sentence (also
+ * for a sum that would overflow, as version 1's decoder says); -ENOMEM. */
 EMBER_API int ember_wire_to_profile(const ember_wire_t *w, ember_profile_t **out, char *errbuf,
                                     size_t errbuf_size);
 
