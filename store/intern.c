@@ -149,69 +149,45 @@ int ember__dict_series(ember__dict_t *d, const ember_labels_t *l, uint32_t *sid)
   return rc;
 }
 
-/* A location as the frame cache compares it: the frame's fixed fields as
- * encoded, and its strings in the message, without encoding them. */
-typedef struct loc_key {
+/* Encode location i of w as its frame is stored into d->buf: kind, be32
+ * line, be64 address, then per string 0x00 (none) or 0x01, the bytes and
+ * a NUL (ember__out_str). One copy of ~100 bytes, then one memcmp per
+ * candidate: cheaper than comparing the four strings in place. */
+static int loc_encode(ember__dict_t *d, const ember_wire_t *w, size_t i) {
   const char *str[4];
   size_t len[4];
-  uint8_t fixed[1 + 4 + 8]; /* kind, be32 line, be64 address */
-} loc_key_t;
-
-/* Fill `k` for location i of w and return the length of its frame's
- * encoding: the fixed part, then per string 0x00 (none) or 0x01, the
- * bytes and a NUL (ember__out_str). */
-static size_t loc_key(loc_key_t *k, const ember_wire_t *w, size_t i) {
-  ember_wire_location_strings(w, i, k->str, k->len);
-  k->fixed[0] = (uint8_t)w->loc_kind[i];
-  ember__put_be32(k->fixed + 1, w->loc_line[i]);
-  ember__put_be64(k->fixed + 5, w->loc_address[i]);
-  size_t n = sizeof k->fixed;
-  for (int j = 0; j < 4; j++) n += k->str[j] ? k->len[j] + 2 : 1;
-  return n;
-}
-
-/* Is the cached encoded frame p[0..n) the location of `ctx`? Byte for
- * byte, as a memcmp of the encodings would be; the caller checked n. */
-static bool loc_match(const void *ctx, const uint8_t *p, size_t n) {
-  const loc_key_t *k = ctx;
-  (void)n;
-  if (memcmp(p, k->fixed, sizeof k->fixed) != 0) return false;
-  p += sizeof k->fixed;
+  ember_wire_location_strings(w, i, str, len);
+  size_t n = 13;
+  for (int j = 0; j < 4; j++) n += str[j] ? len[j] + 2 : 1;
+  int rc = grow(&d->buf.data, &d->buf.cap, n, 1);
+  if (rc < 0) return rc;
+  uint8_t *o = d->buf.data;
+  o[0] = (uint8_t)w->loc_kind[i];
+  ember__put_be32(o + 1, w->loc_line[i]);
+  ember__put_be64(o + 5, w->loc_address[i]);
+  o += 13;
   for (int j = 0; j < 4; j++) {
-    if (k->str[j] == NULL) {
-      if (*p++ != 0) return false;
-      continue;
-    }
-    if (*p++ != 1 || memcmp(p, k->str[j], k->len[j]) != 0 || p[k->len[j]] != 0) return false;
-    p += k->len[j] + 1;
+    *o++ = str[j] != NULL;
+    if (str[j] == NULL) continue;
+    memcpy(o, str[j], len[j]);
+    o += len[j];
+    *o++ = 0;
   }
-  return true;
+  d->buf.len = n;
+  return 0;
 }
 
 static int frame_id(ember__dict_t *d, const ember_wire_t *w, size_t i, uint32_t *fid, char *why,
                     size_t why_size) {
-  loc_key_t key;
-  size_t n = loc_key(&key, w, i);
+  int rc = loc_encode(d, w, i);
+  if (rc < 0) return rc;
   uint64_t hash = w->loc_hash[i];
   ember__dcache_t *cache = &d->s->cache[EMBER__CTR_FRAME];
-  if (ember__dcache_find_match(cache, hash, n, loc_match, &key, fid)) return 0;
+  if (ember__dcache_find(cache, hash, d->buf.data, d->buf.len, fid)) return 0;
   /* Not seen (or a different content under the same hash): check it before
    * it enters the dictionary under this hash. */
-  int rc = ember_wire_check_location(w, i, why, why_size);
+  rc = ember_wire_check_location(w, i, why, why_size);
   if (rc != 0) return rc;
-  rc = grow(&d->buf.data, &d->buf.cap, n, 1);
-  if (rc < 0) return rc;
-  uint8_t *o = d->buf.data;
-  memcpy(o, key.fixed, sizeof key.fixed);
-  o += sizeof key.fixed;
-  for (int j = 0; j < 4; j++) {
-    *o++ = key.str[j] != NULL;
-    if (key.str[j] == NULL) continue;
-    memcpy(o, key.str[j], key.len[j]);
-    o += key.len[j];
-    *o++ = 0;
-  }
-  d->buf.len = n;
   bool created;
   return intern_uncached(d, EMBER__DB_FRAMES_IDX, EMBER__DB_FRAMES, EMBER__CTR_FRAME, hash,
                          d->buf.data, d->buf.len, fid, &created);
