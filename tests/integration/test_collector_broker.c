@@ -2,7 +2,9 @@
  *  - SIGKILL in the middle of ingest, restart: the store then holds exactly
  *    what was published (nothing lost, nothing twice);
  *  - malformed messages produced with kcat land in the DLQ, with the reason
- *    in a header, while valid profiles around them are stored. */
+ *    in a header, while valid profiles around them are stored;
+ *  - so do malformed wire v2 messages, those the decoder refuses and those
+ *    only the store can tell (a hash that does not match its content). */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -18,8 +20,11 @@
 #include <cmocka.h>
 
 #include "common/testutil.h"
+#include "ember/codec.h"
 #include "ember/kafka.h"
 #include "ember/store.h"
+#include "ember/wire.h"
+#include "ember_v2.pb-c.h"
 
 #define BASE_NS (1764410400LL * 1000000000)
 #define WINDOW  10000000000LL
@@ -171,6 +176,100 @@ static void test_collector_dlq_with_kcat(void **state) {
   stop_collector(c);
 }
 
+/* A v2 message of tu_profile(agent, seq, ...), broken by `how`:
+ * 0 cut before its end mark, 1 a string length past the limit, 2 a blob shorter than its
+ * lengths, 3 a location whose hash is not its content's. */
+static void *bad_v2(const char *agent, uint64_t seq, const char *worker, int how, size_t *len) {
+  ember_profile_t *p = tu_profile(agent, seq, worker, "host-v2", BASE_NS + (int64_t)seq * WINDOW);
+  ember_buf_t b;
+  ember_buf_init(&b, 1u << 20);
+  assert_int_equal(ember_codec_encode_v2(p, &b), 0);
+  ember_profile_free(p);
+  if (how == 0) {
+    /* Without its end mark (the last 5 bytes): every field parses. */
+    *len = b.len - 5;
+    void *out = malloc(*len);
+    memcpy(out, b.data, *len);
+    ember_buf_free(&b);
+    return out;
+  }
+  Ember__Wire__V2__Profile *m =
+      ember__wire__v2__profile__unpack(NULL, b.len, (const uint8_t *)b.data);
+  assert_non_null(m);
+  assert_true(m->n_string_lengths > 1 && m->n_location_hash > 0);
+  if (how == 1) m->string_lengths[1] = EMBER_MAX_STRING + 1;
+  if (how == 2) m->strings.len -= 2;
+  if (how == 3) m->location_hash[0] ^= 1;
+  *len = ember__wire__v2__profile__get_packed_size(m);
+  void *out = malloc(*len);
+  ember__wire__v2__profile__pack(m, out);
+  /* free_unpacked frees what unpack made: `strings.len` shrank, not its
+   * buffer. */
+  ember__wire__v2__profile__free_unpacked(m, NULL);
+  ember_buf_free(&b);
+  return out;
+}
+
+static void test_collector_dlq_wire_v2(void **state) {
+  (void)state;
+  setup_names("dlq2");
+  char kcat[512];
+  if (!tu_which("kcat", kcat, sizeof kcat)) fail_msg("kcat is not installed (scripts/deps.sh)");
+  const char *brokers = tu_bootstrap();
+  char worker[128];
+  snprintf(worker, sizeof worker, "w-%s", tag);
+  unsigned port = tu_free_port();
+  pid_t c = start_collector(port);
+
+  /* Good v1 windows, four bad v2 ones, good v1 windows: one key (the
+   * worker), so one partition, in this order. */
+  int64_t want = tu_produce_profiles(brokers, tag, 1, 10, worker, "host-d", BASE_NS);
+  static const char *const reasons[] = {"truncated", "string 1: 4097 bytes",
+                                        "string lengths add up to more than", "location 0: hash"};
+  const void *values[4];
+  size_t lens[4];
+  for (int i = 0; i < 4; i++) values[i] = bad_v2(tag, 100 + (uint64_t)i, worker, i, &lens[i]);
+  tu_dr_tally_t t = tu_produce(brokers, EMBER_TOPIC_PROFILES, worker, values, lens, 4);
+  assert_int_equal(t.ok, 4);
+  for (int i = 0; i < 4; i++) free((void *)(uintptr_t)values[i]);
+  want += tu_produce_profiles(brokers, tag, 11, 10, worker, "host-d", BASE_NS + 200 * WINDOW);
+
+  int64_t got = -1;
+  double malformed = 0;
+  for (int i = 0; i < 600 && (got != want || malformed < 4); i++) {
+    usleep(100000);
+    got = stored_samples(worker, NULL);
+    malformed = tu_metric(port, "ember_collector_malformed_total");
+  }
+  assert_true(got == want);
+  assert_true(malformed == 4);
+
+  /* The DLQ, read with kcat: the four, keyed by the worker, each with its
+   * reason (payloads are binary: only keys and headers are printed). */
+  char cmd[2048], out_path[700];
+  snprintf(out_path, sizeof out_path, "%s/%s.dlq", EMBER_TEST_TMP, tag);
+  snprintf(cmd, sizeof cmd, "%s -C -b %s -t %s -o beginning -e -q -f '%%k|%%h\\n' > %s", kcat,
+           brokers, EMBER_TOPIC_PROFILES_DLQ, out_path);
+  int found = 0;
+  for (int i = 0; i < 20 && found < 4; i++) {
+    assert_int_equal(system(cmd), 0);
+    FILE *f = fopen(out_path, "r");
+    assert_non_null(f);
+    char line[4096];
+    bool seen[4] = {false, false, false, false};
+    while (fgets(line, sizeof line, f)) {
+      if (strncmp(line, worker, strlen(worker)) != 0 || line[strlen(worker)] != '|') continue;
+      for (int k = 0; k < 4; k++)
+        if (strstr(line, reasons[k]) != NULL) seen[k] = true;
+    }
+    fclose(f);
+    found = (int)seen[0] + (int)seen[1] + (int)seen[2] + (int)seen[3];
+    if (found < 4) sleep(1);
+  }
+  if (found < 4) fail_msg("only %d of the 4 reasons in the DLQ (%s)", found, out_path);
+  stop_collector(c);
+}
+
 /* Two instances in one group share the partitions and one store file:
  * each stores part of the stream, together exactly all of it. */
 static void test_collector_two_instances_share_the_work(void **state) {
@@ -221,6 +320,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_collector_sigkill_loses_nothing),
       cmocka_unit_test(test_collector_dlq_with_kcat),
+      cmocka_unit_test(test_collector_dlq_wire_v2),
       cmocka_unit_test(test_collector_two_instances_share_the_work),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
