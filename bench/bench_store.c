@@ -49,6 +49,7 @@
 #include "ember/parse.h"
 #include "ember/store.h"
 #include "ember/wire.h"
+#include "decode_pool.h"
 #include "stream.h"
 
 #define SEC   STREAM_SEC
@@ -160,26 +161,49 @@ static double merge_best(ember_store_t *s, const char *worker, int64_t from, int
 /* One ingest of the stream (wire version 1 or 2) into its own store. */
 typedef struct ingest {
   int version;
+  size_t threads; /* decode threads (0: the writer's thread decodes) */
+  ember__dpool_t *pool;
   ember_store_t *s;
   ember_buf_t *msgs;
-  double wall, cpu, dec_cpu, commit_cpu;
+  double wall, cpu, dec_cpu, commit_cpu, proc_cpu;
   uint64_t wire_bytes, zstd_bytes;
 } ingest_t;
 
 /* What the collector does with a batch of n messages: decode each into a
  * view (ember_wire_decode reads v1 and v2), one write, free. */
+typedef struct job {
+  const ember_buf_t *msg;
+  ember_wire_t **out;
+  int version;
+} job_t;
+
+static void decode_one(void *arg) {
+  const job_t *j = arg;
+  char err[256];
+  if (ember_wire_decode(j->msg->data, j->msg->len, NULL, j->out, err, sizeof err) != 0) {
+    fprintf(stderr, "bench_store: decode v%d: %s\n", j->version, err);
+    exit(1);
+  }
+}
+
+static double proc_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static void ingest_batch(ingest_t *g, size_t n, const ember_store_source_t *srcs,
                          const int64_t *next_off, int nparts) {
   static ember_wire_t *views[BATCH];
-  char err[256];
-  double w0 = mono_s(), c0 = cpu_s();
+  static job_t jobs[BATCH];
+  double w0 = mono_s(), c0 = cpu_s(), p0 = proc_cpu_s();
+  /* With decode threads, as the collector does: each message to the pool,
+   * the batch written once all are decoded. */
   for (size_t i = 0; i < n; i++) {
-    int rc = ember_wire_decode(g->msgs[i].data, g->msgs[i].len, NULL, &views[i], err, sizeof err);
-    if (rc) {
-      fprintf(stderr, "bench_store: decode v%d: %s\n", g->version, err);
-      exit(1);
-    }
+    jobs[i] = (job_t){&g->msgs[i], &views[i], g->version};
+    ember__dpool_submit(g->pool, decode_one, &jobs[i]);
   }
+  ember__dpool_wait(g->pool);
   double c1 = cpu_s();
   ember_store_write_result_t r;
   int rc = ember_store_write_wire(g->s, views, srcs, n, &r);
@@ -200,6 +224,7 @@ static void ingest_batch(ingest_t *g, size_t n, const ember_store_source_t *srcs
   g->cpu += cpu_s() - c0;
   g->wall += mono_s() - w0;
   g->dec_cpu += c1 - c0;
+  g->proc_cpu += proc_cpu_s() - p0;
 }
 
 int main(int argc, char **argv) {
@@ -241,11 +266,16 @@ int main(int argc, char **argv) {
   char path[512], path2[512];
   snprintf(path, sizeof path, "%s/bench_store_%ld.lmdb", dir, (long)getpid());
   snprintf(path2, sizeof path2, "%s/bench_store_%ld_v2.lmdb", dir, (long)getpid());
-  ingest_t in[2] = {{.version = 1}, {.version = 2}};
+  ingest_t in[3] = {{.version = 1}, {.version = 2}, {.version = 2, .threads = 2}};
+  char path3[512];
+  snprintf(path3, sizeof path3, "%s/bench_store_%ld_v2t.lmdb", dir, (long)getpid());
   in[0].s = open_fresh(path, (size_t)16 << 30);
   in[1].s = open_fresh(path2, (size_t)16 << 30);
+  in[2].s = open_fresh(path3, (size_t)16 << 30);
+  for (int v = 0; v < 3; v++)
+    if (ember__dpool_new(in[v].threads, BATCH, &in[v].pool) != 0) die("decode pool", -ENOMEM);
   size_t steps = (size_t)(minutes * 6), total = steps * nworkers, done = 0;
-  for (int v = 0; v < 2; v++) {
+  for (int v = 0; v < 3; v++) {
     in[v].msgs = calloc(BATCH, sizeof *in[v].msgs);
     for (size_t i = 0; i < BATCH; i++) ember_buf_init(&in[v].msgs[i], 1u << 26);
   }
@@ -268,7 +298,7 @@ int main(int argc, char **argv) {
       ember_profile_t *p = stream_window(&ws[widx], widx, T0 + (int64_t)(k / nworkers) * WIN, &ns);
       samples += ns;
       distinct += ember_profile_nstacks(p);
-      for (int v = 0; v < 2; v++) {
+      for (int v = 0; v < 3; v++) {
         ember_buf_reset(&in[v].msgs[i]);
         int rc = v == 0 ? ember_codec_encode(p, &in[v].msgs[i])
                         : ember_codec_encode_v2(p, &in[v].msgs[i]);
@@ -296,7 +326,7 @@ int main(int argc, char **argv) {
       }
       ember_profile_free(p);
     }
-    for (int v = 0; v < 2; v++) ingest_batch(&in[v], n, with_sources ? srcs : NULL, next_off, NPARTS);
+    for (int v = 0; v < 3; v++) ingest_batch(&in[v], n, with_sources ? srcs : NULL, next_off, NPARTS);
     done += n;
   }
   ZSTD_freeCCtx(zc);
@@ -309,8 +339,19 @@ int main(int argc, char **argv) {
   double pp_per = (double)pp_bytes / (double)pp_samples;
   printf("peer pprof.gz per window: %.2f bytes/sample (%llu windows sampled, %.0f bytes each)\n",
          pp_per, (unsigned long long)pp_windows, (double)pp_bytes / (double)pp_windows);
-  for (int v = 0; v < 2; v++) {
+  for (int v = 0; v < 3; v++) {
     ingest_t *g = &in[v];
+    if (g->threads) {
+      printf("wire v%d, %zu decode threads: ingest %.0f profiles/s wall (%.2f cores busy: %.0f "
+             "profiles/s per core of process CPU)\n",
+             g->version, g->threads, (double)total / g->wall, g->proc_cpu / g->wall,
+             (double)total / g->proc_cpu);
+      ember_store_close(g->s);
+      ember__dpool_free(g->pool);
+      for (size_t i = 0; i < BATCH; i++) ember_buf_free(&g->msgs[i]);
+      free(g->msgs);
+      continue;
+    }
     printf("wire v%d: ingest (decode + write) %.0f profiles/s per core (thread CPU), %.0f "
            "profiles/s wall; %.0f samples/s per core\n",
            g->version, (double)total / g->cpu, (double)total / g->wall,
@@ -335,12 +376,13 @@ int main(int argc, char **argv) {
            (unsigned long long)st.rollup_rows, (unsigned long long)st.rollup_1m_rows,
            ((double)st.file_bytes / (double)samples) / pp_per);
     ember_store_close(g->s);
+    ember__dpool_free(g->pool);
     for (size_t i = 0; i < BATCH; i++) ember_buf_free(&g->msgs[i]);
     free(g->msgs);
   }
   free(srcs);
-  const char *paths[2] = {path, path2};
-  for (int v = 0; v < 2; v++) {
+  const char *paths[3] = {path, path2, path3};
+  for (int v = 0; v < 3; v++) {
     char lock[600];
     snprintf(lock, sizeof lock, "%s-lock", paths[v]);
     unlink(paths[v]);
