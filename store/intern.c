@@ -7,17 +7,6 @@
 
 #include "htab.h"
 
-static int grow(void *arr, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return 0;
-  size_t c = *cap ? *cap : 64;
-  while (c < need) c *= 2;
-  if (c > SIZE_MAX / elem) return -ENOMEM;
-  void *p = ember_realloc(*(void **)arr, c * elem);
-  if (!p) return -ENOMEM;
-  *(void **)arr = p;
-  *cap = c;
-  return 0;
-}
 
 void ember__dict_init(ember__dict_t *d, ember_store_t *s, MDB_txn *txn) {
   *d = (ember__dict_t){.s = s,
@@ -159,7 +148,7 @@ static int loc_encode(ember__dict_t *d, const ember_wire_t *w, size_t i) {
   ember_wire_location_strings(w, i, str, len);
   size_t n = 13;
   for (int j = 0; j < 4; j++) n += str[j] ? len[j] + 2 : 1;
-  int rc = grow(&d->buf.data, &d->buf.cap, n, 1);
+  int rc = ember__grow(&d->buf.data, &d->buf.cap, n, 1);
   if (rc < 0) return rc;
   uint8_t *o = d->buf.data;
   o[0] = (uint8_t)w->loc_kind[i];
@@ -195,7 +184,7 @@ static int frame_id(ember__dict_t *d, const ember_wire_t *w, size_t i, uint32_t 
 
 int ember__dict_locations(ember__dict_t *d, const ember_wire_t *w, char *why, size_t why_size) {
   size_t n = w->nlocations;
-  int rc = grow(&d->fmap, &d->fmap_cap, n, sizeof *d->fmap);
+  int rc = ember__grow(&d->fmap, &d->fmap_cap, n, sizeof *d->fmap);
   if (rc < 0) return rc;
   /* The lookups of one window overlap their cache misses: the cache is
    * tens of MiB, so each lookup would otherwise wait for its slot, then
@@ -237,7 +226,7 @@ static int stack_id(ember__dict_t *d, const ember_wire_t *w, size_t i, uint32_t 
     return EMBER_ECORRUPT;
   }
   /* On disk: varints of the depth and the ids (at most 5 bytes each). */
-  int rc = grow(&d->buf.data, &d->buf.cap, 5 * (depth + 1), 1);
+  int rc = ember__grow(&d->buf.data, &d->buf.cap, 5 * (depth + 1), 1);
   if (rc < 0) return rc;
   size_t len = put_varint(d->buf.data, depth);
   for (size_t k = 0; k < depth; k++) len += put_varint(d->buf.data + len, ids[k]);

@@ -59,17 +59,6 @@ typedef struct wctx {
   char why[192];        /* why a view was refused */
 } wctx_t;
 
-static int grow(void *arr, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return 0;
-  size_t c = *cap ? *cap : 64;
-  while (c < need) c *= 2;
-  if (c > SIZE_MAX / elem) return -ENOMEM;
-  void *p = ember_realloc(*(void **)arr, c * elem);
-  if (!p) return -ENOMEM;
-  *(void **)arr = p;
-  *cap = c;
-  return 0;
-}
 
 static int ent_cmp(const void *a, const void *b) {
   const struct ent *x = a, *y = b;
@@ -89,8 +78,8 @@ static int merge_sorted(wctx_t *w, unsigned nt, const uint32_t *aid, const int64
                         const uint32_t *bid, const int64_t *bv, size_t bn, size_t *nout) {
   if (an > SIZE_MAX / EMBER_MAX_VALUE_TYPES - bn) return -ENOMEM;
   size_t need = an + bn;
-  int rc = grow(&w->ids, &w->ids_cap, need, sizeof *w->ids);
-  if (rc == 0) rc = grow(&w->vals, &w->vals_cap, need * nt, sizeof *w->vals);
+  int rc = ember__grow(&w->ids, &w->ids_cap, need, sizeof *w->ids);
+  if (rc == 0) rc = ember__grow(&w->vals, &w->vals_cap, need * nt, sizeof *w->vals);
   if (rc < 0) return rc;
   size_t i = 0, j = 0, n = 0;
   while (i < an || j < bn) {
@@ -130,8 +119,8 @@ static int load_row(wctx_t *w, const MDB_val *old, ember__row_hdr_t *h, size_t *
   /* Every entry takes at least one byte per value and one for the id. */
   if (it.hdr.nstacks > old->mv_size) return EMBER_ECORRUPT;
   size_t n = (size_t)it.hdr.nstacks, nt = h->ntypes;
-  int rc = grow(&w->oids, &w->oids_cap, n, sizeof *w->oids);
-  if (rc == 0) rc = grow(&w->ovals, &w->ovals_cap, n * nt, sizeof *w->ovals);
+  int rc = ember__grow(&w->oids, &w->oids_cap, n, sizeof *w->oids);
+  if (rc == 0) rc = ember__grow(&w->ovals, &w->ovals_cap, n * nt, sizeof *w->ovals);
   if (rc < 0) return rc;
   for (size_t i = 0; i < n; i++) {
     int r = ember__row_next(&it, &w->oids[i], &w->ovals[i * nt]);
@@ -194,7 +183,7 @@ static int agg_add(wctx_t *w, ember__db_t db, int64_t unit, uint32_t sid, int64_
   agg_t *a;
   if (at < 0) {
     if (w->naggs >= UINT32_MAX) return -ENOMEM;
-    int rc = grow(&w->aggs, &w->aggs_cap, w->naggs + 1, sizeof *w->aggs);
+    int rc = ember__grow(&w->aggs, &w->aggs_cap, w->naggs + 1, sizeof *w->aggs);
     if (rc < 0) return rc;
     rc = ember__htab_insert(&w->agg_index, hash, (uint32_t)w->naggs, agg_hash, w);
     if (rc < 0) return rc;
@@ -208,8 +197,8 @@ static int agg_add(wctx_t *w, ember__db_t db, int64_t unit, uint32_t sid, int64_
   unsigned nt = h->ntypes;
   size_t m = 0;
   int rc = merge_sorted(w, nt, a->ids, a->vals, a->n, w->wids, w->wvals, n, &m);
-  if (rc == 0) rc = grow(&a->ids, &a->ids_cap, m, sizeof *a->ids);
-  if (rc == 0) rc = grow(&a->vals, &a->vals_cap, m * nt, sizeof *a->vals);
+  if (rc == 0) rc = ember__grow(&a->ids, &a->ids_cap, m, sizeof *a->ids);
+  if (rc == 0) rc = ember__grow(&a->vals, &a->vals_cap, m * nt, sizeof *a->vals);
   if (rc < 0) return rc;
   /* An idle window first in its bucket leaves both lists empty and never
    * allocated: memcpy must not see their NULL pointers, even for 0 bytes. */
@@ -333,11 +322,11 @@ static int write_one(wctx_t *w, const ember_wire_t *v, const ember_store_source_
 
   size_t nsamples = v->nsamples, nt = h.ntypes;
   rc = ember__dict_locations(&w->dict, v, w->why, sizeof w->why);
-  if (rc == 0) rc = grow(&w->ents, &w->ents_cap, nsamples, sizeof *w->ents);
-  if (rc == 0) rc = grow(&w->wids, &w->wids_cap, nsamples, sizeof *w->wids);
-  if (rc == 0) rc = grow(&w->wvals, &w->wvals_cap, nsamples * nt, sizeof *w->wvals);
+  if (rc == 0) rc = ember__grow(&w->ents, &w->ents_cap, nsamples, sizeof *w->ents);
+  if (rc == 0) rc = ember__grow(&w->wids, &w->wids_cap, nsamples, sizeof *w->wids);
+  if (rc == 0) rc = ember__grow(&w->wvals, &w->wvals_cap, nsamples * nt, sizeof *w->wvals);
   if (rc < 0) return rc;
-  if (rc == 0) rc = grow(&w->sids, &w->sids_cap, nsamples, sizeof *w->sids);
+  if (rc == 0) rc = ember__grow(&w->sids, &w->sids_cap, nsamples, sizeof *w->sids);
   if (rc == 0) rc = ember__dict_stacks(&w->dict, v, w->sids, w->why, sizeof w->why);
   if (rc < 0) return rc;
   for (size_t i = 0; i < nsamples; i++) w->ents[i] = (struct ent){w->sids[i], (uint32_t)i};

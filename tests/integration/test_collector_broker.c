@@ -109,6 +109,38 @@ static void test_collector_sigkill_loses_nothing(void **state) {
   assert_true(work_b == (int64_t)n); /* one work_b sample per window: each window once */
 }
 
+/* How many of needles[0..n) the DLQ holds, read with kcat, in lines of
+ * messages keyed `key` (their headers, and their payloads if `payload`),
+ * trying for up to 20 s. Each such line must name its error and source. */
+static int dlq_find(const char *kcat, const char *brokers, const char *key, bool payload,
+                    const char *const *needles, int n) {
+  char cmd[2048], out_path[700];
+  snprintf(out_path, sizeof out_path, "%s/%s.dlq", EMBER_TEST_TMP, tag);
+  snprintf(cmd, sizeof cmd, "%s -C -b %s -t %s -o beginning -e -q -f '%%k|%%h%s\\n' > %s", kcat,
+           brokers, EMBER_TOPIC_PROFILES_DLQ, payload ? "|%s" : "", out_path);
+  int found = 0;
+  for (int t = 0; t < 20 && found < n; t++) {
+    assert_int_equal(system(cmd), 0);
+    FILE *f = fopen(out_path, "r");
+    assert_non_null(f);
+    char line[4096];
+    bool seen[8] = {false};
+    assert_true(n <= 8);
+    while (fgets(line, sizeof line, f)) {
+      if (strncmp(line, key, strlen(key)) != 0 || line[strlen(key)] != '|') continue;
+      assert_non_null(strstr(line, "ember.error="));
+      assert_non_null(strstr(line, "ember.source=" EMBER_TOPIC_PROFILES "/"));
+      for (int i = 0; i < n; i++)
+        if (strstr(line, needles[i]) != NULL) seen[i] = true;
+    }
+    fclose(f);
+    found = 0;
+    for (int i = 0; i < n; i++) found += seen[i];
+    if (found < n) sleep(1);
+  }
+  return found;
+}
+
 static void test_collector_dlq_with_kcat(void **state) {
   (void)state;
   setup_names("dlq");
@@ -143,33 +175,11 @@ static void test_collector_dlq_with_kcat(void **state) {
   assert_true(got == want); /* ingest went on around the bad messages */
   assert_true(malformed >= 3);
 
-  /* The DLQ, read with kcat: our three messages, with the reason. */
-  char out_path[700];
-  snprintf(out_path, sizeof out_path, "%s/%s.dlq", EMBER_TEST_TMP, tag);
-  snprintf(cmd, sizeof cmd, "%s -C -b %s -t %s -o beginning -e -q -f '%%k|%%h|%%s\\n' > %s", kcat,
-           brokers, EMBER_TOPIC_PROFILES_DLQ, out_path);
-  /* Other tests' collectors (their own groups) read the same topic and may
-   * have copied these messages too: each must be there at least once. */
+  /* The DLQ, read with kcat: our three messages, with the reason. Other
+   * tests' collectors (their own groups) read the same topic and may have
+   * copied these messages too: each must be there at least once. */
   static const char *const payloads[] = {"garbage-one", "json", "abc"};
-  int found = 0;
-  for (int t = 0; t < 20 && found < 3; t++) {
-    assert_int_equal(system(cmd), 0);
-    FILE *f = fopen(out_path, "r");
-    assert_non_null(f);
-    char line[4096];
-    bool seen[3] = {false, false, false};
-    while (fgets(line, sizeof line, f)) {
-      if (strncmp(line, tag, strlen(tag)) != 0) continue;
-      assert_non_null(strstr(line, "ember.error="));
-      assert_non_null(strstr(line, "ember.source=" EMBER_TOPIC_PROFILES "/"));
-      for (int i = 0; i < 3; i++)
-        if (strstr(line, payloads[i]) != NULL) seen[i] = true;
-    }
-    fclose(f);
-    found = (int)seen[0] + (int)seen[1] + (int)seen[2];
-    if (found < 3) sleep(1);
-  }
-  assert_int_equal(found, 3);
+  assert_int_equal(dlq_find(kcat, brokers, tag, true, payloads, 3), 3);
   /* Still serving. */
   char body[64];
   assert_int_equal(tu_http_get(port, "/healthz", body, sizeof body), 200);
@@ -244,29 +254,10 @@ static void test_collector_dlq_wire_v2(void **state) {
   assert_true(got == want);
   assert_true(malformed == 4);
 
-  /* The DLQ, read with kcat: the four, keyed by the worker, each with its
-   * reason (payloads are binary: only keys and headers are printed). */
-  char cmd[2048], out_path[700];
-  snprintf(out_path, sizeof out_path, "%s/%s.dlq", EMBER_TEST_TMP, tag);
-  snprintf(cmd, sizeof cmd, "%s -C -b %s -t %s -o beginning -e -q -f '%%k|%%h\\n' > %s", kcat,
-           brokers, EMBER_TOPIC_PROFILES_DLQ, out_path);
-  int found = 0;
-  for (int i = 0; i < 20 && found < 4; i++) {
-    assert_int_equal(system(cmd), 0);
-    FILE *f = fopen(out_path, "r");
-    assert_non_null(f);
-    char line[4096];
-    bool seen[4] = {false, false, false, false};
-    while (fgets(line, sizeof line, f)) {
-      if (strncmp(line, worker, strlen(worker)) != 0 || line[strlen(worker)] != '|') continue;
-      for (int k = 0; k < 4; k++)
-        if (strstr(line, reasons[k]) != NULL) seen[k] = true;
-    }
-    fclose(f);
-    found = (int)seen[0] + (int)seen[1] + (int)seen[2] + (int)seen[3];
-    if (found < 4) sleep(1);
-  }
-  if (found < 4) fail_msg("only %d of the 4 reasons in the DLQ (%s)", found, out_path);
+  /* The DLQ: the four, keyed by the worker, each with its reason
+   * (payloads are binary: only keys and headers are read). */
+  int found = dlq_find(kcat, brokers, worker, false, reasons, 4);
+  if (found < 4) fail_msg("only %d of the 4 reasons in the DLQ", found);
   stop_collector(c);
 }
 

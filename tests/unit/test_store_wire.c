@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include "common/testutil.h"
+
 #include "ember/codec.h"
 #include "ember/store.h"
 #include "ember/wire.h"
@@ -71,22 +73,6 @@ static ember_profile_t *window(const char *w, int64_t start, uint64_t seq, const
  * The message bytes are kept in *keep (free after the view). */
 typedef void (*mutate_fn)(Ember__Wire__V2__Profile *m);
 
-typedef struct blocks {
-  void *b[256];
-  size_t n;
-} blocks_t;
-
-static void *blocks_alloc(void *data, size_t size) {
-  blocks_t *a = data;
-  assert_true(a->n < sizeof a->b / sizeof a->b[0]);
-  return a->b[a->n++] = malloc(size);
-}
-
-static void blocks_nofree(void *data, void *ptr) {
-  (void)data;
-  (void)ptr;
-}
-
 static ember_wire_t *view_of(const ember_profile_t *p, mutate_fn mutate, uint8_t **keep) {
   ember_buf_t b;
   ember_buf_init(&b, 1u << 24);
@@ -96,15 +82,15 @@ static ember_wire_t *view_of(const ember_profile_t *p, mutate_fn mutate, uint8_t
   if (mutate) {
     /* Mutations may swap in arrays of their own: the message's blocks are
      * freed together, not through free_unpacked. */
-    blocks_t blocks = {.n = 0};
-    ProtobufCAllocator alloc = {blocks_alloc, blocks_nofree, &blocks};
+    tu_blocks_t blocks;
+    ProtobufCAllocator alloc = tu_blocks_allocator(&blocks);
     Ember__Wire__V2__Profile *m = ember__wire__v2__profile__unpack(&alloc, b.len, bytes);
     assert_non_null(m);
     mutate(m);
     n = ember__wire__v2__profile__get_packed_size(m);
     bytes = malloc(n);
     ember__wire__v2__profile__pack(m, bytes);
-    for (size_t i = 0; i < blocks.n; i++) free(blocks.b[i]);
+    tu_blocks_free(&blocks);
     ember_buf_free(&b);
   } else {
     b.data = NULL;

@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "common/testutil.h"
+
 #include "ember_v2.pb-c.h"
 #include "ember/codec.h"
 #include "ember/wire.h"
@@ -69,33 +71,6 @@ static void encode_v2(const ember_profile_t *p, ember_buf_t *b) {
   ember_buf_init(b, 1u << 24);
   assert_int_equal(ember_codec_encode_v2(p, b), 0);
   assert_true(b->len > 0);
-}
-
-static bool str_eq_null(const char *a, const char *b) {
-  if (a == NULL || b == NULL) return a == b;
-  return strcmp(a, b) == 0;
-}
-
-static bool frames_equal(const ember_frame_t *a, const ember_frame_t *b) {
-  return str_eq_null(a->function, b->function) && str_eq_null(a->file, b->file) &&
-         str_eq_null(a->module, b->module) && str_eq_null(a->build_id, b->build_id) &&
-         a->address == b->address && a->line == b->line && a->kind == b->kind;
-}
-
-static void assert_profiles_equal(const ember_profile_t *a, const ember_profile_t *b) {
-  assert_int_equal(ember_profile_ntypes(a), ember_profile_ntypes(b));
-  assert_int_equal(ember_profile_nstacks(a), ember_profile_nstacks(b));
-  for (uint32_t s = 0; s < ember_profile_nstacks(a); s++) {
-    const uint32_t *ia, *ib;
-    size_t da, db;
-    const int64_t *va, *vb;
-    ember_profile_stack(a, s, &ia, &da, &va);
-    ember_profile_stack(b, s, &ib, &db, &vb);
-    assert_int_equal(da, db);
-    for (size_t i = 0; i < da; i++)
-      assert_true(frames_equal(ember_profile_frame(a, ia[i]), ember_profile_frame(b, ib[i])));
-    for (size_t v = 0; v < ember_profile_ntypes(a); v++) assert_int_equal(va[v], vb[v]);
-  }
 }
 
 /* The hashes are on the wire: pinned to values of the reference XXH64
@@ -156,7 +131,7 @@ static void test_wire_round_trip(void **state) {
   /* The profile, through ember_codec_decode as through the view. */
   ember_profile_t *q = NULL;
   assert_int_equal(ember_codec_decode(b.data, b.len, NULL, &q, err, sizeof err), 0);
-  assert_profiles_equal(p, q);
+  tu_assert_profiles_equal(p, q);
   const ember_labels_t *l = ember_profile_labels(q);
   assert_string_equal(l->worker, "api");
   assert_string_equal(l->version, "1.4.2");
@@ -265,30 +240,14 @@ static void test_wire_limits(void **state) {
  * unpacked into blocks freed together. */
 typedef void (*mutate_fn)(Ember__Wire__V2__Profile *m);
 
-typedef struct blocks {
-  void *b[256];
-  size_t n;
-} blocks_t;
-
-static void *blocks_alloc(void *data, size_t size) {
-  blocks_t *a = data;
-  assert_true(a->n < sizeof a->b / sizeof a->b[0]);
-  return a->b[a->n++] = malloc(size);
-}
-
-static void blocks_nofree(void *data, void *ptr) {
-  (void)data;
-  (void)ptr;
-}
-
 /* view_ok: the view's structural checks pass and only the profile's
  * content checks (hashes, text) refuse it. */
 static void expect_error(mutate_fn mutate, bool view_ok, int want_rc, const char *want_msg) {
   ember_profile_t *p = sample_profile();
   ember_buf_t b;
   encode_v2(p, &b);
-  blocks_t blocks = {.n = 0};
-  ProtobufCAllocator alloc = {blocks_alloc, blocks_nofree, &blocks};
+  tu_blocks_t blocks;
+  ProtobufCAllocator alloc = tu_blocks_allocator(&blocks);
   Ember__Wire__V2__Profile *m =
       ember__wire__v2__profile__unpack(&alloc, b.len, (const uint8_t *)b.data);
   assert_non_null(m);
@@ -312,7 +271,7 @@ static void expect_error(mutate_fn mutate, bool view_ok, int want_rc, const char
     fail_msg("profile: want rc %d and '%s', got rc %d and '%s'", want_rc, want_msg, rc, err);
   assert_null(q);
   free(out);
-  for (size_t i = 0; i < blocks.n; i++) free(blocks.b[i]);
+  tu_blocks_free(&blocks);
   ember_buf_free(&b);
   ember_profile_free(p);
 }
@@ -402,8 +361,8 @@ static void test_wire_same_stack_twice_adds(void **state) {
   ember_profile_t *p = sample_profile();
   ember_buf_t b;
   encode_v2(p, &b);
-  blocks_t blocks = {.n = 0};
-  ProtobufCAllocator alloc = {blocks_alloc, blocks_nofree, &blocks};
+  tu_blocks_t blocks;
+  ProtobufCAllocator alloc = tu_blocks_allocator(&blocks);
   Ember__Wire__V2__Profile *u =
       ember__wire__v2__profile__unpack(&alloc, b.len, (const uint8_t *)b.data);
   assert_non_null(u);
@@ -434,7 +393,7 @@ static void test_wire_same_stack_twice_adds(void **state) {
   assert_int_equal(ember_profile_nstacks(q), 1);
   assert_int_equal(ember_profile_total(q, 0), 60);
   free(out);
-  for (size_t i = 0; i < blocks.n; i++) free(blocks.b[i]);
+  tu_blocks_free(&blocks);
   ember_profile_free(q);
   ember_buf_free(&b);
   ember_profile_free(p);
@@ -454,7 +413,7 @@ static void test_wire_survives_allocation_failures(void **state) {
     ember_alloc_fail_reset();
     ember_buf_free(&b);
     if (rc == 0) {
-      assert_profiles_equal(p, q);
+      tu_assert_profiles_equal(p, q);
       ember_profile_free(q);
       assert_true(n > 10);
       break;
