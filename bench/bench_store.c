@@ -326,7 +326,8 @@ int main(int argc, char **argv) {
       }
       ember_profile_free(p);
     }
-    for (int v = 0; v < 3; v++) ingest_batch(&in[v], n, with_sources ? srcs : NULL, next_off, NPARTS);
+    for (int v = 0; v < 3; v++)
+      ingest_batch(&in[v], n, with_sources ? srcs : NULL, next_off, NPARTS);
     done += n;
   }
   ZSTD_freeCCtx(zc);
@@ -354,8 +355,7 @@ int main(int argc, char **argv) {
     }
     printf("wire v%d: ingest (decode + write) %.0f profiles/s per core (thread CPU), %.0f "
            "profiles/s wall; %.0f samples/s per core\n",
-           g->version, (double)total / g->cpu, (double)total / g->wall,
-           (double)samples / g->cpu);
+           g->version, (double)total / g->cpu, (double)total / g->wall, (double)samples / g->cpu);
     printf("  of which decode %.1f us/profile, write %.1f us/profile (CPU)\n",
            g->dec_cpu / (double)total * 1e6, (g->cpu - g->dec_cpu) / (double)total * 1e6);
     if (with_sources)
@@ -363,8 +363,8 @@ int main(int argc, char **argv) {
              g->commit_cpu / (double)total * 1e6);
     printf("  wire %.1f bytes/sample, %.1f after zstd (per message, level 3) = %.3f of "
            "pprof.gz\n",
-           (double)g->wire_bytes / (double)samples,
-           (double)g->zstd_bytes / (double)pp_samples, (double)g->zstd_bytes / (double)pp_bytes);
+           (double)g->wire_bytes / (double)samples, (double)g->zstd_bytes / (double)pp_samples,
+           (double)g->zstd_bytes / (double)pp_bytes);
     ember_store_stats_t st;
     int rc = ember_store_stats(g->s, &st);
     if (rc) die("stats", rc);

@@ -74,12 +74,12 @@ typedef struct item {
    * NULL: malformed, goes to the DLQ. */
   ember_wire_t *wire;
   ember_profile_t *profile;
-  char *reason;             /* why it is malformed (owned) */
-  bool bad_decode;          /* set by the decode job; counted and logged after it */
+  char *reason;                   /* why it is malformed (owned) */
+  bool bad_decode;                /* set by the decode job; counted and logged after it */
   struct ember__collector *owner; /* for the decode job */
-  bool stored;              /* written on its own while isolating a bad profile */
-  ember_store_source_t src; /* its partition, offset and run (shards.h) */
-  atomic_int dlq_status;    /* 1 pending, 0 delivered, else -rd_kafka_resp_err */
+  bool stored;                    /* written on its own while isolating a bad profile */
+  ember_store_source_t src;       /* its partition, offset and run (shards.h) */
+  atomic_int dlq_status;          /* 1 pending, 0 delivered, else -rd_kafka_resp_err */
 } item_t;
 
 typedef struct batch {
@@ -505,8 +505,9 @@ static void fault_after_store(ember__collector_t *c) {
   if (c->fault_worker[0] == '\0') return;
   for (size_t i = 0; i < c->batch.n; i++) {
     const item_t *it = &c->batch.items[i];
-    const char *w = it->wire ? it->wire->labels.worker
-                             : it->profile ? ember_profile_labels(it->profile)->worker : NULL;
+    const char *w = it->wire      ? it->wire->labels.worker
+                    : it->profile ? ember_profile_labels(it->profile)->worker
+                                  : NULL;
     if (w != NULL && strcmp(w, c->fault_worker) == 0) {
       EMBER_WARN("collector",
                  "EMBER_TEST_FAULT: killing this process after a stored batch "
@@ -894,8 +895,8 @@ static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *e
   uint64_t dflt = ncpu > 1 ? (uint64_t)(ncpu - 1) : 0;
   if (dflt > 4) dflt = 4;
   if (rc == 0)
-    rc = ember_config_get_u64(cfg, "ingest.decode_threads", dflt, 0, 64, &c->decode_threads, err,
-                              n);
+    rc =
+        ember_config_get_u64(cfg, "ingest.decode_threads", dflt, 0, 64, &c->decode_threads, err, n);
   ember_codec_limits_default(&c->lim);
   int64_t max_dur = 0, keep = 0, answer = 0;
   uint64_t max_hz = 0, max_active = 0;
@@ -1047,8 +1048,8 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
   int rc = read_config(c, cfg, errbuf, errbuf_size);
   if (rc == 0) {
     rc = ember__dpool_new(c->decode_threads, c->batch_max, &c->pool);
-    if (rc != 0) snprintf(errbuf, errbuf_size, "cannot start the decode threads: %s",
-                          ember_strerror(rc));
+    if (rc != 0)
+      snprintf(errbuf, errbuf_size, "cannot start the decode threads: %s", ember_strerror(rc));
   }
   if (rc == 0) rc = ember__registry_new(&c->registry);
   if (rc == 0) rc = ember_metrics_new(&c->metrics);

@@ -253,7 +253,6 @@ int ember__codec_check_text(const char *s, const char *what, size_t idx, char *e
   return check_text_len(s, what, idx, &n, errbuf, errbuf_size);
 }
 
-
 static int check_str_index(uint32_t idx, size_t nstrings, const char *what, size_t i, char *errbuf,
                            size_t errbuf_size) {
   if (idx < nstrings || idx == 0) return 0;
@@ -297,8 +296,8 @@ static int validate(const wire_profile_t *m, const ember_codec_limits_t *lim, ui
   }
   const char *texts[] = {m->agent_id, m->session_id};
   for (size_t i = 0; i < 2; i++) {
-    if ((rc = ember__codec_check_text(texts[i], i == 0 ? "agent id" : "session id", 0, errbuf, errbuf_size)) !=
-        0)
+    if ((rc = ember__codec_check_text(texts[i], i == 0 ? "agent id" : "session id", 0, errbuf,
+                                      errbuf_size)) != 0)
       return rc;
   }
   if (m->labels != NULL) {
@@ -563,10 +562,10 @@ static int v1_columns(const wire_profile_t *m, const uint32_t *lens, ember__aren
   for (size_t i = 0; i < nsamp; i++) nlocs += m->samples[i]->n_locations;
   for (size_t i = 0; i < ns; i++) blen += lens[i];
   char *blob = cols(a, blen, 1);
-  uint32_t *off = cols(a, ns, 4), *len = cols(a, ns, 4), *mn = cols(a, nm, 4),
-           *mb = cols(a, nm, 4), *fnn = cols(a, nf, 4), *fnf = cols(a, nf, 4),
-           *lf = cols(a, nl, 4), *lm = cols(a, nl, 4), *ll = cols(a, nl, 4), *lk = cols(a, nl, 4),
-           *depth = cols(a, nsamp, 4), *soff = cols(a, nsamp, 4), *locs = cols(a, nlocs, 4);
+  uint32_t *off = cols(a, ns, 4), *len = cols(a, ns, 4), *mn = cols(a, nm, 4), *mb = cols(a, nm, 4),
+           *fnn = cols(a, nf, 4), *fnf = cols(a, nf, 4), *lf = cols(a, nl, 4), *lm = cols(a, nl, 4),
+           *ll = cols(a, nl, 4), *lk = cols(a, nl, 4), *depth = cols(a, nsamp, 4),
+           *soff = cols(a, nsamp, 4), *locs = cols(a, nlocs, 4);
   uint64_t *la = cols(a, nl, 8), *lh = cols(a, nl, 8), *sh = cols(a, nsamp, 8),
            *strh = cols(a, ns, 8);
   int64_t *vals = cols(a, nsamp * nt, 8);
@@ -597,8 +596,9 @@ static int v1_columns(const wire_profile_t *m, const uint32_t *lens, ember__aren
     la[i] = l->address;
     ll[i] = l->line;
     lk[i] = (uint32_t)l->kind;
-    uint32_t idx[4] = {l->function ? fnn[l->function - 1] : 0, l->function ? fnf[l->function - 1] : 0,
-                       l->module ? mn[l->module - 1] : 0, l->module ? mb[l->module - 1] : 0};
+    uint32_t idx[4] = {l->function ? fnn[l->function - 1] : 0,
+                       l->function ? fnf[l->function - 1] : 0, l->module ? mn[l->module - 1] : 0,
+                       l->module ? mb[l->module - 1] : 0};
     uint64_t h[4];
     for (int k = 0; k < 4; k++) h[k] = idx[k] == 0 || lens[idx[k]] == 0 ? empty : strh[idx[k]];
     lh[i] = ember_wire_location_hash(la[i], ll[i], lk[i], h);
@@ -752,7 +752,8 @@ int ember_codec_decode_target(const void *data, size_t len, ember_target_record_
     goto cleanup;
   }
   for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
-    if ((rc = ember__codec_check_text(src[i], "target field", i, errbuf, errbuf_size)) != 0) goto cleanup;
+    if ((rc = ember__codec_check_text(src[i], "target field", i, errbuf, errbuf_size)) != 0)
+      goto cleanup;
     if (src[i][0] == '\0') continue;
     *dst[i] = ember_strdup(src[i]);
     if (*dst[i] == NULL) {
@@ -1006,7 +1007,8 @@ int ember_codec_decode_event(const void *data, size_t len, ember_event_t *out, c
     }
     e.nhosts = m->n_hosts;
     for (size_t i = 0; i < m->n_hosts; i++) {
-      if ((rc = ember__codec_check_text(m->hosts[i], "event host", i, errbuf, errbuf_size)) != 0) goto cleanup;
+      if ((rc = ember__codec_check_text(m->hosts[i], "event host", i, errbuf, errbuf_size)) != 0)
+        goto cleanup;
       if (m->hosts[i][0] == '\0') {
         rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
                                "a CREATED event with an empty host");

@@ -51,4 +51,3 @@ int ember__ptrtab_get(ember__ptrtab_t *t, const void *a, const void *b, uint32_t
   *idx = (uint32_t)t->n++;
   return 0;
 }
-

@@ -68,8 +68,8 @@ static int check_index(uint32_t idx, size_t n, const char *what, size_t i, char 
 }
 
 /* Everything of `m` but the blob's bytes and the hashes; fills the view. */
-static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t *a,
-                 ember_wire_t *w, char *errbuf, size_t errbuf_size) {
+static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t *a, ember_wire_t *w,
+                 char *errbuf, size_t errbuf_size) {
   int rc;
   if (m->version != EMBER_WIRE_V2)
     return FAIL(EMBER_EVERSION, "schema version %u is not 2", m->version);
@@ -93,10 +93,9 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
     w->types[i] = (ember_value_type_t)vt;
   }
   w->ntypes = m->n_value_types;
-  const char *texts[] = {m->agent_id, m->session_id, m->worker, m->worker_version, m->host,
-                         m->actor};
-  static const char *const names[] = {"agent id", "session id", "label", "label", "label",
-                                      "label"};
+  const char *texts[] = {m->agent_id,       m->session_id, m->worker,
+                         m->worker_version, m->host,       m->actor};
+  static const char *const names[] = {"agent id", "session id", "label", "label", "label", "label"};
   for (size_t i = 0; i < 6; i++)
     if ((rc = ember__codec_check_text(texts[i], names[i], i < 2 ? 0 : i - 2, errbuf,
                                       errbuf_size)) != 0)
@@ -173,14 +172,13 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
   for (size_t i = 0; i < nl; i++) la[i] = addr += (uint64_t)m->location_address[i];
   for (size_t i = 0; i < nl; i++) {
     if (lf[i] > w->nfunctions)
-      return FAIL(EMBER_ECORRUPT, "location %zu: function %u out of range (have %zu functions)",
-                  i, lf[i], w->nfunctions);
+      return FAIL(EMBER_ECORRUPT, "location %zu: function %u out of range (have %zu functions)", i,
+                  lf[i], w->nfunctions);
     if (m->location_module[i] > w->nmodules)
       return FAIL(EMBER_ECORRUPT, "location %zu: module %u out of range (have %zu modules)", i,
                   m->location_module[i], w->nmodules);
     if (m->location_kind[i] > EMBER_FRAME_KIND_MAX)
-      return FAIL(EMBER_ECORRUPT, "location %zu: unknown frame kind %u", i,
-                  m->location_kind[i]);
+      return FAIL(EMBER_ECORRUPT, "location %zu: unknown frame kind %u", i, m->location_kind[i]);
   }
   w->loc_function = lf;
   w->loc_module = m->location_module;
@@ -197,8 +195,8 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
   if (m->n_stack_hash != nsamp)
     return FAIL(EMBER_ECORRUPT, "%zu stack hashes for %zu samples", m->n_stack_hash, nsamp);
   if (m->n_sample_values / w->ntypes != nsamp || m->n_sample_values % w->ntypes != 0)
-    return FAIL(EMBER_ECORRUPT, "%zu values for %zu samples of %zu value types",
-                m->n_sample_values, nsamp, w->ntypes);
+    return FAIL(EMBER_ECORRUPT, "%zu values for %zu samples of %zu value types", m->n_sample_values,
+                nsamp, w->ntypes);
   size_t max_depth =
       lim->max_depth < EMBER_MAX_STACK_DEPTH ? lim->max_depth : EMBER_MAX_STACK_DEPTH;
   uint32_t *soff = ember__arena_alloc(a, (nsamp ? nsamp : 1) * sizeof *soff);
@@ -217,8 +215,8 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
       return FAIL(d ? EMBER_ETOOBIG : EMBER_ECORRUPT,
                   "sample %zu: stack of %u frames (need 1 to %zu)", i, d, max_depth);
     if (d > m->n_sample_locations - at)
-      return FAIL(EMBER_ECORRUPT, "sample %zu: its %u frames run past the %zu locations sent", i,
-                  d, m->n_sample_locations);
+      return FAIL(EMBER_ECORRUPT, "sample %zu: its %u frames run past the %zu locations sent", i, d,
+                  m->n_sample_locations);
     soff[i] = (uint32_t)at; /* n_sample_locations fits: it is below the message size */
     for (size_t j = at; j < at + d; j++) {
       uint32_t l = sl[j];
@@ -273,8 +271,8 @@ int ember_wire_decode(const void *data, size_t len, const ember_codec_limits_t *
   if (version > EMBER_WIRE_V2)
     return FAIL(EMBER_EVERSION, "schema version %u is not supported (this build reads 1 and 2)",
                 version);
-  if (version != EMBER_WIRE_V2) return ember__codec_decode_v1_view(data, len, lim, out, errbuf,
-                                                                  errbuf_size);
+  if (version != EMBER_WIRE_V2)
+    return ember__codec_decode_v1_view(data, len, lim, out, errbuf, errbuf_size);
   if (len > lim->max_message)
     return FAIL(EMBER_ETOOBIG, "message of %zu bytes (at most %zu)", len, lim->max_message);
   decoded_t *d = ember_calloc(1, sizeof *d);
@@ -307,7 +305,7 @@ int ember_wire_to_profile(const ember_wire_t *w, ember_profile_t **out, char *er
                           size_t errbuf_size) {
   if (w == NULL || out == NULL) return -EINVAL;
   ember_profile_t *p = NULL;
-  uint32_t *frame_of = NULL;  /* profile frame id of each location */
+  uint32_t *frame_of = NULL; /* profile frame id of each location */
   int rc = ember_profile_new(w->types, w->ntypes, &p);
   if (rc != 0) return FAIL(rc, "cannot make a profile");
   frame_of = ember_calloc(w->nlocations ? w->nlocations : 1, sizeof *frame_of);
@@ -360,8 +358,9 @@ int ember_wire_to_profile(const ember_wire_t *w, ember_profile_t **out, char *er
     }
     uint64_t want = ember_wire_stack_hash(lh, w->depth[i]);
     if (want != w->stack_hash[i]) {
-      rc = FAIL(EMBER_ECORRUPT, "sample %zu: stack hash %016llx does not match its locations (%016llx)",
-                i, (unsigned long long)w->stack_hash[i], (unsigned long long)want);
+      rc = FAIL(EMBER_ECORRUPT,
+                "sample %zu: stack hash %016llx does not match its locations (%016llx)", i,
+                (unsigned long long)w->stack_hash[i], (unsigned long long)want);
       goto cleanup;
     }
     rc = ember_profile_add_ids(p, ids, w->depth[i], w->values + i * w->ntypes, NULL);

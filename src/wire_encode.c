@@ -29,10 +29,10 @@ typedef struct built {
 
 static void built_release(ember__wire_mem_t *m) {
   built_t *b = (built_t *)m;
-  void *arrays[] = {b->blob,         b->str_off,     b->str_len,   b->mod_name,  b->mod_build_id,
-                    b->fn_name,      b->fn_file,     b->loc_function, b->loc_module, b->loc_line,
-                    b->loc_kind,     b->loc_address, b->loc_hash,  b->depth,     b->stack_off,
-                    b->locs,         b->values,      b->stack_hash};
+  void *arrays[] = {b->blob,     b->str_off,     b->str_len,      b->mod_name,   b->mod_build_id,
+                    b->fn_name,  b->fn_file,     b->loc_function, b->loc_module, b->loc_line,
+                    b->loc_kind, b->loc_address, b->loc_hash,     b->depth,      b->stack_off,
+                    b->locs,     b->values,      b->stack_hash};
   for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) ember_free(arrays[i]);
   ember_free(b);
 }
@@ -184,8 +184,9 @@ static int build(const ember_profile_t *p, built_t *b) {
   b->stack_off = alloc_n(nstacks, sizeof *b->stack_off);
   b->stack_hash = alloc_n(nstacks, sizeof *b->stack_hash);
   b->locs = alloc_n(nlocs, sizeof *b->locs);
-  b->values = nstacks > SIZE_MAX / EMBER_MAX_VALUE_TYPES ? NULL
-                                                          : alloc_n(nstacks * ntypes, sizeof *b->values);
+  b->values = nstacks > SIZE_MAX / EMBER_MAX_VALUE_TYPES
+                  ? NULL
+                  : alloc_n(nstacks * ntypes, sizeof *b->values);
   if (!b->depth || !b->stack_off || !b->stack_hash || !b->locs || !b->values) goto cleanup;
   size_t at = 0;
   uint64_t lh[EMBER_MAX_STACK_DEPTH];

@@ -68,8 +68,7 @@ typedef struct probe {
   const void *ctx;
 } probe_t;
 
-static int find(const ember__dcache_t *c, uint64_t hash, size_t n, const probe_t *k,
-                uint32_t *id) {
+static int find(const ember__dcache_t *c, uint64_t hash, size_t n, const probe_t *k, uint32_t *id) {
   if (c->n == 0) return 0;
   uint64_t tag = hash >> 32;
   for (size_t i = (size_t)hash & c->mask;; i = (i + 1) & c->mask) {

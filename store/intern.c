@@ -7,7 +7,6 @@
 
 #include "htab.h"
 
-
 void ember__dict_init(ember__dict_t *d, ember_store_t *s, MDB_txn *txn) {
   *d = (ember__dict_t){.s = s,
                        .txn = txn,

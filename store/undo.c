@@ -57,10 +57,10 @@ typedef struct uctx {
   ember__out_t enc;
 } uctx_t;
 
-
 static int reserve(entries_t *e, size_t n, unsigned nt) {
   int rc = ember__grow(&e->ids, &e->ids_cap, n ? n : 1, sizeof *e->ids);
-  if (rc == 0) rc = ember__grow(&e->vals, &e->vals_cap, (n ? n : 1) * (nt ? nt : 1), sizeof *e->vals);
+  if (rc == 0)
+    rc = ember__grow(&e->vals, &e->vals_cap, (n ? n : 1) * (nt ? nt : 1), sizeof *e->vals);
   return rc;
 }
 

@@ -59,7 +59,6 @@ typedef struct wctx {
   char why[192];        /* why a view was refused */
 } wctx_t;
 
-
 static int ent_cmp(const void *a, const void *b) {
   const struct ent *x = a, *y = b;
   return (x->id > y->id) - (x->id < y->id);

@@ -49,7 +49,7 @@ extern "C" {
  * (0 = none, else index + 1), every string index < nstrings, every entry
  * of locs < nlocations. Read-only. */
 typedef struct ember_wire {
-  uint32_t version;                 /* of the message; 1 when made from a profile */
+  uint32_t version;                  /* of the message; 1 when made from a profile */
   const char *agent_id, *session_id; /* NULL = none */
   uint64_t seq;
   ember_labels_t labels; /* NULL strings = none */

@@ -59,8 +59,8 @@ static void start_burn(side_t *s) {
 }
 
 /* What the agent of `s` published: its windows and their CPU samples. */
-static void published(const char *brokers, const side_t *s, uint32_t want_version,
-                      size_t *windows, int64_t *samples) {
+static void published(const char *brokers, const side_t *s, uint32_t want_version, size_t *windows,
+                      int64_t *samples) {
   ember_profile_t **ps = NULL;
   uint32_t *ver = NULL;
   size_t n = tu_consume_profiles_v(brokers, s->host, 3000, 60000, &ps, &ver);
@@ -68,8 +68,8 @@ static void published(const char *brokers, const side_t *s, uint32_t want_versio
   *samples = 0;
   for (size_t i = 0; i < n; i++) {
     if (ver[i] != want_version)
-      fail_msg("%s: a message of wire version %u, want %u (log %s)", s->host, ver[i],
-               want_version, s->log);
+      fail_msg("%s: a message of wire version %u, want %u (log %s)", s->host, ver[i], want_version,
+               s->log);
     const char *w = ember_profile_labels(ps[i])->worker;
     if (w != NULL && strcmp(w, s->worker) == 0) {
       int vi = ember_profile_type_index(ps[i], EMBER_VT_CPU_SAMPLES);

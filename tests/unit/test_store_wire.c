@@ -155,7 +155,9 @@ static void wrong_location_hash(Ember__Wire__V2__Profile *m) { m->location_hash[
 static void wrong_stack_hash(Ember__Wire__V2__Profile *m) { m->stack_hash[1] ^= 0x10; }
 /* Location 0 (fn0, a new frame) claims the hash of location 1 (run, a
  * frame the store has cached by then). */
-static void borrowed_hash(Ember__Wire__V2__Profile *m) { m->location_hash[0] = m->location_hash[1]; }
+static void borrowed_hash(Ember__Wire__V2__Profile *m) {
+  m->location_hash[0] = m->location_hash[1];
+}
 static void bad_utf8(Ember__Wire__V2__Profile *m) {
   /* String 1 is the first location's module, "/bin/app": make it invalid
    * and keep the lengths right. */

@@ -219,8 +219,10 @@ static void test_wire_limits(void **state) {
     size_t *field, value;
     const char *msg;
   } cases[] = {
-      {&lim.max_message, b.len - 1, "at most"},     {&lim.max_samples, 4, "5 samples (at most 4)"},
-      {&lim.max_strings, 2, "strings (at most 2)"}, {&lim.max_locations, 2, "locations (at most 2)"},
+      {&lim.max_message, b.len - 1, "at most"},
+      {&lim.max_samples, 4, "5 samples (at most 4)"},
+      {&lim.max_strings, 2, "strings (at most 2)"},
+      {&lim.max_locations, 2, "locations (at most 2)"},
       {&lim.max_depth, 2, "stack of 3 frames"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
