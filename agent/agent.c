@@ -13,6 +13,7 @@
 #include "agent.h"
 #include "discovery.h"
 #include "ember/codec.h"
+#include "ember/wire.h"
 #include "ember/kafka.h"
 #include "ember/log.h"
 #include "ember/metrics.h"
@@ -48,6 +49,7 @@ const char *const ember__agent_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                 "dwarf_debug_files",
                                                 "debug_dirs",
                                                 "max_stacks_per_window",
+                                                "wire_version",
                                                 "netlink",
                                                 "session.max_concurrent",
                                                 "session.max_duration",
@@ -118,6 +120,7 @@ typedef struct agent {
   char host_id[256];
   char agent_id[320];
   uint32_t hz;
+  uint32_t wire_version; /* of the profiles it publishes: 1 or 2 */
   uint32_t ring_pages;
   ember__unwind_mode_t unwind;
   uint32_t stack_bytes; /* user stack copied a sample; 0 with unwind = fp */
@@ -408,7 +411,7 @@ static int publish_pid(agent_t *a, const job_t *j, const job_pid_t *jp,
   }
   if (rc == 0) {
     ember_buf_reset(buf);
-    rc = ember_codec_encode(p, buf);
+    rc = a->wire_version == 1 ? ember_codec_encode(p, buf) : ember_codec_encode_v2(p, buf);
   }
   if (rc == 0) {
     /* The seq is spent only on an encoded message, so a consumer that sees a
@@ -1030,6 +1033,11 @@ static int read_config(agent_t *a, const ember_config_t *cfg, char *err, size_t 
   if (rc == 0)
     rc = ember_config_get_u64(cfg, "max_stacks_per_window", 200000, 1, 50000000, &max_stacks, err,
                               errsz);
+  /* Version 2 unless told otherwise: version 1 is for collectors older
+   * than it (agents upgrade one host at a time, collectors first). */
+  uint64_t wire = 2;
+  if (rc == 0) rc = ember_config_get_u64(cfg, "wire_version", 2, 1, 2, &wire, err, errsz);
+  a->wire_version = (uint32_t)wire;
   uint64_t sk = 2, shz = 1000, sab = EMBER__ALLOC_DEFAULT_SAMPLE_BYTES;
   int64_t sdur = 60000000000LL;
   if (rc == 0) rc = ember_config_get_u64(cfg, "session.max_concurrent", 2, 0, 64, &sk, err, errsz);

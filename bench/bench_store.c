@@ -42,10 +42,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <zstd.h>
+
 #include "ember/codec.h"
 #include "ember/export.h"
 #include "ember/parse.h"
 #include "ember/store.h"
+#include "ember/wire.h"
+#include "decode_pool.h"
 #include "stream.h"
 
 #define SEC   STREAM_SEC
@@ -154,6 +158,75 @@ static double merge_best(ember_store_t *s, const char *worker, int64_t from, int
   return best;
 }
 
+/* One ingest of the stream (wire version 1 or 2) into its own store. */
+typedef struct ingest {
+  int version;
+  size_t threads; /* decode threads (0: the writer's thread decodes) */
+  ember__dpool_t *pool;
+  ember_store_t *s;
+  ember_buf_t *msgs;
+  double wall, cpu, dec_cpu, commit_cpu, proc_cpu;
+  uint64_t wire_bytes, zstd_bytes;
+} ingest_t;
+
+/* What the collector does with a batch of n messages: decode each into a
+ * view (ember_wire_decode reads v1 and v2), one write, free. */
+typedef struct job {
+  const ember_buf_t *msg;
+  ember_wire_t **out;
+  int version;
+} job_t;
+
+static void decode_one(void *arg) {
+  const job_t *j = arg;
+  char err[256];
+  if (ember_wire_decode(j->msg->data, j->msg->len, NULL, j->out, err, sizeof err) != 0) {
+    fprintf(stderr, "bench_store: decode v%d: %s\n", j->version, err);
+    exit(1);
+  }
+}
+
+static double proc_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void ingest_batch(ingest_t *g, size_t n, const ember_store_source_t *srcs,
+                         const int64_t *next_off, int nparts) {
+  static ember_wire_t *views[BATCH];
+  static job_t jobs[BATCH];
+  double w0 = mono_s(), c0 = cpu_s(), p0 = proc_cpu_s();
+  /* With decode threads, as the collector does: each message to the pool,
+   * the batch written once all are decoded. */
+  for (size_t i = 0; i < n; i++) {
+    jobs[i] = (job_t){&g->msgs[i], &views[i], g->version};
+    ember__dpool_submit(g->pool, decode_one, &jobs[i]);
+  }
+  ember__dpool_wait(g->pool);
+  double c1 = cpu_s();
+  ember_store_write_result_t r;
+  int rc = ember_store_write_wire(g->s, views, srcs, n, &r);
+  if (rc) {
+    fprintf(stderr, "bench_store: write v%d: %s %s\n", g->version, ember_strerror(rc), r.why);
+    exit(1);
+  }
+  if (r.written != n) die("write: not all written", EMBER_ECORRUPT);
+  if (srcs) {
+    double k0 = cpu_s();
+    for (int32_t p = 0; p < nparts; p++) {
+      rc = ember_store_committed(g->s, p, 0, next_off[p]);
+      if (rc) die("committed", rc);
+    }
+    g->commit_cpu += cpu_s() - k0;
+  }
+  for (size_t i = 0; i < n; i++) ember_wire_free(views[i]);
+  g->cpu += cpu_s() - c0;
+  g->wall += mono_s() - w0;
+  g->dec_cpu += c1 - c0;
+  g->proc_cpu += proc_cpu_s() - p0;
+}
+
 int main(int argc, char **argv) {
   uint64_t nworkers = 200, minutes = 60, days = 7;
   stream_util_pct = 0;
@@ -185,24 +258,38 @@ int main(int argc, char **argv) {
   stream_worker_t *ws = calloc(nworkers, sizeof *ws);
   for (size_t i = 0; i < nworkers; i++) stream_make_worker(&ws[i], i);
 
-  /* --- ingest --- */
-  char path[512];
+  /* --- ingest: v1 and v2 side by side --- */
+  /* Each batch of windows is made once and encoded both ways; then the v1
+   * messages are ingested into one store and the v2 messages into
+   * another, one after the other, each timed on its own. Both stores see
+   * the same stream, and the CPU caches are shared alike. */
+  char path[512], path2[512];
   snprintf(path, sizeof path, "%s/bench_store_%ld.lmdb", dir, (long)getpid());
-  ember_store_t *s = open_fresh(path, (size_t)16 << 30);
+  snprintf(path2, sizeof path2, "%s/bench_store_%ld_v2.lmdb", dir, (long)getpid());
+  ingest_t in[3] = {{.version = 1}, {.version = 2}, {.version = 2, .threads = 2}};
+  char path3[512];
+  snprintf(path3, sizeof path3, "%s/bench_store_%ld_v2t.lmdb", dir, (long)getpid());
+  in[0].s = open_fresh(path, (size_t)16 << 30);
+  in[1].s = open_fresh(path2, (size_t)16 << 30);
+  in[2].s = open_fresh(path3, (size_t)16 << 30);
+  for (int v = 0; v < 3; v++)
+    if (ember__dpool_new(in[v].threads, BATCH, &in[v].pool) != 0) die("decode pool", -ENOMEM);
   size_t steps = (size_t)(minutes * 6), total = steps * nworkers, done = 0;
-  ember_buf_t *msgs = calloc(BATCH, sizeof *msgs);
-  for (size_t i = 0; i < BATCH; i++) ember_buf_init(&msgs[i], 1u << 26);
-  ember_profile_t *batch[BATCH];
+  for (int v = 0; v < 3; v++) {
+    in[v].msgs = calloc(BATCH, sizeof *in[v].msgs);
+    for (size_t i = 0; i < BATCH; i++) ember_buf_init(&in[v].msgs[i], 1u << 26);
+  }
   enum { NPARTS = 12 };
   ember_store_source_t *srcs = calloc(BATCH, sizeof *srcs);
   int64_t next_off[NPARTS] = {0};
-  double commit_cpu = 0;
   ember_buf_t pp;
   ember_buf_init(&pp, 1u << 28);
-  double wall = 0, cpu = 0, dec_cpu = 0;
-  uint64_t samples = 0, wire_bytes = 0, pp_bytes = 0, pp_samples = 0, pp_windows = 0;
+  uint64_t samples = 0, pp_bytes = 0, pp_samples = 0, pp_windows = 0;
   size_t distinct = 0;
-  char err[256];
+  ZSTD_CCtx *zc = ZSTD_createCCtx();
+  size_t zcap = ZSTD_compressBound(1u << 26);
+  void *zbuf = malloc(zcap);
+  if (zc == NULL || zbuf == NULL) die("zstd", -ENOMEM);
   while (done < total) {
     size_t n = total - done < BATCH ? total - done : BATCH;
     for (size_t i = 0; i < n; i++) {
@@ -211,89 +298,105 @@ int main(int argc, char **argv) {
       ember_profile_t *p = stream_window(&ws[widx], widx, T0 + (int64_t)(k / nworkers) * WIN, &ns);
       samples += ns;
       distinct += ember_profile_nstacks(p);
-      ember_buf_reset(&msgs[i]);
-      int rc = ember_codec_encode(p, &msgs[i]);
-      if (rc) die("encode", rc);
-      wire_bytes += msgs[i].len;
+      for (int v = 0; v < 3; v++) {
+        ember_buf_reset(&in[v].msgs[i]);
+        int rc = v == 0 ? ember_codec_encode(p, &in[v].msgs[i])
+                        : ember_codec_encode_v2(p, &in[v].msgs[i]);
+        if (rc) die("encode", rc);
+        in[v].wire_bytes += in[v].msgs[i].len;
+      }
       int32_t part = (int32_t)(widx % NPARTS);
       srcs[i] = (ember_store_source_t){part, next_off[part]++, 0, T0};
-      /* The pprof.gz peer size, from every 20th window (exporting all of
-       * them would take longer than the ingest). */
-      if (k % 20 == 0) {
+      /* The pprof.gz peer size and each message compressed alone as Kafka
+       * would (zstd's default level), from every 20th window, a different
+       * set of workers at each step (doing all of them would take longer
+       * than the ingest). */
+      if ((k + k / nworkers) % 20 == 0) {
         ember_buf_reset(&pp);
-        rc = ember_export_pprof(p, &pp);
+        int rc = ember_export_pprof(p, &pp);
         if (rc) die("export", rc);
         pp_bytes += pp.len;
         pp_samples += ns;
         pp_windows++;
+        for (int v = 0; v < 2; v++) {
+          size_t z = ZSTD_compressCCtx(zc, zbuf, zcap, in[v].msgs[i].data, in[v].msgs[i].len, 3);
+          if (ZSTD_isError(z)) die("zstd", EMBER_ECORRUPT);
+          in[v].zstd_bytes += z;
+        }
       }
       ember_profile_free(p);
     }
-    double w0 = mono_s(), c0 = cpu_s();
-    for (size_t i = 0; i < n; i++) {
-      int rc = ember_codec_decode(msgs[i].data, msgs[i].len, NULL, &batch[i], err, sizeof err);
-      if (rc) {
-        fprintf(stderr, "bench_store: decode: %s\n", err);
-        return 1;
-      }
-    }
-    double c1 = cpu_s();
-    ember_store_write_result_t r;
-    int rc = ember_store_write_from(s, batch, with_sources ? srcs : NULL, n, &r);
-    if (rc) die("write", rc);
-    if (r.written != n) die("write: not all written", EMBER_ECORRUPT);
-    if (with_sources) {
-      double k0 = cpu_s();
-      for (int32_t p = 0; p < NPARTS; p++) {
-        rc = ember_store_committed(s, p, 0, next_off[p]);
-        if (rc) die("committed", rc);
-      }
-      commit_cpu += cpu_s() - k0;
-    }
-    for (size_t i = 0; i < n; i++) ember_profile_free(batch[i]);
-    cpu += cpu_s() - c0;
-    wall += mono_s() - w0;
-    dec_cpu += c1 - c0;
+    for (int v = 0; v < 3; v++)
+      ingest_batch(&in[v], n, with_sources ? srcs : NULL, next_off, NPARTS);
     done += n;
   }
-  ember_store_stats_t st;
-  int rc = ember_store_stats(s, &st);
-  if (rc) die("stats", rc);
+  ZSTD_freeCCtx(zc);
+  free(zbuf);
   printf("bench_store: %llu workers x %llu min of 10 s windows = %zu profiles, %llu samples "
          "(%.0f per window, %.0f distinct stacks per window), batches of %d\n",
          (unsigned long long)nworkers, (unsigned long long)minutes, total,
          (unsigned long long)samples, (double)samples / (double)total,
          (double)distinct / (double)total, BATCH);
-  printf("ingest (decode + write): %.0f profiles/s per core (thread CPU), %.0f profiles/s "
-         "wall; %.0f samples/s per core\n",
-         (double)total / cpu, (double)total / wall, (double)samples / cpu);
-  printf("  of which decode %.1f us/profile, write %.1f us/profile (CPU)\n",
-         dec_cpu / (double)total * 1e6, (cpu - dec_cpu) / (double)total * 1e6);
-  if (with_sources)
-    printf("  with sources (write_from, %d partitions), of which committed %.1f us/profile\n",
-           NPARTS, commit_cpu / (double)total * 1e6);
-  printf("size: store %.1f MiB = %.2f bytes/sample (%llu series, %llu frames, %llu stacks, "
-         "%llu rows, %llu hour and %llu minute rollup rows); wire %.1f bytes/sample\n",
-         (double)st.file_bytes / 1048576.0, (double)st.file_bytes / (double)samples,
-         (unsigned long long)st.series, (unsigned long long)st.frames,
-         (unsigned long long)st.stacks, (unsigned long long)st.profile_rows,
-         (unsigned long long)st.rollup_rows, (unsigned long long)st.rollup_1m_rows,
-         (double)wire_bytes / (double)samples);
-  printf("  peer pprof.gz per window: %.2f bytes/sample (%llu windows sampled, %.0f bytes "
-         "each); store/pprof.gz = %.3f\n",
-         (double)pp_bytes / (double)pp_samples, (unsigned long long)pp_windows,
-         (double)pp_bytes / (double)pp_windows,
-         ((double)st.file_bytes / (double)samples) / ((double)pp_bytes / (double)pp_samples));
-  ember_store_close(s);
+  double pp_per = (double)pp_bytes / (double)pp_samples;
+  printf("peer pprof.gz per window: %.2f bytes/sample (%llu windows sampled, %.0f bytes each)\n",
+         pp_per, (unsigned long long)pp_windows, (double)pp_bytes / (double)pp_windows);
+  for (int v = 0; v < 3; v++) {
+    ingest_t *g = &in[v];
+    if (g->threads) {
+      printf("wire v%d, %zu decode threads: ingest %.0f profiles/s wall (%.2f cores busy: %.0f "
+             "profiles/s per core of process CPU)\n",
+             g->version, g->threads, (double)total / g->wall, g->proc_cpu / g->wall,
+             (double)total / g->proc_cpu);
+      ember_store_close(g->s);
+      ember__dpool_free(g->pool);
+      for (size_t i = 0; i < BATCH; i++) ember_buf_free(&g->msgs[i]);
+      free(g->msgs);
+      continue;
+    }
+    printf("wire v%d: ingest (decode + write) %.0f profiles/s per core (thread CPU), %.0f "
+           "profiles/s wall; %.0f samples/s per core\n",
+           g->version, (double)total / g->cpu, (double)total / g->wall, (double)samples / g->cpu);
+    printf("  of which decode %.1f us/profile, write %.1f us/profile (CPU)\n",
+           g->dec_cpu / (double)total * 1e6, (g->cpu - g->dec_cpu) / (double)total * 1e6);
+    if (with_sources)
+      printf("  with sources (%d partitions), of which committed %.1f us/profile\n", NPARTS,
+             g->commit_cpu / (double)total * 1e6);
+    printf("  wire %.1f bytes/sample, %.1f after zstd (per message, level 3) = %.3f of "
+           "pprof.gz\n",
+           (double)g->wire_bytes / (double)samples, (double)g->zstd_bytes / (double)pp_samples,
+           (double)g->zstd_bytes / (double)pp_bytes);
+    ember_store_stats_t st;
+    int rc = ember_store_stats(g->s, &st);
+    if (rc) die("stats", rc);
+    printf("  store %.1f MiB = %.2f bytes/sample (%llu series, %llu frames, %llu stacks, "
+           "%llu rows, %llu hour and %llu minute rollup rows); store/pprof.gz = %.3f\n",
+           (double)st.file_bytes / 1048576.0, (double)st.file_bytes / (double)samples,
+           (unsigned long long)st.series, (unsigned long long)st.frames,
+           (unsigned long long)st.stacks, (unsigned long long)st.profile_rows,
+           (unsigned long long)st.rollup_rows, (unsigned long long)st.rollup_1m_rows,
+           ((double)st.file_bytes / (double)samples) / pp_per);
+    ember_store_close(g->s);
+    ember__dpool_free(g->pool);
+    for (size_t i = 0; i < BATCH; i++) ember_buf_free(&g->msgs[i]);
+    free(g->msgs);
+  }
   free(srcs);
-  char lock[600];
-  snprintf(lock, sizeof lock, "%s-lock", path);
-  unlink(path);
-  unlink(lock);
+  const char *paths[3] = {path, path2, path3};
+  for (int v = 0; v < 3; v++) {
+    char lock[600];
+    snprintf(lock, sizeof lock, "%s-lock", paths[v]);
+    unlink(paths[v]);
+    unlink(lock);
+  }
 
-  if (days == 0) return 0;
+  if (days == 0) {
+    ember_buf_free(&pp);
+    return 0;
+  }
   /* --- merge: one worker over `days` --- */
-  s = open_fresh(path, (size_t)16 << 30);
+  ember_store_t *s = open_fresh(path, (size_t)16 << 30);
+  ember_profile_t *batch[BATCH];
+  int rc;
   const stream_worker_t *w = &ws[0];
   size_t nwin = (size_t)(days * 8640);
   double wt0 = mono_s();
@@ -322,6 +425,8 @@ int main(int argc, char **argv) {
   printf("  %llu d, ragged ends: %.2f ms (%zu stacks)\n", (unsigned long long)days, mall * 1e3,
          nsall);
   ember_store_close(s);
+  char lock[600];
+  snprintf(lock, sizeof lock, "%s-lock", path);
   unlink(path);
   unlink(lock);
 
@@ -370,7 +475,5 @@ int main(int argc, char **argv) {
     rmdir(pdir);
   }
   ember_buf_free(&pp);
-  for (size_t i = 0; i < BATCH; i++) ember_buf_free(&msgs[i]);
-  free(msgs);
   return 0;
 }

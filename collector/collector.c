@@ -33,7 +33,9 @@
 #include "sessions.h"
 #include "member.h"
 #include "rules_fleet.h"
+#include "decode_pool.h"
 #include "ember/codec.h"
+#include "ember/wire.h"
 #include "ember/log.h"
 #include "ember/metrics.h"
 #include "ember/parse.h"
@@ -53,6 +55,7 @@ const char *const ember__collector_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                     "batch.max_messages",
                                                     "batch.max_bytes",
                                                     "batch.linger",
+                                                    "ingest.decode_threads",
                                                     "retention",
                                                     "retention_interval",
                                                     "log_level",
@@ -66,11 +69,17 @@ const char *const ember__collector_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
 /* One consumed message and what became of it. */
 typedef struct item {
   rd_kafka_message_t *msg;
-  ember_profile_t *profile; /* NULL: malformed, goes to the DLQ */
-  char *reason;             /* why it is malformed (owned) */
-  bool stored;              /* written on its own while isolating a bad profile */
-  ember_store_source_t src; /* its partition, offset and run (shards.h) */
-  atomic_int dlq_status;    /* 1 pending, 0 delivered, else -rd_kafka_resp_err */
+  /* What the message decoded to: a window (wire), or a session result
+   * (profile, for the sessions' table and ember__csessions_result). Both
+   * NULL: malformed, goes to the DLQ. */
+  ember_wire_t *wire;
+  ember_profile_t *profile;
+  char *reason;                   /* why it is malformed (owned) */
+  bool bad_decode;                /* set by the decode job; counted and logged after it */
+  struct ember__collector *owner; /* for the decode job */
+  bool stored;                    /* written on its own while isolating a bad profile */
+  ember_store_source_t src;       /* its partition, offset and run (shards.h) */
+  atomic_int dlq_status;          /* 1 pending, 0 delivered, else -rd_kafka_resp_err */
 } item_t;
 
 typedef struct batch {
@@ -84,7 +93,8 @@ typedef struct metrics_set {
   ember_metric_t *messages, *profiles, *samples, *duplicates, *expired, *malformed, *dlq_errors,
       *batches, *batch_seconds, *store_errors, *commit_errors, *consumer_errors, *targets,
       *target_messages, *target_errors, *store_bytes, *store_series, *store_stacks, *retained,
-      *cpu_seconds, *rss_bytes, *lag, *splits, *map_bytes, *map_grows, *rule_messages, *rule_errors;
+      *cpu_seconds, *rss_bytes, *lag, *splits, *map_bytes, *map_grows, *rule_messages, *rule_errors,
+      *wire_v1, *wire_v2;
 } metrics_set_t;
 
 struct ember__collector {
@@ -118,6 +128,8 @@ struct ember__collector {
   int64_t linger_ns, retention_ns, retention_every_ns;
   ember_codec_limits_t lim;
   batch_t batch;
+  ember__dpool_t *pool; /* decode threads (ingest.decode_threads) */
+  uint64_t decode_threads;
 
   /* /healthz: fed by the ingest thread, read by the API's. */
   ember__health_t health;
@@ -127,8 +139,13 @@ struct ember__collector {
 
 /* ---- batch ---------------------------------------------------------- */
 
-static int batch_push(batch_t *b, rd_kafka_message_t *msg) {
+static bool item_ok(const item_t *it) { return it->wire != NULL || it->profile != NULL; }
+
+static int batch_push(ember__collector_t *c, rd_kafka_message_t *msg) {
+  batch_t *b = &c->batch;
   if (b->n == b->cap) {
+    /* Decode jobs point into the items: none may run while they move. */
+    ember__dpool_wait(c->pool);
     size_t cap = b->cap ? b->cap * 2 : 256;
     item_t *v = ember_realloc(b->items, cap * sizeof *v);
     if (v == NULL) return -ENOMEM;
@@ -137,8 +154,10 @@ static int batch_push(batch_t *b, rd_kafka_message_t *msg) {
   }
   item_t *it = &b->items[b->n++];
   it->msg = msg;
+  it->wire = NULL;
   it->profile = NULL;
   it->reason = NULL;
+  it->bad_decode = false;
   it->stored = false;
   atomic_init(&it->dlq_status, 1);
   if (b->n == 1) b->first_mono_ns = ember_time_mono_ns();
@@ -148,6 +167,7 @@ static int batch_push(batch_t *b, rd_kafka_message_t *msg) {
 
 static void batch_clear(batch_t *b) {
   for (size_t i = 0; i < b->n; i++) {
+    ember_wire_free(b->items[i].wire);
     ember_profile_free(b->items[i].profile);
     ember_free(b->items[i].reason);
     rd_kafka_message_destroy(b->items[i].msg);
@@ -156,15 +176,23 @@ static void batch_clear(batch_t *b) {
   b->bytes = 0;
 }
 
-static void set_malformed(ember__collector_t *c, item_t *it, const char *why) {
-  ember_profile_free(it->profile);
-  it->profile = NULL;
-  ember_free(it->reason);
-  it->reason = ember_strdup(why);
+/* Count and log a malformed message (its reason already set). */
+static void log_malformed(ember__collector_t *c, item_t *it) {
+  const char *why = it->reason ? it->reason : "malformed";
   ember_metric_add(c->m.malformed, 1);
   EMBER_WARN_LIMITED("collector", "malformed message %s[%" PRId32 "]@%" PRId64 " goes to %s: %s",
                      rd_kafka_topic_name(it->msg->rkt), it->msg->partition, it->msg->offset,
                      EMBER_TOPIC_PROFILES_DLQ, why);
+}
+
+static void set_malformed(ember__collector_t *c, item_t *it, const char *why) {
+  ember_wire_free(it->wire);
+  it->wire = NULL;
+  ember_profile_free(it->profile);
+  it->profile = NULL;
+  ember_free(it->reason);
+  it->reason = ember_strdup(why);
+  log_malformed(c, it);
 }
 
 /* ---- flushing: store, DLQ, commit ------------------------------------ */
@@ -182,15 +210,33 @@ static void nap(ember__collector_t *c, int ms) {
   }
 }
 
-static void count_result(ember__collector_t *c, ember_profile_t *const *ps, size_t n,
-                         const ember_store_write_result_t *r) {
+static void count_written(ember__collector_t *c, const ember_store_write_result_t *r) {
   ember_metric_add(c->m.profiles, (double)r->written);
   ember_metric_add(c->m.duplicates, (double)r->duplicates);
   ember_metric_add(c->m.expired, (double)r->expired);
+}
+
+static void count_result(ember__collector_t *c, ember_profile_t *const *ps, size_t n,
+                         const ember_store_write_result_t *r) {
+  count_written(c, r);
   double samples = 0;
   for (size_t i = 0; i < n; i++) {
     int vi = ember_profile_type_index(ps[i], EMBER_VT_CPU_SAMPLES);
     if (vi >= 0) samples += (double)ember_profile_total(ps[i], (size_t)vi);
+  }
+  ember_metric_add(c->m.samples, samples);
+}
+
+static void count_wires(ember__collector_t *c, ember_wire_t *const *ws, size_t n,
+                        const ember_store_write_result_t *r) {
+  count_written(c, r);
+  double samples = 0;
+  for (size_t i = 0; i < n; i++) {
+    const ember_wire_t *w = ws[i];
+    for (size_t t = 0; t < w->ntypes; t++) {
+      if (w->types[t] != EMBER_VT_CPU_SAMPLES) continue;
+      for (size_t k = 0; k < w->nsamples; k++) samples += (double)w->values[k * w->ntypes + t];
+    }
   }
   ember_metric_add(c->m.samples, samples);
 }
@@ -210,8 +256,7 @@ static int store_session_results(ember__collector_t *c, ember_profile_t **ps, si
   batch_t *b = &c->batch;
   for (size_t i = 0; i < b->n; i++) {
     item_t *it = &b->items[i];
-    if (it->profile == NULL || it->stored || ember_profile_session_id(it->profile) == NULL)
-      continue;
+    if (it->profile == NULL || it->stored) continue;
     rc = ember_store_session_add(c->store, &it->profile, 1, &res);
     if (rc == 0) {
       count_result(c, &it->profile, 1, &res);
@@ -236,13 +281,38 @@ static void store_ok(ember__collector_t *c) {
   ember__health_store(&c->health, 0, ember_time_mono_ns());
 }
 
+/* The windows of the batch not stored yet, at most `max`: their views,
+ * sources and item indices. */
+static size_t unstored(batch_t *b, size_t max, ember_wire_t **ws, ember_store_source_t *srcs,
+                       size_t *idx) {
+  size_t k = 0;
+  for (size_t i = 0; i < b->n && k < max; i++)
+    if (b->items[i].wire != NULL && !b->items[i].stored) {
+      srcs[k] = b->items[i].src;
+      idx[k] = i;
+      ws[k++] = b->items[i].wire;
+    }
+  return k;
+}
+
+/* One write of windows refused for one window's content (result->bad):
+ * that window goes to the DLQ with the store's sentence. */
+static bool refused_one(ember__collector_t *c, int rc, const ember_store_write_result_t *res,
+                        const size_t *idx, size_t n) {
+  if ((rc != EMBER_ECORRUPT && rc != -ERANGE) || res->bad >= n) return false;
+  char why[256];
+  snprintf(why, sizeof why, "the store refused it: %s", res->why);
+  set_malformed(c, &c->batch.items[idx[res->bad]], why);
+  return true;
+}
+
 /* The map is full at store.max_size and the batch does not fit: write its
- * unstored profiles in parts, halving the part while even that does not
+ * unstored windows in parts, halving the part while even that does not
  * fit, so a batch larger than what is left never wedges ingest. Returns 0
  * when all are stored, else the error of the smallest part (EMBER_EMAPFULL
  * when not even one window fits). */
-static int store_split(ember__collector_t *c, ember_profile_t **ps, ember_store_source_t *srcs,
-                       size_t left) {
+static int store_split(ember__collector_t *c, ember_wire_t **ws, ember_store_source_t *srcs,
+                       size_t *idx, size_t left) {
   batch_t *b = &c->batch;
   size_t part = (left + 1) / 2;
   ember_metric_add(c->m.splits, 1);
@@ -251,50 +321,39 @@ static int store_split(ember__collector_t *c, ember_profile_t **ps, ember_store_
                      "profiles in parts of at most %zu",
                      c->max_size >> 20, left, part);
   for (;;) {
-    size_t k = 0;
-    for (size_t i = 0; i < b->n && k < part; i++)
-      if (b->items[i].profile != NULL && !b->items[i].stored) {
-        srcs[k] = b->items[i].src;
-        ps[k++] = b->items[i].profile;
-      }
+    size_t k = unstored(b, part, ws, srcs, idx);
     if (k == 0) return 0;
     ember_store_write_result_t res = {0};
-    int rc = ember_store_write_from(c->store, ps, srcs, k, &res);
+    int rc = ember_store_write_wire(c->store, ws, srcs, k, &res);
     if (rc == EMBER_EMAPFULL && part > 1) {
       part = (part + 1) / 2;
       continue;
     }
+    if (refused_one(c, rc, &res, idx, k)) continue;
     if (rc != 0) return rc;
-    count_result(c, ps, k, &res);
-    for (size_t i = 0, m = 0; i < b->n && m < k; i++) {
-      if (b->items[i].profile == NULL || b->items[i].stored) continue;
-      b->items[i].stored = true;
-      m++;
-    }
+    count_wires(c, ws, k, &res);
+    for (size_t m = 0; m < k; m++) b->items[idx[m]].stored = true;
   }
 }
 
-/* Step 1. Returns 0 when every profile is stored (or found malformed), or
+/* Step 1. Returns 0 when every window is stored (or found malformed), or
  * an error when stopping before the store accepted the batch. */
 static int store_batch(ember__collector_t *c) {
   batch_t *b = &c->batch;
-  ember_profile_t **ps = ember_malloc((b->n ? b->n : 1) * sizeof *ps);
-  ember_store_source_t *srcs = ember_malloc((b->n ? b->n : 1) * sizeof *srcs);
-  if (ps == NULL || srcs == NULL) {
-    ember_free(ps);
-    ember_free(srcs);
-    return -ENOMEM;
-  }
+  size_t cap = b->n ? b->n : 1;
+  ember_profile_t **ps = ember_malloc(cap * sizeof *ps);
+  ember_wire_t **ws = ember_malloc(cap * sizeof *ws);
+  ember_store_source_t *srcs = ember_malloc(cap * sizeof *srcs);
+  size_t *idx = ember_malloc(cap * sizeof *idx);
+  int rc = -ENOMEM;
+  if (ps == NULL || ws == NULL || srcs == NULL || idx == NULL) goto done;
   int backoff_ms = 100;
-  int rc;
   for (;;) {
     /* Session results first, to their own table: in the series they would
      * count twice (the agents' continuous windows cover the same time). */
     size_t n = 0;
     for (size_t i = 0; i < b->n; i++)
-      if (b->items[i].profile != NULL && !b->items[i].stored &&
-          ember_profile_session_id(b->items[i].profile) != NULL)
-        ps[n++] = b->items[i].profile;
+      if (b->items[i].profile != NULL && !b->items[i].stored) ps[n++] = b->items[i].profile;
     rc = n > 0 ? store_session_results(c, ps, n) : 0;
     if (rc != 0) {
       ember_metric_add(c->m.store_errors, 1);
@@ -309,46 +368,43 @@ static int store_batch(ember__collector_t *c) {
       continue;
     }
     for (size_t i = 0; i < b->n; i++)
-      if (b->items[i].profile != NULL && ember_profile_session_id(b->items[i].profile) != NULL)
-        b->items[i].stored = true;
-    n = 0;
-    for (size_t i = 0; i < b->n; i++)
-      if (b->items[i].profile != NULL && !b->items[i].stored) {
-        srcs[n] = b->items[i].src;
-        ps[n++] = b->items[i].profile;
-      }
+      if (b->items[i].profile != NULL) b->items[i].stored = true;
+    n = unstored(b, b->n, ws, srcs, idx);
     if (n == 0) {
       rc = 0;
       break;
     }
     ember_store_write_result_t res = {0};
-    rc = ember_store_write_from(c->store, ps, srcs, n, &res);
+    rc = ember_store_write_wire(c->store, ws, srcs, n, &res);
     if (rc == 0) {
-      count_result(c, ps, n, &res);
+      count_wires(c, ws, n, &res);
       break;
     }
+    /* One window's content refused: it goes to the DLQ, the rest again. */
+    if (refused_one(c, rc, &res, idx, n)) continue;
     if (rc == EMBER_EMAPFULL && n > 1) {
-      rc = store_split(c, ps, srcs, n);
+      rc = store_split(c, ws, srcs, idx, n);
       if (rc == 0) continue; /* all stored: the loop finds nothing left */
     }
-    if (is_input_error(rc)) {
-      /* Some profile the store refuses: find it by writing one at a time
-       * (each its own transaction). A store failure on the way ends the
-       * search; the retry then writes only what is still unwritten. */
+    if (rc == -EINVAL) {
+      /* A window the store refuses as a whole (its time range): find it
+       * by writing one at a time (each its own transaction). A store
+       * failure on the way ends the search; the retry then writes only
+       * what is still unwritten. */
       for (size_t i = 0; i < b->n; i++) {
         item_t *it = &b->items[i];
-        if (it->profile == NULL || it->stored) continue;
-        rc = ember_store_write_from(c->store, &it->profile, &it->src, 1, &res);
+        if (it->wire == NULL || it->stored) continue;
+        rc = ember_store_write_wire(c->store, &it->wire, &it->src, 1, &res);
         if (rc == 0) {
-          count_result(c, &it->profile, 1, &res);
+          count_wires(c, &it->wire, 1, &res);
           it->stored = true;
-        } else if (is_input_error(rc)) {
-          set_malformed(c, it,
-                        rc == -ERANGE ? "the store refused it: a value sum would overflow"
-                                      : "the store refused it: invalid window or labels");
+        } else if (rc == -EINVAL) {
+          set_malformed(c, it, "the store refused it: invalid window");
           rc = 0;
-        } else {
+        } else if (!refused_one(c, rc, &res, &i, 1)) {
           break;
+        } else {
+          rc = 0;
         }
       }
       if (rc == 0) continue; /* nothing left, or only good ones: loop writes/ends */
@@ -363,8 +419,11 @@ static int store_batch(ember__collector_t *c) {
     if (backoff_ms < 5000) backoff_ms *= 2;
   }
   if (rc == 0) store_ok(c);
+done:
   ember_free(ps);
+  ember_free(ws);
   ember_free(srcs);
+  ember_free(idx);
   return rc;
 }
 
@@ -377,7 +436,7 @@ static int dlq_batch(ember__collector_t *c) {
     size_t pending = 0;
     for (size_t i = 0; i < b->n; i++) {
       item_t *it = &b->items[i];
-      if (it->profile != NULL || atomic_load(&it->dlq_status) == 0) continue;
+      if (item_ok(it) || atomic_load(&it->dlq_status) == 0) continue;
       atomic_store(&it->dlq_status, 1);
       char source[320];
       snprintf(source, sizeof source, "%s/%" PRId32 "@%" PRId64, rd_kafka_topic_name(it->msg->rkt),
@@ -396,7 +455,7 @@ static int dlq_batch(ember__collector_t *c) {
     rd_kafka_flush(c->dlq, 10000);
     size_t failed = 0;
     for (size_t i = 0; i < b->n; i++)
-      if (b->items[i].profile == NULL && atomic_load(&b->items[i].dlq_status) != 0) failed++;
+      if (!item_ok(&b->items[i]) && atomic_load(&b->items[i].dlq_status) != 0) failed++;
     if (failed == 0) return 0;
     ember_metric_add(c->m.dlq_errors, (double)failed);
     EMBER_ERROR("collector",
@@ -445,8 +504,10 @@ static void fault_after_store(ember__collector_t *c) {
   }
   if (c->fault_worker[0] == '\0') return;
   for (size_t i = 0; i < c->batch.n; i++) {
-    const ember_profile_t *p = c->batch.items[i].profile;
-    const char *w = p ? ember_profile_labels(p)->worker : NULL;
+    const item_t *it = &c->batch.items[i];
+    const char *w = it->wire      ? it->wire->labels.worker
+                    : it->profile ? ember_profile_labels(it->profile)->worker
+                                  : NULL;
     if (w != NULL && strcmp(w, c->fault_worker) == 0) {
       EMBER_WARN("collector",
                  "EMBER_TEST_FAULT: killing this process after a stored batch "
@@ -461,6 +522,18 @@ static void flush_batch(ember__collector_t *c) {
   batch_t *b = &c->batch;
   if (b->n == 0) return;
   int64_t t0 = ember_time_mono_ns();
+  /* Every message decoded before anything is stored. */
+  ember__dpool_wait(c->pool);
+  for (size_t i = 0; i < b->n; i++) {
+    item_t *it = &b->items[i];
+    if (it->bad_decode) {
+      it->bad_decode = false;
+      log_malformed(c, it);
+    } else if (item_ok(it)) {
+      uint32_t v = ember_wire_peek_version(it->msg->payload, it->msg->len);
+      ember_metric_add(v == EMBER_WIRE_V2 ? c->m.wire_v2 : c->m.wire_v1, 1);
+    }
+  }
   if (store_batch(c) == 0) {
     fault_after_store(c);
     if (dlq_batch(c) == 0) commit_batch(c);
@@ -472,6 +545,40 @@ static void flush_batch(ember__collector_t *c) {
 
 /* ---- ingest thread --------------------------------------------------- */
 
+/* A decode job (decode_pool.h): the item's message into a view, or, for a
+ * session result, a profile. Touches only its item and the limits. */
+static void decode_item(ember__collector_t *c, item_t *it) {
+  const rd_kafka_message_t *m = it->msg;
+  char err[256] = "";
+  ember_wire_t *w = NULL;
+  int rc = ember_wire_decode(m->payload, m->len, &c->lim, &w, err, sizeof err);
+  if (rc == 0 && w->session_id != NULL) {
+    /* Session results go to their own table as profiles; converting
+     * checks what the store would check for a window. */
+    rc = ember_wire_to_profile(w, &it->profile, err, sizeof err);
+    ember_wire_free(w);
+    w = NULL;
+  }
+  if (rc == -ENOMEM) {
+    /* Not the message's fault, but the decoder's limits bound what one
+     * message may take, so this means the host is out of memory. The
+     * message still goes to the DLQ (kept, replayable) rather than
+     * stalling every partition behind it. */
+    snprintf(err, sizeof err, "out of memory while decoding (replay it from the DLQ)");
+  }
+  if (rc != 0) {
+    it->reason = ember_strdup(err);
+    it->bad_decode = true;
+    return;
+  }
+  it->wire = w;
+}
+
+static void decode_job(void *arg) {
+  item_t *it = arg;
+  decode_item(it->owner, it);
+}
+
 static void take(ember__collector_t *c, rd_kafka_message_t *m) {
   if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     ember_metric_add(c->m.consumer_errors, 1);
@@ -480,7 +587,7 @@ static void take(ember__collector_t *c, rd_kafka_message_t *m) {
     return;
   }
   ember_metric_add(c->m.messages, 1);
-  if (batch_push(&c->batch, m) != 0) {
+  if (batch_push(c, m) != 0) {
     /* Not stored, not committed: Kafka redelivers it after a restart. */
     EMBER_ERROR("collector", "out of memory holding a message; it will be read again");
     rd_kafka_message_destroy(m);
@@ -488,20 +595,12 @@ static void take(ember__collector_t *c, rd_kafka_message_t *m) {
   }
   item_t *it = &c->batch.items[c->batch.n - 1];
   ember__shards_source(c->member.shards, m, &it->src);
-  char err[256] = "";
   if (m->payload == NULL || m->len == 0) {
     set_malformed(c, it, "empty message");
     return;
   }
-  int rc = ember_codec_decode(m->payload, m->len, &c->lim, &it->profile, err, sizeof err);
-  if (rc == -ENOMEM) {
-    /* Not the message's fault, but the decoder's limits bound what one
-     * message may take, so this means the host is out of memory. The
-     * message still goes to the DLQ (kept, replayable) rather than
-     * stalling every partition behind it. */
-    snprintf(err, sizeof err, "out of memory while decoding (replay it from the DLQ)");
-  }
-  if (rc != 0) set_malformed(c, it, err);
+  it->owner = c;
+  ember__dpool_submit(c->pool, decode_job, it);
 }
 
 static void rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
@@ -767,6 +866,10 @@ static void register_metrics(ember__collector_t *c) {
       r, "ember_store_map_bytes", "Current size of the store's map (grows up to store.max_size).");
   m->map_grows = ember_metrics_counter(r, "ember_store_map_grows_total",
                                        "Times the store's map was full and was grown.");
+  m->wire_v1 = ember_metrics_counter(r, "ember_collector_wire_messages_total{version=\"1\"}",
+                                     "Messages of ember.profiles decoded, by wire version.");
+  m->wire_v2 = ember_metrics_counter(r, "ember_collector_wire_messages_total{version=\"2\"}",
+                                     "Messages of ember.profiles decoded, by wire version.");
 }
 
 static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
@@ -787,6 +890,13 @@ static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *e
   if (rc == 0)
     rc = ember_config_get_duration_ns(cfg, "retention_interval", 600 * NS_PER_S, NS_PER_S,
                                       86400 * NS_PER_S, &c->retention_every_ns, err, n);
+  /* Decode threads: the cores the writer does not use, a few at most. */
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  uint64_t dflt = ncpu > 1 ? (uint64_t)(ncpu - 1) : 0;
+  if (dflt > 4) dflt = 4;
+  if (rc == 0)
+    rc =
+        ember_config_get_u64(cfg, "ingest.decode_threads", dflt, 0, 64, &c->decode_threads, err, n);
   ember_codec_limits_default(&c->lim);
   int64_t max_dur = 0, keep = 0, answer = 0;
   uint64_t max_hz = 0, max_active = 0;
@@ -936,6 +1046,11 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
   int rc = read_config(c, cfg, errbuf, errbuf_size);
+  if (rc == 0) {
+    rc = ember__dpool_new(c->decode_threads, c->batch_max, &c->pool);
+    if (rc != 0)
+      snprintf(errbuf, errbuf_size, "cannot start the decode threads: %s", ember_strerror(rc));
+  }
   if (rc == 0) rc = ember__registry_new(&c->registry);
   if (rc == 0) rc = ember_metrics_new(&c->metrics);
   if (rc == 0) {
@@ -1036,6 +1151,7 @@ void ember__collector_stop(ember__collector_t *c) {
     rd_kafka_flush(c->dlq, 5000);
     rd_kafka_destroy(c->dlq);
   }
+  ember__dpool_free(c->pool);
   batch_clear(&c->batch);
   ember_free(c->batch.items);
   ember_store_close(c->store);

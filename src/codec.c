@@ -13,7 +13,9 @@
 #include "codec_internal.h"
 #include "ember.pb-c.h"
 #include "ember/codec.h"
+#include "ember/wire.h"
 #include "htab.h"
+#include "ptrtab.h"
 #include "utf8.h"
 
 typedef Ember__Wire__V1__Profile wire_profile_t;
@@ -40,63 +42,8 @@ void ember_codec_limits_default(ember_codec_limits_t *lim) {
 
 /* --- encoding --- */
 
-/* Tables keyed by interned pointers: within one profile equal strings are
- * the same pointer, so pointer identity is string identity. */
-typedef struct ptr_table {
-  const void **keys; /* key pairs: keys[2i], keys[2i+1] */
-  size_t n, cap;
-  ember__htab_t index;
-} ptr_table_t;
-
-typedef struct ptr_key {
-  const ptr_table_t *t;
-  const void *a, *b;
-} ptr_key_t;
-
-static uint64_t ptr_hash(const void *a, const void *b) {
-  return ember__hash_mix(ember__hash_mix(0x7ab1e, (uint64_t)(uintptr_t)a), (uint64_t)(uintptr_t)b);
-}
-
-static bool ptr_eq(const void *ctx, uint32_t idx) {
-  const ptr_key_t *k = ctx;
-  return k->t->keys[2 * idx] == k->a && k->t->keys[2 * idx + 1] == k->b;
-}
-
-static uint64_t ptr_rehash(const void *ctx, uint32_t idx) {
-  const ptr_key_t *k = ctx;
-  return ptr_hash(k->t->keys[2 * idx], k->t->keys[2 * idx + 1]);
-}
-
-static void ptr_table_free(ptr_table_t *t) {
-  ember_free(t->keys);
-  ember__htab_free(&t->index);
-}
-
-/* Index of (a, b), adding it if new. */
-static int ptr_table_get(ptr_table_t *t, const void *a, const void *b, uint32_t *idx) {
-  ptr_key_t key = {t, a, b};
-  uint64_t h = ptr_hash(a, b);
-  int64_t found = ember__htab_find(&t->index, h, ptr_eq, &key);
-  if (found >= 0) {
-    *idx = (uint32_t)found;
-    return 0;
-  }
-  if (t->n == t->cap) {
-    size_t cap = t->cap ? t->cap * 2 : 64;
-    const void **k = ember_realloc(t->keys, cap * 2 * sizeof *k);
-    if (k == NULL) return -ENOMEM;
-    t->keys = k;
-    t->cap = cap;
-  }
-  t->keys[2 * t->n] = a;
-  t->keys[2 * t->n + 1] = b;
-  if (ember__htab_insert(&t->index, h, (uint32_t)t->n, ptr_rehash, &key) != 0) return -ENOMEM;
-  *idx = (uint32_t)t->n++;
-  return 0;
-}
-
 typedef struct encoder {
-  ptr_table_t strings, modules, functions;
+  ember__ptrtab_t strings, modules, functions;
 } encoder_t;
 
 /* String index of `s`; NULL and "" are index 0. */
@@ -105,7 +52,7 @@ static int enc_str(encoder_t *e, const char *s, uint32_t *idx) {
     *idx = 0;
     return 0;
   }
-  return ptr_table_get(&e->strings, s, NULL, idx);
+  return ember__ptrtab_get(&e->strings, s, NULL, idx);
 }
 
 int ember_codec_encode(const ember_profile_t *p, ember_buf_t *out) {
@@ -134,7 +81,7 @@ int ember_codec_encode(const ember_profile_t *p, ember_buf_t *out) {
   ember__wire__v1__labels__init(&labels);
 
   /* Entry 0 of the string table is "". */
-  if (ptr_table_get(&e.strings, "", NULL, &(uint32_t){0}) != 0) goto cleanup;
+  if (ember__ptrtab_get(&e.strings, "", NULL, &(uint32_t){0}) != 0) goto cleanup;
 
   if (nframes > 0) {
     locs = ember_calloc(nframes, sizeof *locs);
@@ -148,7 +95,7 @@ int ember_codec_encode(const ember_profile_t *p, ember_buf_t *out) {
     uint32_t a, b, idx;
     if (f->module != NULL || f->build_id != NULL) {
       if (enc_str(&e, f->module, &a) != 0 || enc_str(&e, f->build_id, &b) != 0 ||
-          ptr_table_get(&e.modules, f->module, f->build_id, &idx) != 0)
+          ember__ptrtab_get(&e.modules, f->module, f->build_id, &idx) != 0)
         goto cleanup;
       locs[i].module = idx + 1;
     }
@@ -156,7 +103,7 @@ int ember_codec_encode(const ember_profile_t *p, ember_buf_t *out) {
      * function entry whose name is ""), so either one makes an entry. */
     if (f->function != NULL || f->file != NULL) {
       if (enc_str(&e, f->function, &a) != 0 || enc_str(&e, f->file, &b) != 0 ||
-          ptr_table_get(&e.functions, f->function, f->file, &idx) != 0)
+          ember__ptrtab_get(&e.functions, f->function, f->file, &idx) != 0)
         goto cleanup;
       locs[i].function = idx + 1;
     }
@@ -256,9 +203,9 @@ cleanup:
   ember_free(mod_ptrs);
   ember_free(locs);
   ember_free(loc_ptrs);
-  ptr_table_free(&e.strings);
-  ptr_table_free(&e.modules);
-  ptr_table_free(&e.functions);
+  ember__ptrtab_free(&e.strings);
+  ember__ptrtab_free(&e.modules);
+  ember__ptrtab_free(&e.functions);
   return rc;
 }
 
@@ -276,55 +223,6 @@ static void pb_free(void *data, void *p) {
 }
 
 ProtobufCAllocator ember__codec_pb_allocator = {pb_alloc, pb_free, NULL};
-
-/* Decoding allocates one block per sub-message, repeated field and string
- * (thousands per window), and frees them all together: a bump arena per
- * decode call turns those into pointer increments and one free per chunk.
- * It lives on the caller's stack, so decoding stays thread-safe. */
-typedef struct arena_chunk {
-  struct arena_chunk *next;
-  size_t used, size;
-  _Alignas(16) unsigned char data[];
-} arena_chunk_t;
-
-typedef struct arena {
-  arena_chunk_t *head;
-  size_t next_size;
-} arena_t;
-
-static void *arena_alloc(void *data, size_t size) {
-  arena_t *a = data;
-  size = (size + 15) & ~(size_t)15;
-  arena_chunk_t *c = a->head;
-  if (c == NULL || c->size - c->used < size) {
-    size_t want = a->next_size > size ? a->next_size : size;
-    if (want > SIZE_MAX - sizeof *c) return NULL;
-    c = ember_malloc(sizeof *c + want);
-    if (c == NULL) return NULL;
-    c->next = a->head;
-    c->used = 0;
-    c->size = want;
-    a->head = c;
-    if (a->next_size < ((size_t)1 << 24)) a->next_size *= 2;
-  }
-  void *p = c->data + c->used;
-  c->used += size;
-  return p;
-}
-
-static void arena_free(void *data, void *p) {
-  /* Everything goes at once in arena_release(). */
-  (void)data;
-  (void)p;
-}
-
-static void arena_release(arena_t *a) {
-  while (a->head != NULL) {
-    arena_chunk_t *next = a->head->next;
-    ember_free(a->head);
-    a->head = next;
-  }
-}
 
 int ember__codec_fail(int rc, char *errbuf, size_t errbuf_size, const char *fmt, ...) {
   if (errbuf != NULL && errbuf_size > 0) {
@@ -349,8 +247,8 @@ static int check_text_len(const char *s, const char *what, size_t idx, size_t *l
   return 0;
 }
 
-static int check_text(const char *s, const char *what, size_t idx, char *errbuf,
-                      size_t errbuf_size) {
+int ember__codec_check_text(const char *s, const char *what, size_t idx, char *errbuf,
+                            size_t errbuf_size) {
   size_t n;
   return check_text_len(s, what, idx, &n, errbuf, errbuf_size);
 }
@@ -398,14 +296,14 @@ static int validate(const wire_profile_t *m, const ember_codec_limits_t *lim, ui
   }
   const char *texts[] = {m->agent_id, m->session_id};
   for (size_t i = 0; i < 2; i++) {
-    if ((rc = check_text(texts[i], i == 0 ? "agent id" : "session id", 0, errbuf, errbuf_size)) !=
-        0)
+    if ((rc = ember__codec_check_text(texts[i], i == 0 ? "agent id" : "session id", 0, errbuf,
+                                      errbuf_size)) != 0)
       return rc;
   }
   if (m->labels != NULL) {
     const char *ls[] = {m->labels->worker, m->labels->version, m->labels->host, m->labels->actor};
     for (size_t i = 0; i < 4; i++) {
-      if ((rc = check_text(ls[i], "label", i, errbuf, errbuf_size)) != 0) return rc;
+      if ((rc = ember__codec_check_text(ls[i], "label", i, errbuf, errbuf_size)) != 0) return rc;
     }
   }
 
@@ -508,7 +406,7 @@ static int str_at(builder_t *b, uint32_t idx, const char **out) {
 }
 
 /* Build a profile from a validated message. `scratch` is the decode arena. */
-static int build(const wire_profile_t *m, const uint32_t *lens, arena_t *scratch,
+static int build(const wire_profile_t *m, const uint32_t *lens, ember__arena_t *scratch,
                  ember_profile_t **out, char *errbuf, size_t errbuf_size) {
   ember_value_type_t types[EMBER_MAX_VALUE_TYPES];
   for (size_t i = 0; i < m->n_value_types; i++) types[i] = (ember_value_type_t)m->value_types[i];
@@ -535,12 +433,12 @@ static int build(const wire_profile_t *m, const uint32_t *lens, arena_t *scratch
   if (rc != 0) goto cleanup;
   rc = -ENOMEM;
   if (m->n_strings > 0) {
-    b.str_of = arena_alloc(scratch, m->n_strings * sizeof *b.str_of);
+    b.str_of = ember__arena_alloc(scratch, m->n_strings * sizeof *b.str_of);
     if (b.str_of == NULL) goto cleanup;
     memset(b.str_of, 0, m->n_strings * sizeof *b.str_of);
   }
   if (m->n_locations > 0) {
-    frame_of = arena_alloc(scratch, m->n_locations * sizeof *frame_of);
+    frame_of = ember__arena_alloc(scratch, m->n_locations * sizeof *frame_of);
     if (frame_of == NULL) goto cleanup;
   }
   rc = 0;
@@ -586,6 +484,23 @@ cleanup:
 
 int ember_codec_decode(const void *data, size_t len, const ember_codec_limits_t *lim,
                        ember_profile_t **out, char *errbuf, size_t errbuf_size) {
+  uint32_t version = ember_wire_peek_version(data, len);
+  if (version > EMBER_WIRE_V2)
+    return ember__codec_fail(EMBER_EVERSION, errbuf, errbuf_size,
+                             "schema version %u is not supported (this build reads 1 and 2)",
+                             version);
+  if (version == EMBER_WIRE_V2) {
+    ember_wire_t *w = NULL;
+    int rc = ember_wire_decode(data, len, lim, &w, errbuf, errbuf_size);
+    if (rc == 0) rc = ember_wire_to_profile(w, out, errbuf, errbuf_size);
+    ember_wire_free(w);
+    return rc;
+  }
+  return ember__codec_decode_v1(data, len, lim, out, errbuf, errbuf_size);
+}
+
+int ember__codec_decode_v1(const void *data, size_t len, const ember_codec_limits_t *lim,
+                           ember_profile_t **out, char *errbuf, size_t errbuf_size) {
   if ((data == NULL && len > 0) || out == NULL) return -EINVAL;
   ember_codec_limits_t dflt;
   if (lim == NULL) {
@@ -598,8 +513,8 @@ int ember_codec_decode(const void *data, size_t len, const ember_codec_limits_t 
   if (len == 0) return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size, "empty message");
   /* The decoded message takes about as much memory as its encoding, plus
    * the structs; start there so most windows need one or two chunks. */
-  arena_t arena = {.head = NULL, .next_size = len * 2 + 4096};
-  ProtobufCAllocator alloc = {arena_alloc, arena_free, &arena};
+  ember__arena_t arena = {.head = NULL, .next_size = len * 2 + 4096};
+  ProtobufCAllocator alloc = {ember__arena_alloc, ember__arena_free, &arena};
   wire_profile_t *m = ember__wire__v1__profile__unpack(&alloc, len, data);
   int rc;
   if (m == NULL) {
@@ -608,7 +523,7 @@ int ember_codec_decode(const void *data, size_t len, const ember_codec_limits_t 
   } else {
     /* A table over the limit is refused by validate() before lens is used. */
     bool want = m->n_strings > 0 && m->n_strings <= lim->max_strings;
-    uint32_t *lens = want ? arena_alloc(&arena, m->n_strings * sizeof *lens) : NULL;
+    uint32_t *lens = want ? ember__arena_alloc(&arena, m->n_strings * sizeof *lens) : NULL;
     if (want && lens == NULL) {
       rc = ember__codec_fail(-ENOMEM, errbuf, errbuf_size, "out of memory while decoding");
     } else {
@@ -617,8 +532,165 @@ int ember_codec_decode(const void *data, size_t len, const ember_codec_limits_t 
     }
   }
   /* No free_unpacked: the arena holds the whole message. */
-  arena_release(&arena);
+  ember__arena_release(&arena);
   return rc;
+}
+
+/* A version 1 message as a wire view (ember_wire_decode): the tables
+ * copied into columns, the hashes computed here (a v1 writer sends none),
+ * without building a profile. */
+typedef struct v1_view {
+  ember__wire_mem_t mem;
+  ember_wire_t w;
+  ember__arena_t arena; /* the unpacked message and the columns */
+} v1_view_t;
+
+static void v1_view_release(ember__wire_mem_t *mem) {
+  v1_view_t *v = (v1_view_t *)mem;
+  ember__arena_release(&v->arena);
+  ember_free(v);
+}
+
+static void *cols(ember__arena_t *a, size_t n, size_t size) {
+  return ember__arena_alloc(a, (n ? n : 1) * size); /* n is bounded by the limits */
+}
+
+static int v1_columns(const wire_profile_t *m, const uint32_t *lens, ember__arena_t *a,
+                      ember_wire_t *w) {
+  size_t ns = m->n_strings, nm = m->n_modules, nf = m->n_functions, nl = m->n_locations;
+  size_t nsamp = m->n_samples, nt = m->n_value_types, nlocs = 0, blen = 0;
+  for (size_t i = 0; i < nsamp; i++) nlocs += m->samples[i]->n_locations;
+  for (size_t i = 0; i < ns; i++) blen += lens[i];
+  char *blob = cols(a, blen, 1);
+  uint32_t *off = cols(a, ns, 4), *len = cols(a, ns, 4), *mn = cols(a, nm, 4), *mb = cols(a, nm, 4),
+           *fnn = cols(a, nf, 4), *fnf = cols(a, nf, 4), *lf = cols(a, nl, 4), *lm = cols(a, nl, 4),
+           *ll = cols(a, nl, 4), *lk = cols(a, nl, 4), *depth = cols(a, nsamp, 4),
+           *soff = cols(a, nsamp, 4), *locs = cols(a, nlocs, 4);
+  uint64_t *la = cols(a, nl, 8), *lh = cols(a, nl, 8), *sh = cols(a, nsamp, 8),
+           *strh = cols(a, ns, 8);
+  int64_t *vals = cols(a, nsamp * nt, 8);
+  if (!blob || !off || !len || !mn || !mb || !fnn || !fnf || !lf || !lm || !ll || !lk || !depth ||
+      !soff || !locs || !la || !lh || !sh || !strh || !vals)
+    return -ENOMEM;
+  size_t at = 0;
+  for (size_t i = 0; i < ns; i++) {
+    off[i] = (uint32_t)at; /* the message size bounds it */
+    len[i] = lens[i];
+    memcpy(blob + at, m->strings[i], lens[i]);
+    strh[i] = ember_wire_string_hash(blob + at, lens[i]);
+    at += lens[i];
+  }
+  uint64_t empty = ember_wire_string_hash("", 0);
+  for (size_t i = 0; i < nm; i++) {
+    mn[i] = m->modules[i]->name;
+    mb[i] = m->modules[i]->build_id;
+  }
+  for (size_t i = 0; i < nf; i++) {
+    fnn[i] = m->functions[i]->name;
+    fnf[i] = m->functions[i]->file;
+  }
+  for (size_t i = 0; i < nl; i++) {
+    const wire_location_t *l = m->locations[i];
+    lf[i] = l->function;
+    lm[i] = l->module;
+    la[i] = l->address;
+    ll[i] = l->line;
+    lk[i] = (uint32_t)l->kind;
+    uint32_t idx[4] = {l->function ? fnn[l->function - 1] : 0,
+                       l->function ? fnf[l->function - 1] : 0, l->module ? mn[l->module - 1] : 0,
+                       l->module ? mb[l->module - 1] : 0};
+    uint64_t h[4];
+    for (int k = 0; k < 4; k++) h[k] = idx[k] == 0 || lens[idx[k]] == 0 ? empty : strh[idx[k]];
+    lh[i] = ember_wire_location_hash(la[i], ll[i], lk[i], h);
+  }
+  at = 0;
+  uint64_t stack[EMBER_MAX_STACK_DEPTH];
+  for (size_t i = 0; i < nsamp; i++) {
+    const Ember__Wire__V1__Sample *smp = m->samples[i];
+    depth[i] = (uint32_t)smp->n_locations; /* validated: 1..EMBER_MAX_STACK_DEPTH */
+    soff[i] = (uint32_t)at;
+    for (size_t j = 0; j < smp->n_locations; j++) {
+      locs[at + j] = smp->locations[j];
+      stack[j] = lh[smp->locations[j]];
+    }
+    sh[i] = ember_wire_stack_hash(stack, smp->n_locations);
+    memcpy(vals + i * nt, smp->values, nt * sizeof *vals);
+    at += smp->n_locations;
+  }
+  w->version = 1;
+  w->agent_id = text_or_null(m->agent_id);
+  w->session_id = text_or_null(m->session_id);
+  w->seq = m->seq;
+  if (m->labels != NULL)
+    w->labels = (ember_labels_t){text_or_null(m->labels->worker), text_or_null(m->labels->version),
+                                 text_or_null(m->labels->host), text_or_null(m->labels->actor),
+                                 m->labels->pid};
+  w->start_ns = m->window_start_ns;
+  w->end_ns = m->window_end_ns;
+  w->period_ns = m->period_ns;
+  w->ntypes = nt;
+  for (size_t i = 0; i < nt; i++) w->types[i] = (ember_value_type_t)m->value_types[i];
+  w->blob = blob;
+  w->str_off = off;
+  w->str_len = len;
+  w->nstrings = ns;
+  w->mod_name = mn;
+  w->mod_build_id = mb;
+  w->nmodules = nm;
+  w->fn_name = fnn;
+  w->fn_file = fnf;
+  w->nfunctions = nf;
+  w->loc_function = lf;
+  w->loc_module = lm;
+  w->loc_address = la;
+  w->loc_line = ll;
+  w->loc_kind = lk;
+  w->loc_hash = lh;
+  w->nlocations = nl;
+  w->depth = depth;
+  w->stack_off = soff;
+  w->locs = locs;
+  w->values = vals;
+  w->stack_hash = sh;
+  w->nsamples = nsamp;
+  w->nlocs = nlocs;
+  return 0;
+}
+
+int ember__codec_decode_v1_view(const void *data, size_t len, const ember_codec_limits_t *lim,
+                                ember_wire_t **out, char *errbuf, size_t errbuf_size) {
+  if (len > lim->max_message)
+    return ember__codec_fail(EMBER_ETOOBIG, errbuf, errbuf_size,
+                             "message of %zu bytes (at most %zu)", len, lim->max_message);
+  if (len == 0) return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size, "empty message");
+  v1_view_t *v = ember_calloc(1, sizeof *v);
+  if (v == NULL) return ember__codec_fail(-ENOMEM, errbuf, errbuf_size, "out of memory");
+  v->mem.release = v1_view_release;
+  v->w.priv = &v->mem;
+  v->arena.next_size = len * 3 + 4096;
+  ProtobufCAllocator alloc = {ember__arena_alloc, ember__arena_free, &v->arena};
+  wire_profile_t *m = ember__wire__v1__profile__unpack(&alloc, len, data);
+  int rc;
+  if (m == NULL) {
+    rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                           "not a valid ember.wire.v1.Profile message (%zu bytes)", len);
+  } else {
+    bool want = m->n_strings > 0 && m->n_strings <= lim->max_strings;
+    uint32_t *lens = want ? ember__arena_alloc(&v->arena, m->n_strings * sizeof *lens) : NULL;
+    if (want && lens == NULL) {
+      rc = ember__codec_fail(-ENOMEM, errbuf, errbuf_size, "out of memory while decoding");
+    } else {
+      rc = validate(m, lim, lens, errbuf, errbuf_size);
+      if (rc == 0 && (rc = v1_columns(m, lens, &v->arena, &v->w)) != 0)
+        ember__codec_fail(rc, errbuf, errbuf_size, "out of memory while decoding");
+    }
+  }
+  if (rc != 0) {
+    v1_view_release(&v->mem);
+    return rc;
+  }
+  *out = &v->w;
+  return 0;
 }
 
 /* --- targets --- */
@@ -680,7 +752,8 @@ int ember_codec_decode_target(const void *data, size_t len, ember_target_record_
     goto cleanup;
   }
   for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
-    if ((rc = check_text(src[i], "target field", i, errbuf, errbuf_size)) != 0) goto cleanup;
+    if ((rc = ember__codec_check_text(src[i], "target field", i, errbuf, errbuf_size)) != 0)
+      goto cleanup;
     if (src[i][0] == '\0') continue;
     *dst[i] = ember_strdup(src[i]);
     if (*dst[i] == NULL) {
@@ -706,7 +779,7 @@ cleanup:
 static int copy_texts(const char *const *src, char **const *dst, size_t n, const char *what,
                       char *errbuf, size_t errbuf_size) {
   for (size_t i = 0; i < n; i++) {
-    int rc = check_text(src[i], what, i, errbuf, errbuf_size);
+    int rc = ember__codec_check_text(src[i], what, i, errbuf, errbuf_size);
     if (rc != 0) return rc;
     if (src[i][0] == '\0') continue;
     *dst[i] = ember_strdup(src[i]);
@@ -934,7 +1007,8 @@ int ember_codec_decode_event(const void *data, size_t len, ember_event_t *out, c
     }
     e.nhosts = m->n_hosts;
     for (size_t i = 0; i < m->n_hosts; i++) {
-      if ((rc = check_text(m->hosts[i], "event host", i, errbuf, errbuf_size)) != 0) goto cleanup;
+      if ((rc = ember__codec_check_text(m->hosts[i], "event host", i, errbuf, errbuf_size)) != 0)
+        goto cleanup;
       if (m->hosts[i][0] == '\0') {
         rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
                                "a CREATED event with an empty host");

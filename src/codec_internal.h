@@ -6,8 +6,12 @@
 #define EMBER_SRC_CODEC_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <protobuf-c/protobuf-c.h>
+
+#include "ember/codec.h"
+#include "ember/wire.h"
 
 /* ember_malloc / ember_free behind protobuf-c's allocator interface. */
 extern ProtobufCAllocator ember__codec_pb_allocator;
@@ -15,5 +19,49 @@ extern ProtobufCAllocator ember__codec_pb_allocator;
 /* Write the sentence into errbuf (may be NULL or 0 bytes) and return rc. */
 int ember__codec_fail(int rc, char *errbuf, size_t errbuf_size, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* Decoding allocates one block per sub-message, repeated field and string
+ * (thousands per window), and frees them all together: a bump arena per
+ * decode call turns those into pointer increments and one free per chunk.
+ * It lives with its caller, so decoding stays thread-safe (arena.c). Use
+ * ember__arena_alloc / _free as a ProtobufCAllocator's functions, with the
+ * arena as allocator_data; _free does nothing, _release frees it all. */
+typedef struct ember__arena_chunk ember__arena_chunk_t;
+typedef struct ember__arena {
+  ember__arena_chunk_t *head;
+  size_t next_size; /* the next chunk's size; it doubles up to 16 MiB */
+} ember__arena_t;
+
+void *ember__arena_alloc(void *arena, size_t size);
+void ember__arena_free(void *arena, void *p);
+void ember__arena_release(ember__arena_t *a);
+
+/* The last field of every profile message, v1 and v2: "EMBR". */
+#define EMBER__WIRE_END_MARK 0x454d4252u
+
+/* What an ember_wire_t's priv points to: how to free it (and the view,
+ * which lives in the same memory). */
+typedef struct ember__wire_mem {
+  void (*release)(struct ember__wire_mem *m);
+} ember__wire_mem_t;
+
+/* ember_codec_decode of a version 1 message (codec.c). */
+int ember__codec_decode_v1(const void *data, size_t len, const ember_codec_limits_t *lim,
+                           ember_profile_t **out, char *errbuf, size_t errbuf_size);
+
+/* ember_wire_decode of a version 1 message (codec.c): a view whose columns
+ * are copied from the unpacked message, hashes computed. Same returns. */
+int ember__codec_decode_v1_view(const void *data, size_t len, const ember_codec_limits_t *lim,
+                                ember_wire_t **out, char *errbuf, size_t errbuf_size);
+
+/* XXH64 of data[0..len) with `seed`, as its specification defines it
+ * (wire_hash.c; wire v2's hashes are built on it). */
+uint64_t ember__xxh64(const void *data, size_t len, uint64_t seed);
+
+/* The checks every wire text (ids, labels, strings) passes: at most
+ * EMBER_MAX_STRING bytes and valid UTF-8. `what` and `idx` name it in the
+ * sentence. 0, EMBER_ETOOBIG or EMBER_ECORRUPT. */
+int ember__codec_check_text(const char *s, const char *what, size_t idx, char *errbuf,
+                            size_t errbuf_size);
 
 #endif

@@ -123,6 +123,18 @@ bool ember__store_retry(ember_store_t *s, int *rc) {
   return again;
 }
 
+int ember__grow(void *arr, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t c = *cap ? *cap : 64;
+  while (c < need) c *= 2;
+  if (c > SIZE_MAX / elem) return -ENOMEM;
+  void *p = ember_realloc(*(void **)arr, c * elem);
+  if (!p) return -ENOMEM;
+  *(void **)arr = p;
+  *cap = c;
+  return 0;
+}
+
 void ember__store_caches_clear(ember_store_t *s) {
   for (size_t i = 0; i < sizeof s->cache / sizeof s->cache[0]; i++)
     ember__dcache_clear(&s->cache[i]);

@@ -81,6 +81,10 @@ bool ember__store_retry(ember_store_t *s, int *rc);
 /* Commit a write transaction (always ended, as mdb_txn_commit). A full disk
  * is -ENOSPC even when LMDB reports its short write as EIO. */
 int ember__store_commit(ember_store_t *s, MDB_txn *txn);
+/* Make the array *arr (ember_realloc'd, *cap elements of `elem` bytes)
+ * hold at least `need`, doubling from 64. 0 or -ENOMEM (unchanged). */
+int ember__grow(void *arr, size_t *cap, size_t need, size_t elem);
+
 /* Empty the dictionary caches: after any failed write transaction. */
 void ember__store_caches_clear(ember_store_t *s);
 

@@ -57,21 +57,10 @@ typedef struct uctx {
   ember__out_t enc;
 } uctx_t;
 
-static int grow(void *arr, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return 0;
-  size_t c = *cap ? *cap : 64;
-  while (c < need) c *= 2;
-  if (c > SIZE_MAX / elem) return -ENOMEM;
-  void *p = ember_realloc(*(void **)arr, c * elem);
-  if (!p) return -ENOMEM;
-  *(void **)arr = p;
-  *cap = c;
-  return 0;
-}
-
 static int reserve(entries_t *e, size_t n, unsigned nt) {
-  int rc = grow(&e->ids, &e->ids_cap, n ? n : 1, sizeof *e->ids);
-  if (rc == 0) rc = grow(&e->vals, &e->vals_cap, (n ? n : 1) * (nt ? nt : 1), sizeof *e->vals);
+  int rc = ember__grow(&e->ids, &e->ids_cap, n ? n : 1, sizeof *e->ids);
+  if (rc == 0)
+    rc = ember__grow(&e->vals, &e->vals_cap, (n ? n : 1) * (nt ? nt : 1), sizeof *e->vals);
   return rc;
 }
 
@@ -339,7 +328,7 @@ static int collect(uctx_t *u, int32_t partition, int64_t from, int64_t to) {
       rc = -ENOMEM;
       break;
     }
-    rc = grow(&u->wins, &u->wins_cap, u->nwins + 1, sizeof *u->wins);
+    rc = ember__grow(&u->wins, &u->wins_cap, u->nwins + 1, sizeof *u->wins);
     if (rc < 0) break;
     uwin_t *w = &u->wins[u->nwins];
     w->val = ember_malloc(v.mv_size);

@@ -23,7 +23,9 @@
 extern "C" {
 #endif
 
-/* The schema version this build writes and the newest it reads. */
+/* The schema version of the messages this build writes (targets,
+ * commands, events; profiles unless asked for version 2, EMBER_WIRE_V2 in
+ * ember/wire.h, which it also reads). */
 #define EMBER_WIRE_VERSION 1u
 
 typedef struct ember_codec_limits {

@@ -58,6 +58,7 @@
 
 #include "ember/ember.h"
 #include "ember/profile.h"
+#include "ember/wire.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -102,6 +103,10 @@ typedef struct ember_store_write_result {
   size_t written;    /* profiles stored */
   size_t duplicates; /* profiles skipped: their (agent id, seq) was stored before */
   size_t expired;    /* profiles skipped: older than a past ember_store_retain() cutoff */
+  /* When a write fails for one window's content (EMBER_ECORRUPT, -ERANGE;
+   * -EINVAL from the profile calls): its index, and why. SIZE_MAX otherwise. */
+  size_t bad;
+  char why[192];
 } ember_store_write_result_t;
 
 /* Store `n` profile windows in one write transaction: all or nothing. Each
@@ -147,6 +152,21 @@ typedef struct ember_store_source {
  * still extends its run; an expired window does neither. Returns as
  * ember_store_write(), and -EINVAL for a bad source (nothing written). */
 EMBER_API int ember_store_write_from(ember_store_t *store, ember_profile_t *const *profiles,
+                                     const ember_store_source_t *sources, size_t n,
+                                     ember_store_write_result_t *result);
+
+/* ember_store_write_from() of decoded wire views (ember/wire.h), without
+ * profiles: the same transaction, rules and returns. What ember_wire_decode
+ * left unchecked is checked where the store takes it: a location it has
+ * not seen must have strings that are UTF-8 without NUL and a hash that is
+ * its content's, a stack it has not seen a hash that is its locations';
+ * one it has seen is compared byte for byte (docs/internals/store.md,
+ * "Wire views"). A window refused for its content fails the whole call
+ * with EMBER_ECORRUPT (or -ERANGE for a sum that would overflow), nothing
+ * written, result->bad naming it and result->why saying why, so the caller
+ * can set it aside and write the others. `views` and `sources` are
+ * borrowed for the call. */
+EMBER_API int ember_store_write_wire(ember_store_t *store, ember_wire_t *const *views,
                                      const ember_store_source_t *sources, size_t n,
                                      ember_store_write_result_t *result);
 

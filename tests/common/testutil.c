@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "ember/codec.h"
+#include "ember/wire.h"
 #include "ember/config.h"
 #include "ember/kafka.h"
 #include "ember/sign.h"
@@ -170,6 +171,8 @@ typedef struct profiles_acc {
   ember_profile_t **res;
   int64_t *ts; /* NULL unless timestamps were asked for */
   bool want_ts;
+  uint32_t *ver; /* NULL unless versions were asked for */
+  bool want_ver;
   size_t n, cap;
 } profiles_acc_t;
 
@@ -197,7 +200,12 @@ static bool on_profile_message(void *ctx, const rd_kafka_message_t *m) {
       acc->ts = realloc(acc->ts, acc->cap * sizeof *acc->ts);
       assert_non_null(acc->ts);
     }
+    if (acc->want_ver) {
+      acc->ver = realloc(acc->ver, acc->cap * sizeof *acc->ver);
+      assert_non_null(acc->ver);
+    }
   }
+  if (acc->want_ver) acc->ver[acc->n] = ember_wire_peek_version(m->payload, m->len);
   if (acc->want_ts) {
     rd_kafka_timestamp_type_t tstype;
     acc->ts[acc->n] = rd_kafka_message_timestamp(m, &tstype);
@@ -221,6 +229,63 @@ size_t tu_consume_profiles_ts(const char *brokers, const char *host, int idle_ms
   *out = acc.res;
   *ts_ms = acc.ts;
   return acc.n;
+}
+
+size_t tu_consume_profiles_v(const char *brokers, const char *host, int idle_ms, int max_ms,
+                             ember_profile_t ***out, uint32_t **versions) {
+  profiles_acc_t acc = {.host = host, .want_ver = true};
+  consume(brokers, EMBER_TOPIC_PROFILES, idle_ms, max_ms, on_profile_message, &acc);
+  *out = acc.res;
+  *versions = acc.ver;
+  return acc.n;
+}
+
+static bool str_eq_null(const char *a, const char *b) {
+  if (a == NULL || b == NULL) return a == b;
+  return strcmp(a, b) == 0;
+}
+
+static bool frames_equal(const ember_frame_t *a, const ember_frame_t *b) {
+  return str_eq_null(a->function, b->function) && str_eq_null(a->file, b->file) &&
+         str_eq_null(a->module, b->module) && str_eq_null(a->build_id, b->build_id) &&
+         a->address == b->address && a->line == b->line && a->kind == b->kind;
+}
+
+void tu_assert_profiles_equal(const ember_profile_t *a, const ember_profile_t *b) {
+  assert_int_equal(ember_profile_ntypes(a), ember_profile_ntypes(b));
+  assert_int_equal(ember_profile_nstacks(a), ember_profile_nstacks(b));
+  for (uint32_t s = 0; s < ember_profile_nstacks(a); s++) {
+    const uint32_t *ia, *ib;
+    size_t da, db;
+    const int64_t *va, *vb;
+    ember_profile_stack(a, s, &ia, &da, &va);
+    ember_profile_stack(b, s, &ib, &db, &vb);
+    assert_int_equal(da, db);
+    for (size_t i = 0; i < da; i++)
+      assert_true(frames_equal(ember_profile_frame(a, ia[i]), ember_profile_frame(b, ib[i])));
+    for (size_t v = 0; v < ember_profile_ntypes(a); v++) assert_int_equal(va[v], vb[v]);
+  }
+}
+
+static void *blocks_alloc(void *data, size_t size) {
+  tu_blocks_t *a = data;
+  assert_true(a->n < sizeof a->b / sizeof a->b[0]);
+  return a->b[a->n++] = malloc(size);
+}
+
+static void blocks_nofree(void *data, void *ptr) {
+  (void)data;
+  (void)ptr;
+}
+
+ProtobufCAllocator tu_blocks_allocator(tu_blocks_t *blocks) {
+  blocks->n = 0;
+  return (ProtobufCAllocator){blocks_alloc, blocks_nofree, blocks};
+}
+
+void tu_blocks_free(tu_blocks_t *blocks) {
+  for (size_t i = 0; i < blocks->n; i++) free(blocks->b[i]);
+  blocks->n = 0;
 }
 
 int64_t tu_self(const ember_profile_t *p, size_t vi, const char *fn) {

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <librdkafka/rdkafka.h>
+#include <protobuf-c/protobuf-c.h>
 
 #include "ember/profile.h"
 
@@ -38,6 +39,25 @@ size_t tu_consume_profiles(const char *brokers, const char *host, int idle_ms, i
  * the epoch, the producer's create time) in *ts_ms (caller frees). */
 size_t tu_consume_profiles_ts(const char *brokers, const char *host, int idle_ms, int max_ms,
                               ember_profile_t ***out, int64_t **ts_ms);
+
+/* The same, also giving each message's wire version (1 or 2) in
+ * *versions (caller frees). */
+size_t tu_consume_profiles_v(const char *brokers, const char *host, int idle_ms, int max_ms,
+                             ember_profile_t ***out, uint32_t **versions);
+
+/* Fails the test unless a and b hold the same stacks (by frame content)
+ * with the same values, in the same order. */
+void tu_assert_profiles_equal(const ember_profile_t *a, const ember_profile_t *b);
+
+/* Blocks handed out by a protobuf-c allocator and freed together
+ * (tu_blocks_free), for tests that swap arrays of their own into an
+ * unpacked message and so cannot use free_unpacked. */
+typedef struct tu_blocks {
+  void *b[4096];
+  size_t n;
+} tu_blocks_t;
+ProtobufCAllocator tu_blocks_allocator(tu_blocks_t *blocks);
+void tu_blocks_free(tu_blocks_t *blocks);
 
 /* Sum of value `vi` over stacks whose leaf frame's function is `fn`, and
  * over stacks containing a frame whose function contains `substr`. */

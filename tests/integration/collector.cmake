@@ -32,6 +32,14 @@ set_tests_properties(test_e2e PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 
 set_property(TEST test_e2e APPEND PROPERTY
   ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
 
+# Agents on wire v1 and v2 feeding one collector: exactly what each
+# published is stored (issue 14).
+ember_test(integration test_wire_mixed integration)
+add_dependencies(test_wire_mixed ember-collector ember_agent prog_burn)
+set_tests_properties(test_wire_mixed PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 300)
+set_property(TEST test_wire_mixed APPEND PROPERTY
+  ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
+
 # The collector through a 15 s broker outage. Halts the shared broker, so
 # no other test may run meanwhile.
 ember_test(integration test_collector_outage integration)

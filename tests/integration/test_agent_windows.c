@@ -87,6 +87,20 @@ static void test_agent_windows_follow_the_real_clock(void **state) {
   ember_profile_t **ps = NULL;
   int64_t *ts = NULL;
   size_t n = tu_consume_profiles_ts(brokers, host, 5000, 90000, &ps, &ts);
+  /* The burner's windows only: another suite on this host (or a stray
+   * process with its worker name) would be another series of windows
+   * with the same cuts, not an overlap. */
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (ember_profile_labels(ps[i])->pid != (uint32_t)burn) {
+      ember_profile_free(ps[i]);
+      continue;
+    }
+    ps[kept] = ps[i];
+    ts[kept++] = ts[i];
+  }
+  if (kept < n) print_message("%zu windows of other processes left out\n", n - kept);
+  n = kept;
   print_message("%zu windows from host %s over %llu s\n", n, host, (unsigned long long)seconds);
   if (n < seconds * 3 / 4)
     fail_msg("%zu windows in %llu s of 1 s windows (agent log: %s)", n, (unsigned long long)seconds,

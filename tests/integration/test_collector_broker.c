@@ -2,7 +2,9 @@
  *  - SIGKILL in the middle of ingest, restart: the store then holds exactly
  *    what was published (nothing lost, nothing twice);
  *  - malformed messages produced with kcat land in the DLQ, with the reason
- *    in a header, while valid profiles around them are stored. */
+ *    in a header, while valid profiles around them are stored;
+ *  - so do malformed wire v2 messages, those the decoder refuses and those
+ *    only the store can tell (a hash that does not match its content). */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -18,8 +20,11 @@
 #include <cmocka.h>
 
 #include "common/testutil.h"
+#include "ember/codec.h"
 #include "ember/kafka.h"
 #include "ember/store.h"
+#include "ember/wire.h"
+#include "ember_v2.pb-c.h"
 
 #define BASE_NS (1764410400LL * 1000000000)
 #define WINDOW  10000000000LL
@@ -104,6 +109,38 @@ static void test_collector_sigkill_loses_nothing(void **state) {
   assert_true(work_b == (int64_t)n); /* one work_b sample per window: each window once */
 }
 
+/* How many of needles[0..n) the DLQ holds, read with kcat, in lines of
+ * messages keyed `key` (their headers, and their payloads if `payload`),
+ * trying for up to 20 s. Each such line must name its error and source. */
+static int dlq_find(const char *kcat, const char *brokers, const char *key, bool payload,
+                    const char *const *needles, int n) {
+  char cmd[2048], out_path[700];
+  snprintf(out_path, sizeof out_path, "%s/%s.dlq", EMBER_TEST_TMP, tag);
+  snprintf(cmd, sizeof cmd, "%s -C -b %s -t %s -o beginning -e -q -f '%%k|%%h%s\\n' > %s", kcat,
+           brokers, EMBER_TOPIC_PROFILES_DLQ, payload ? "|%s" : "", out_path);
+  int found = 0;
+  for (int t = 0; t < 20 && found < n; t++) {
+    assert_int_equal(system(cmd), 0);
+    FILE *f = fopen(out_path, "r");
+    assert_non_null(f);
+    char line[4096];
+    bool seen[8] = {false};
+    assert_true(n <= 8);
+    while (fgets(line, sizeof line, f)) {
+      if (strncmp(line, key, strlen(key)) != 0 || line[strlen(key)] != '|') continue;
+      assert_non_null(strstr(line, "ember.error="));
+      assert_non_null(strstr(line, "ember.source=" EMBER_TOPIC_PROFILES "/"));
+      for (int i = 0; i < n; i++)
+        if (strstr(line, needles[i]) != NULL) seen[i] = true;
+    }
+    fclose(f);
+    found = 0;
+    for (int i = 0; i < n; i++) found += seen[i];
+    if (found < n) sleep(1);
+  }
+  return found;
+}
+
 static void test_collector_dlq_with_kcat(void **state) {
   (void)state;
   setup_names("dlq");
@@ -138,36 +175,92 @@ static void test_collector_dlq_with_kcat(void **state) {
   assert_true(got == want); /* ingest went on around the bad messages */
   assert_true(malformed >= 3);
 
-  /* The DLQ, read with kcat: our three messages, with the reason. */
-  char out_path[700];
-  snprintf(out_path, sizeof out_path, "%s/%s.dlq", EMBER_TEST_TMP, tag);
-  snprintf(cmd, sizeof cmd, "%s -C -b %s -t %s -o beginning -e -q -f '%%k|%%h|%%s\\n' > %s", kcat,
-           brokers, EMBER_TOPIC_PROFILES_DLQ, out_path);
-  /* Other tests' collectors (their own groups) read the same topic and may
-   * have copied these messages too: each must be there at least once. */
+  /* The DLQ, read with kcat: our three messages, with the reason. Other
+   * tests' collectors (their own groups) read the same topic and may have
+   * copied these messages too: each must be there at least once. */
   static const char *const payloads[] = {"garbage-one", "json", "abc"};
-  int found = 0;
-  for (int t = 0; t < 20 && found < 3; t++) {
-    assert_int_equal(system(cmd), 0);
-    FILE *f = fopen(out_path, "r");
-    assert_non_null(f);
-    char line[4096];
-    bool seen[3] = {false, false, false};
-    while (fgets(line, sizeof line, f)) {
-      if (strncmp(line, tag, strlen(tag)) != 0) continue;
-      assert_non_null(strstr(line, "ember.error="));
-      assert_non_null(strstr(line, "ember.source=" EMBER_TOPIC_PROFILES "/"));
-      for (int i = 0; i < 3; i++)
-        if (strstr(line, payloads[i]) != NULL) seen[i] = true;
-    }
-    fclose(f);
-    found = (int)seen[0] + (int)seen[1] + (int)seen[2];
-    if (found < 3) sleep(1);
-  }
-  assert_int_equal(found, 3);
+  assert_int_equal(dlq_find(kcat, brokers, tag, true, payloads, 3), 3);
   /* Still serving. */
   char body[64];
   assert_int_equal(tu_http_get(port, "/healthz", body, sizeof body), 200);
+  stop_collector(c);
+}
+
+/* A v2 message of tu_profile(agent, seq, ...), broken by `how`:
+ * 0 cut before its end mark, 1 a string length past the limit, 2 a blob shorter than its
+ * lengths, 3 a location whose hash is not its content's. */
+static void *bad_v2(const char *agent, uint64_t seq, const char *worker, int how, size_t *len) {
+  ember_profile_t *p = tu_profile(agent, seq, worker, "host-v2", BASE_NS + (int64_t)seq * WINDOW);
+  ember_buf_t b;
+  ember_buf_init(&b, 1u << 20);
+  assert_int_equal(ember_codec_encode_v2(p, &b), 0);
+  ember_profile_free(p);
+  if (how == 0) {
+    /* Without its end mark (the last 6 bytes: field 30's two-byte tag and
+     * the fixed32): every field left parses, the mark is missing. */
+    *len = b.len - 6;
+    void *out = malloc(*len);
+    memcpy(out, b.data, *len);
+    ember_buf_free(&b);
+    return out;
+  }
+  Ember__Wire__V2__Profile *m =
+      ember__wire__v2__profile__unpack(NULL, b.len, (const uint8_t *)b.data);
+  assert_non_null(m);
+  assert_true(m->n_string_lengths > 1 && m->n_location_hash > 0);
+  if (how == 1) m->string_lengths[1] = EMBER_MAX_STRING + 1;
+  if (how == 2) m->strings.len -= 2;
+  if (how == 3) m->location_hash[0] ^= 1;
+  *len = ember__wire__v2__profile__get_packed_size(m);
+  void *out = malloc(*len);
+  ember__wire__v2__profile__pack(m, out);
+  /* free_unpacked frees what unpack made: `strings.len` shrank, not its
+   * buffer. */
+  ember__wire__v2__profile__free_unpacked(m, NULL);
+  ember_buf_free(&b);
+  return out;
+}
+
+static void test_collector_dlq_wire_v2(void **state) {
+  (void)state;
+  setup_names("dlq2");
+  char kcat[512];
+  if (!tu_which("kcat", kcat, sizeof kcat)) fail_msg("kcat is not installed (scripts/deps.sh)");
+  const char *brokers = tu_bootstrap();
+  char worker[128];
+  snprintf(worker, sizeof worker, "w-%s", tag);
+  unsigned port = tu_free_port();
+  pid_t c = start_collector(port);
+
+  /* Good v1 windows, four bad v2 ones, good v1 windows: one key (the
+   * worker), so one partition, in this order. */
+  int64_t want = tu_produce_profiles(brokers, tag, 1, 10, worker, "host-d", BASE_NS);
+  static const char *const reasons[] = {"truncated", "string 1: 4097 bytes",
+                                        "string lengths add up to more than", "location 0: hash"};
+  const void *values[4];
+  size_t lens[4];
+  for (int i = 0; i < 4; i++) values[i] = bad_v2(tag, 100 + (uint64_t)i, worker, i, &lens[i]);
+  tu_dr_tally_t t = tu_produce(brokers, EMBER_TOPIC_PROFILES, worker, values, lens, 4);
+  assert_int_equal(t.ok, 4);
+  for (int i = 0; i < 4; i++) free((void *)(uintptr_t)values[i]);
+  want += tu_produce_profiles(brokers, tag, 11, 10, worker, "host-d", BASE_NS + 200 * WINDOW);
+
+  int64_t got = -1;
+  double malformed = 0;
+  for (int i = 0; i < 600 && (got != want || malformed < 4); i++) {
+    usleep(100000);
+    got = stored_samples(worker, NULL);
+    malformed = tu_metric(port, "ember_collector_malformed_total");
+  }
+  assert_true(got == want);
+  /* At least: other tests put malformed messages on the shared topic too,
+   * and this collector's group reads it from the start. */
+  assert_true(malformed >= 4);
+
+  /* The DLQ: the four, keyed by the worker, each with its reason
+   * (payloads are binary: only keys and headers are read). */
+  int found = dlq_find(kcat, brokers, worker, false, reasons, 4);
+  if (found < 4) fail_msg("only %d of the 4 reasons in the DLQ", found);
   stop_collector(c);
 }
 
@@ -221,6 +314,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_collector_sigkill_loses_nothing),
       cmocka_unit_test(test_collector_dlq_with_kcat),
+      cmocka_unit_test(test_collector_dlq_wire_v2),
       cmocka_unit_test(test_collector_two_instances_share_the_work),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

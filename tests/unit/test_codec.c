@@ -11,8 +11,11 @@
 
 #include <cmocka.h>
 
+#include "common/testutil.h"
+
 #include "ember.pb-c.h"
 #include "ember/codec.h"
+#include "ember/wire.h"
 
 static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
 
@@ -59,34 +62,6 @@ static void encode(const ember_profile_t *p, ember_buf_t *b) {
   assert_true(b->len > 0);
 }
 
-static bool str_eq_null(const char *a, const char *b) {
-  if (a == NULL || b == NULL) return a == b;
-  return strcmp(a, b) == 0;
-}
-
-static bool frames_equal(const ember_frame_t *a, const ember_frame_t *b) {
-  return str_eq_null(a->function, b->function) && str_eq_null(a->file, b->file) &&
-         str_eq_null(a->module, b->module) && str_eq_null(a->build_id, b->build_id) &&
-         a->address == b->address && a->line == b->line && a->kind == b->kind;
-}
-
-/* Same stacks (by frame content) with the same values, in the same order. */
-static void assert_profiles_equal(const ember_profile_t *a, const ember_profile_t *b) {
-  assert_int_equal(ember_profile_ntypes(a), ember_profile_ntypes(b));
-  assert_int_equal(ember_profile_nstacks(a), ember_profile_nstacks(b));
-  for (uint32_t s = 0; s < ember_profile_nstacks(a); s++) {
-    const uint32_t *ia, *ib;
-    size_t da, db;
-    const int64_t *va, *vb;
-    ember_profile_stack(a, s, &ia, &da, &va);
-    ember_profile_stack(b, s, &ib, &db, &vb);
-    assert_int_equal(da, db);
-    for (size_t i = 0; i < da; i++)
-      assert_true(frames_equal(ember_profile_frame(a, ia[i]), ember_profile_frame(b, ib[i])));
-    for (size_t v = 0; v < ember_profile_ntypes(a); v++) assert_int_equal(va[v], vb[v]);
-  }
-}
-
 static void test_codec_round_trip(void **state) {
   (void)state;
   ember_profile_t *p = sample_profile();
@@ -95,7 +70,7 @@ static void test_codec_round_trip(void **state) {
   ember_profile_t *q = NULL;
   char err[256] = "";
   assert_int_equal(ember_codec_decode(b.data, b.len, NULL, &q, err, sizeof err), 0);
-  assert_profiles_equal(p, q);
+  tu_assert_profiles_equal(p, q);
   const ember_labels_t *l = ember_profile_labels(q);
   assert_string_equal(l->worker, "api");
   assert_string_equal(l->version, "1.4.2");
@@ -160,7 +135,7 @@ static void test_codec_file_without_function_round_trips(void **state) {
   encode(p, &b);
   char err[256] = "";
   assert_int_equal(ember_codec_decode(b.data, b.len, NULL, &q, err, sizeof err), 0);
-  assert_profiles_equal(p, q);
+  tu_assert_profiles_equal(p, q);
   ember_buf_free(&b);
   ember_profile_free(p);
   ember_profile_free(q);
@@ -242,28 +217,12 @@ typedef void (*mutate_fn)(Ember__Wire__V1__Profile *m);
 
 /* Mutations swap pointers inside the message, so it is unpacked into an
  * arena that is dropped whole instead of through free_unpacked. */
-typedef struct arena {
-  void *blocks[4096];
-  size_t n;
-} arena_t;
-
-static void *arena_alloc(void *data, size_t size) {
-  arena_t *a = data;
-  assert_true(a->n < sizeof a->blocks / sizeof a->blocks[0]);
-  return a->blocks[a->n++] = malloc(size);
-}
-
-static void arena_nofree(void *data, void *ptr) {
-  (void)data;
-  (void)ptr;
-}
-
 static void expect_error(mutate_fn mutate, int want_rc, const char *want_msg) {
   ember_profile_t *p = sample_profile();
   ember_buf_t b;
   encode(p, &b);
-  arena_t arena = {.n = 0};
-  ProtobufCAllocator alloc = {arena_alloc, arena_nofree, &arena};
+  tu_blocks_t arena;
+  ProtobufCAllocator alloc = tu_blocks_allocator(&arena);
   Ember__Wire__V1__Profile *m =
       ember__wire__v1__profile__unpack(&alloc, b.len, (const uint8_t *)b.data);
   assert_non_null(m);
@@ -278,12 +237,12 @@ static void expect_error(mutate_fn mutate, int want_rc, const char *want_msg) {
     fail_msg("want rc %d and '%s', got rc %d and '%s'", want_rc, want_msg, rc, err);
   assert_null(q);
   free(out);
-  for (size_t i = 0; i < arena.n; i++) free(arena.blocks[i]);
+  tu_blocks_free(&arena);
   ember_buf_free(&b);
   ember_profile_free(p);
 }
 
-static void bad_version(Ember__Wire__V1__Profile *m) { m->version = EMBER_WIRE_VERSION + 1; }
+static void bad_version(Ember__Wire__V1__Profile *m) { m->version = EMBER_WIRE_V2 + 1; }
 static void zero_version(Ember__Wire__V1__Profile *m) { m->version = 0; }
 static void bad_location_index(Ember__Wire__V1__Profile *m) { m->samples[1]->locations[0] = 1000; }
 static void bad_function_index(Ember__Wire__V1__Profile *m) {
@@ -322,7 +281,7 @@ static void overflow(Ember__Wire__V1__Profile *m) {
 
 static void test_codec_rejects_out_of_range(void **state) {
   (void)state;
-  expect_error(bad_version, EMBER_EVERSION, "schema version 2 is not supported");
+  expect_error(bad_version, EMBER_EVERSION, "schema version 3 is not supported");
   expect_error(zero_version, EMBER_EVERSION, "schema version 0");
   expect_error(bad_location_index, EMBER_ECORRUPT, "sample 1: location index 1000 out of range");
   expect_error(bad_function_index, EMBER_ECORRUPT, "location 0: function");
@@ -354,8 +313,8 @@ static void test_codec_empty_string_is_none(void **state) {
   ember_profile_t *p = sample_profile();
   ember_buf_t b;
   encode(p, &b);
-  arena_t arena = {.n = 0};
-  ProtobufCAllocator alloc = {arena_alloc, arena_nofree, &arena};
+  tu_blocks_t arena;
+  ProtobufCAllocator alloc = tu_blocks_allocator(&arena);
   Ember__Wire__V1__Profile *m =
       ember__wire__v1__profile__unpack(&alloc, b.len, (const uint8_t *)b.data);
   assert_non_null(m);
@@ -377,7 +336,7 @@ static void test_codec_empty_string_is_none(void **state) {
   assert_int_equal(ember_profile_nframes(r), ember_profile_nframes(q));
   assert_int_equal(ember_profile_nstacks(r), ember_profile_nstacks(q));
   free(out);
-  for (size_t i = 0; i < arena.n; i++) free(arena.blocks[i]);
+  tu_blocks_free(&arena);
   ember_buf_free(&b);
   ember_buf_free(&c);
   ember_profile_free(p);
@@ -401,7 +360,7 @@ static void test_codec_survives_allocation_failures(void **state) {
     ember_alloc_fail_reset();
     ember_buf_free(&b);
     if (rc == 0) {
-      assert_profiles_equal(p, q);
+      tu_assert_profiles_equal(p, q);
       ember_profile_free(q);
       assert_true(n > 10);
       break;

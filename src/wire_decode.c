@@ -1,0 +1,380 @@
+/* Wire v2 to a view (ember_wire_decode) and a view to a profile
+ * (ember_wire_to_profile), include/ember/wire.h.
+ *
+ * protobuf-c unpacks the message into a per-message arena (about twenty
+ * arrays and the string blob); the view points into it, with the string
+ * offsets and the stack offsets computed once. Checks follow the header:
+ * everything but the blob's bytes and the hashes, which the readers that
+ * use them check (the store only for content it has not seen). */
+#include <errno.h>
+#include <string.h>
+
+#include "codec_internal.h"
+#include "ember/wire.h"
+#include "ember_v2.pb-c.h"
+
+typedef Ember__Wire__V2__Profile v2_t;
+
+typedef struct decoded {
+  ember__wire_mem_t mem;
+  ember_wire_t w;
+  ember__arena_t arena; /* the unpacked message, and the offsets */
+} decoded_t;
+
+static void decoded_release(ember__wire_mem_t *m) {
+  decoded_t *d = (decoded_t *)m;
+  ember__arena_release(&d->arena);
+  ember_free(d);
+}
+
+void ember_wire_free(ember_wire_t *w) {
+  if (w == NULL) return;
+  ember__wire_mem_t *m = w->priv;
+  m->release(m);
+}
+
+uint32_t ember_wire_peek_version(const void *data, size_t len) {
+  const unsigned char *p = data;
+  if (p == NULL || len < 2 || p[0] != 0x08) return 0; /* field 1, varint */
+  uint64_t v = 0;
+  for (size_t i = 1; i < len && i < 11; i++) {
+    v |= (uint64_t)(p[i] & 0x7f) << (7 * (i - 1));
+    if (!(p[i] & 0x80)) return v > UINT32_MAX ? 0 : (uint32_t)v;
+  }
+  return 0;
+}
+
+/* out[i] = d[0] + ... + d[i]; the index of the first sum outside
+ * [0, UINT32_MAX], or SIZE_MAX when there is none. */
+static size_t undelta32(const int32_t *d, size_t n, uint32_t *out) {
+  int64_t v = 0; /* n is bounded by the message size: no overflow */
+  for (size_t i = 0; i < n; i++) {
+    v += d[i];
+    if (v < 0 || v > (int64_t)UINT32_MAX) return i;
+    out[i] = (uint32_t)v;
+  }
+  return SIZE_MAX;
+}
+
+static const char *text_or_null(const char *s) { return s == NULL || s[0] == '\0' ? NULL : s; }
+
+#define FAIL(rc, ...) ember__codec_fail((rc), errbuf, errbuf_size, __VA_ARGS__)
+
+static int check_index(uint32_t idx, size_t n, const char *what, size_t i, char *errbuf,
+                       size_t errbuf_size) {
+  if (idx == 0 || idx < n) return 0;
+  return FAIL(EMBER_ECORRUPT, "%s %zu: string index %u out of range (have %zu strings)", what, i,
+              idx, n);
+}
+
+/* Everything of `m` but the blob's bytes and the hashes; fills the view. */
+static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t *a, ember_wire_t *w,
+                 char *errbuf, size_t errbuf_size) {
+  int rc;
+  if (m->version != EMBER_WIRE_V2)
+    return FAIL(EMBER_EVERSION, "schema version %u is not 2", m->version);
+  if (m->end_mark != EMBER__WIRE_END_MARK)
+    return FAIL(EMBER_ECORRUPT, "message is truncated or not an Ember profile (no end mark)");
+  if (m->window_end_ns < m->window_start_ns)
+    return FAIL(EMBER_ECORRUPT, "window ends (%lld) before it starts (%lld)",
+                (long long)m->window_end_ns, (long long)m->window_start_ns);
+  if (m->period_ns < 0)
+    return FAIL(EMBER_ECORRUPT, "negative sampling period %lld", (long long)m->period_ns);
+  if (m->n_value_types == 0 || m->n_value_types > EMBER_MAX_VALUE_TYPES)
+    return FAIL(EMBER_ECORRUPT, "%zu value types (need 1 to %d)", m->n_value_types,
+                EMBER_MAX_VALUE_TYPES);
+  for (size_t i = 0; i < m->n_value_types; i++) {
+    uint32_t vt = m->value_types[i];
+    if (vt > EMBER_MAX_VALUE_TYPES || ember_value_type_name((ember_value_type_t)vt) == NULL)
+      return FAIL(EMBER_ECORRUPT, "value type %zu: unknown type %u", i, vt);
+    for (size_t j = 0; j < i; j++)
+      if (m->value_types[j] == vt)
+        return FAIL(EMBER_ECORRUPT, "value type %zu repeats type %u", i, vt);
+    w->types[i] = (ember_value_type_t)vt;
+  }
+  w->ntypes = m->n_value_types;
+  const char *texts[] = {m->agent_id,       m->session_id, m->worker,
+                         m->worker_version, m->host,       m->actor};
+  static const char *const names[] = {"agent id", "session id", "label", "label", "label", "label"};
+  for (size_t i = 0; i < 6; i++)
+    if ((rc = ember__codec_check_text(texts[i], names[i], i < 2 ? 0 : i - 2, errbuf,
+                                      errbuf_size)) != 0)
+      return rc;
+
+  /* Strings: lengths within the limits and adding up to the blob. */
+  size_t ns = m->n_string_lengths;
+  if (ns > lim->max_strings)
+    return FAIL(EMBER_ETOOBIG, "%zu strings (at most %zu)", ns, lim->max_strings);
+  if (ns > 0 && m->string_lengths[0] != 0) return FAIL(EMBER_ECORRUPT, "string 0 must be empty");
+  uint32_t *off = ember__arena_alloc(a, (ns ? ns : 1) * sizeof *off);
+  if (off == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
+  uint64_t total = 0;
+  for (size_t i = 0; i < ns; i++) {
+    if (m->string_lengths[i] > EMBER_MAX_STRING)
+      return FAIL(EMBER_ETOOBIG, "string %zu: %u bytes (at most %u)", i, m->string_lengths[i],
+                  EMBER_MAX_STRING);
+    off[i] = (uint32_t)total;
+    total += m->string_lengths[i];
+    if (total > m->strings.len) break;
+  }
+  if (total != m->strings.len)
+    return FAIL(EMBER_ECORRUPT, "string lengths add up to %s%llu bytes, the blob has %zu",
+                total > m->strings.len ? "more than " : "", (unsigned long long)total,
+                m->strings.len);
+  w->blob = (const char *)m->strings.data;
+  w->str_off = off;
+  w->str_len = m->string_lengths;
+  w->nstrings = ns;
+
+  /* Modules and functions. */
+  if (m->n_module_name != m->n_module_build_id)
+    return FAIL(EMBER_ECORRUPT, "%zu module names for %zu build ids", m->n_module_name,
+                m->n_module_build_id);
+  if (m->n_function_name != m->n_function_file)
+    return FAIL(EMBER_ECORRUPT, "%zu function names for %zu files", m->n_function_name,
+                m->n_function_file);
+  uint32_t *fnn = ember__arena_alloc(a, (m->n_function_name ? m->n_function_name : 1) * 4);
+  if (fnn == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
+  size_t bad = undelta32(m->function_name, m->n_function_name, fnn);
+  if (bad != SIZE_MAX) return FAIL(EMBER_ECORRUPT, "function %zu: name index out of range", bad);
+  for (size_t i = 0; i < m->n_module_name; i++)
+    if ((rc = check_index(m->module_name[i], ns, "module", i, errbuf, errbuf_size)) ||
+        (rc = check_index(m->module_build_id[i], ns, "module", i, errbuf, errbuf_size)))
+      return rc;
+  for (size_t i = 0; i < m->n_function_name; i++)
+    if ((rc = check_index(fnn[i], ns, "function", i, errbuf, errbuf_size)) ||
+        (rc = check_index(m->function_file[i], ns, "function", i, errbuf, errbuf_size)))
+      return rc;
+  w->mod_name = m->module_name;
+  w->mod_build_id = m->module_build_id;
+  w->nmodules = m->n_module_name;
+  w->fn_name = fnn;
+  w->fn_file = m->function_file;
+  w->nfunctions = m->n_function_name;
+
+  /* Locations. */
+  size_t nl = m->n_location_function;
+  if (nl > lim->max_locations)
+    return FAIL(EMBER_ETOOBIG, "%zu locations (at most %zu)", nl, lim->max_locations);
+  if (m->n_location_module != nl || m->n_location_address != nl || m->n_location_line != nl ||
+      m->n_location_kind != nl || m->n_location_hash != nl)
+    return FAIL(EMBER_ECORRUPT,
+                "location columns of different lengths (%zu functions, %zu modules, %zu "
+                "addresses, %zu lines, %zu kinds, %zu hashes)",
+                nl, m->n_location_module, m->n_location_address, m->n_location_line,
+                m->n_location_kind, m->n_location_hash);
+  uint32_t *lf = ember__arena_alloc(a, (nl ? nl : 1) * sizeof *lf);
+  uint64_t *la = ember__arena_alloc(a, (nl ? nl : 1) * sizeof *la);
+  if (lf == NULL || la == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
+  if ((bad = undelta32(m->location_function, nl, lf)) != SIZE_MAX)
+    return FAIL(EMBER_ECORRUPT, "location %zu: function index out of range", bad);
+  uint64_t addr = 0;
+  for (size_t i = 0; i < nl; i++) la[i] = addr += (uint64_t)m->location_address[i];
+  for (size_t i = 0; i < nl; i++) {
+    if (lf[i] > w->nfunctions)
+      return FAIL(EMBER_ECORRUPT, "location %zu: function %u out of range (have %zu functions)", i,
+                  lf[i], w->nfunctions);
+    if (m->location_module[i] > w->nmodules)
+      return FAIL(EMBER_ECORRUPT, "location %zu: module %u out of range (have %zu modules)", i,
+                  m->location_module[i], w->nmodules);
+    if (m->location_kind[i] > EMBER_FRAME_KIND_MAX)
+      return FAIL(EMBER_ECORRUPT, "location %zu: unknown frame kind %u", i, m->location_kind[i]);
+  }
+  w->loc_function = lf;
+  w->loc_module = m->location_module;
+  w->loc_address = la;
+  w->loc_line = m->location_line;
+  w->loc_kind = m->location_kind;
+  w->loc_hash = m->location_hash;
+  w->nlocations = nl;
+
+  /* Samples: depths within the limit and adding up to the locations. */
+  size_t nsamp = m->n_sample_depth;
+  if (nsamp > lim->max_samples)
+    return FAIL(EMBER_ETOOBIG, "%zu samples (at most %zu)", nsamp, lim->max_samples);
+  if (m->n_stack_hash != nsamp)
+    return FAIL(EMBER_ECORRUPT, "%zu stack hashes for %zu samples", m->n_stack_hash, nsamp);
+  if (m->n_sample_values / w->ntypes != nsamp || m->n_sample_values % w->ntypes != 0)
+    return FAIL(EMBER_ECORRUPT, "%zu values for %zu samples of %zu value types", m->n_sample_values,
+                nsamp, w->ntypes);
+  size_t max_depth =
+      lim->max_depth < EMBER_MAX_STACK_DEPTH ? lim->max_depth : EMBER_MAX_STACK_DEPTH;
+  uint32_t *soff = ember__arena_alloc(a, (nsamp ? nsamp : 1) * sizeof *soff);
+  unsigned char *used = ember__arena_alloc(a, nl ? nl : 1);
+  size_t nsl = m->n_sample_locations;
+  uint32_t *sl = ember__arena_alloc(a, (nsl ? nsl : 1) * sizeof *sl);
+  if (soff == NULL || used == NULL || sl == NULL)
+    return FAIL(-ENOMEM, "out of memory while decoding");
+  if ((bad = undelta32(m->sample_locations, nsl, sl)) != SIZE_MAX)
+    return FAIL(EMBER_ECORRUPT, "sample location %zu: index out of range", bad);
+  memset(used, 0, nl);
+  size_t at = 0;
+  for (size_t i = 0; i < nsamp; i++) {
+    uint32_t d = m->sample_depth[i];
+    if (d == 0 || d > max_depth)
+      return FAIL(d ? EMBER_ETOOBIG : EMBER_ECORRUPT,
+                  "sample %zu: stack of %u frames (need 1 to %zu)", i, d, max_depth);
+    if (d > m->n_sample_locations - at)
+      return FAIL(EMBER_ECORRUPT, "sample %zu: its %u frames run past the %zu locations sent", i, d,
+                  m->n_sample_locations);
+    soff[i] = (uint32_t)at; /* n_sample_locations fits: it is below the message size */
+    for (size_t j = at; j < at + d; j++) {
+      uint32_t l = sl[j];
+      if (l >= nl)
+        return FAIL(EMBER_ECORRUPT,
+                    "sample %zu: location index %u out of range (have %zu locations)", i, l, nl);
+      used[l] = 1;
+    }
+    at += d;
+  }
+  if (at != m->n_sample_locations)
+    return FAIL(EMBER_ECORRUPT, "%zu sample locations sent, the depths add up to %zu",
+                m->n_sample_locations, at);
+  for (size_t i = 0; i < m->n_sample_values; i++)
+    if (m->sample_values[i] < 0)
+      return FAIL(EMBER_ECORRUPT, "sample %zu: negative value %lld", i / w->ntypes,
+                  (long long)m->sample_values[i]);
+  for (size_t i = 0; i < nl; i++)
+    if (!used[i]) return FAIL(EMBER_ECORRUPT, "location %zu is used by no sample", i);
+  w->depth = m->sample_depth;
+  w->stack_off = soff;
+  w->locs = sl;
+  w->values = m->sample_values;
+  w->stack_hash = m->stack_hash;
+  w->nsamples = nsamp;
+  w->nlocs = at;
+
+  w->version = m->version;
+  w->agent_id = text_or_null(m->agent_id);
+  w->session_id = text_or_null(m->session_id);
+  w->seq = m->seq;
+  w->labels = (ember_labels_t){.worker = text_or_null(m->worker),
+                               .version = text_or_null(m->worker_version),
+                               .host = text_or_null(m->host),
+                               .actor = text_or_null(m->actor),
+                               .pid = m->pid};
+  w->start_ns = m->window_start_ns;
+  w->end_ns = m->window_end_ns;
+  w->period_ns = m->period_ns;
+  return 0;
+}
+
+int ember_wire_decode(const void *data, size_t len, const ember_codec_limits_t *lim,
+                      ember_wire_t **out, char *errbuf, size_t errbuf_size) {
+  if ((data == NULL && len > 0) || out == NULL) return -EINVAL;
+  ember_codec_limits_t dflt;
+  if (lim == NULL) {
+    ember_codec_limits_default(&dflt);
+    lim = &dflt;
+  }
+  uint32_t version = ember_wire_peek_version(data, len);
+  if (version > EMBER_WIRE_V2)
+    return FAIL(EMBER_EVERSION, "schema version %u is not supported (this build reads 1 and 2)",
+                version);
+  if (version != EMBER_WIRE_V2)
+    return ember__codec_decode_v1_view(data, len, lim, out, errbuf, errbuf_size);
+  if (len > lim->max_message)
+    return FAIL(EMBER_ETOOBIG, "message of %zu bytes (at most %zu)", len, lim->max_message);
+  decoded_t *d = ember_calloc(1, sizeof *d);
+  if (d == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
+  d->mem.release = decoded_release;
+  d->w.priv = &d->mem;
+  /* The arrays take about what their encoding takes, varints widened. */
+  d->arena.next_size = len * 3 + 4096;
+  ProtobufCAllocator alloc = {ember__arena_alloc, ember__arena_free, &d->arena};
+  v2_t *m = ember__wire__v2__profile__unpack(&alloc, len, data);
+  int rc;
+  if (m == NULL)
+    rc = FAIL(EMBER_ECORRUPT, "not a valid ember.wire.v2.Profile message (%zu bytes)", len);
+  else
+    rc = check(m, lim, &d->arena, &d->w, errbuf, errbuf_size);
+  if (rc != 0) {
+    decoded_release(&d->mem);
+    return rc;
+  }
+  *out = &d->w;
+  return 0;
+}
+
+/* ---- to a profile ------------------------------------------------------ */
+
+/* Not the ingest path (that is the store's): each location is checked on
+ * its own, so a string that many locations share is checked and hashed
+ * again for each. Profiles intern strings, so they are kept once. */
+int ember_wire_to_profile(const ember_wire_t *w, ember_profile_t **out, char *errbuf,
+                          size_t errbuf_size) {
+  if (w == NULL || out == NULL) return -EINVAL;
+  ember_profile_t *p = NULL;
+  uint32_t *frame_of = NULL; /* profile frame id of each location */
+  int rc = ember_profile_new(w->types, w->ntypes, &p);
+  if (rc != 0) return FAIL(rc, "cannot make a profile");
+  frame_of = ember_calloc(w->nlocations ? w->nlocations : 1, sizeof *frame_of);
+  if (frame_of == NULL) {
+    rc = FAIL(-ENOMEM, "out of memory while decoding");
+    goto cleanup;
+  }
+  if ((rc = ember_profile_set_labels(p, &w->labels)) != 0 ||
+      (rc = ember_profile_set_window(p, w->start_ns, w->end_ns)) != 0 ||
+      (rc = ember_profile_set_origin(p, w->agent_id, w->seq, w->session_id)) != 0 ||
+      (rc = ember_profile_reserve(p, w->nstrings, w->nlocations, w->nsamples, w->nlocs)) != 0) {
+    rc = FAIL(rc, "cannot fill the profile");
+    goto cleanup;
+  }
+  ember_profile_set_period(p, w->period_ns);
+  for (size_t i = 0; i < w->nlocations; i++) {
+    if ((rc = ember_wire_check_location(w, i, errbuf, errbuf_size)) != 0) goto cleanup;
+    const char *s[4];
+    size_t n[4];
+    ember_wire_location_strings(w, i, s, n);
+    const char *in[4];
+    for (int k = 0; k < 4; k++) {
+      in[k] = NULL;
+      if (s[k] == NULL) continue;
+      rc = ember_profile_intern_string(p, s[k], n[k], &in[k]);
+      if (rc != 0) {
+        rc = FAIL(rc, "out of memory while decoding");
+        goto cleanup;
+      }
+    }
+    ember_frame_t f = {.function = in[0],
+                       .file = in[1],
+                       .module = in[2],
+                       .build_id = in[3],
+                       .address = w->loc_address[i],
+                       .line = w->loc_line[i],
+                       .kind = (ember_frame_kind_t)w->loc_kind[i]};
+    if ((rc = ember_profile_intern_frame_interned(p, &f, &frame_of[i])) != 0) {
+      rc = FAIL(rc, "out of memory while decoding");
+      goto cleanup;
+    }
+  }
+  uint32_t ids[EMBER_MAX_STACK_DEPTH];
+  uint64_t lh[EMBER_MAX_STACK_DEPTH];
+  for (size_t i = 0; i < w->nsamples; i++) {
+    const uint32_t *locs = w->locs + w->stack_off[i];
+    for (size_t d = 0; d < w->depth[i]; d++) {
+      ids[d] = frame_of[locs[d]];
+      lh[d] = w->loc_hash[locs[d]];
+    }
+    uint64_t want = ember_wire_stack_hash(lh, w->depth[i]);
+    if (want != w->stack_hash[i]) {
+      rc = FAIL(EMBER_ECORRUPT,
+                "sample %zu: stack hash %016llx does not match its locations (%016llx)", i,
+                (unsigned long long)w->stack_hash[i], (unsigned long long)want);
+      goto cleanup;
+    }
+    rc = ember_profile_add_ids(p, ids, w->depth[i], w->values + i * w->ntypes, NULL);
+    if (rc != 0) {
+      rc = rc == -ERANGE ? FAIL(EMBER_ECORRUPT, "sample %zu: a value sum would overflow", i)
+                         : FAIL(rc, "cannot add sample %zu", i);
+      goto cleanup;
+    }
+  }
+  *out = p;
+  p = NULL;
+  rc = 0;
+cleanup:
+  ember_free(frame_of);
+  ember_profile_free(p);
+  return rc;
+}

@@ -1,0 +1,331 @@
+/* Wire v2 from a profile: the columns (ember_wire_from_profile) and their
+ * encoding (ember_codec_encode_v2), include/ember/wire.h.
+ *
+ * Only frames that a stack uses become locations, in order of first use,
+ * so every location of a message is used (the decoder insists). Strings,
+ * modules and functions are tables keyed by the profile's interned
+ * pointers. Hashes are computed here, once per string and per location:
+ * an agent pays them so that the collector does not. Thread-safe: no
+ * shared state. */
+#include <errno.h>
+#include <string.h>
+
+#include "codec_internal.h"
+#include "ember/wire.h"
+#include "ember_v2.pb-c.h"
+#include "ptrtab.h"
+
+typedef struct built {
+  ember__wire_mem_t mem;
+  ember_wire_t w;
+  char *blob;
+  uint32_t *str_off, *str_len, *mod_name, *mod_build_id, *fn_name, *fn_file;
+  uint32_t *loc_function, *loc_module, *loc_line, *loc_kind;
+  uint64_t *loc_address, *loc_hash;
+  uint32_t *depth, *stack_off, *locs;
+  int64_t *values;
+  uint64_t *stack_hash;
+} built_t;
+
+static void built_release(ember__wire_mem_t *m) {
+  built_t *b = (built_t *)m;
+  void *arrays[] = {b->blob,     b->str_off,     b->str_len,      b->mod_name,   b->mod_build_id,
+                    b->fn_name,  b->fn_file,     b->loc_function, b->loc_module, b->loc_line,
+                    b->loc_kind, b->loc_address, b->loc_hash,     b->depth,      b->stack_off,
+                    b->locs,     b->values,      b->stack_hash};
+  for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) ember_free(arrays[i]);
+  ember_free(b);
+}
+
+/* ember_malloc of n elements of `size` (at least one, so that an empty
+ * table is still a valid pointer). */
+static void *alloc_n(size_t n, size_t size) {
+  if (n > SIZE_MAX / size) return NULL;
+  return ember_malloc((n ? n : 1) * size);
+}
+
+static int str_idx(ember__ptrtab_t *t, const char *s, uint32_t *idx) {
+  if (s == NULL || s[0] == '\0') {
+    *idx = 0;
+    return 0;
+  }
+  return ember__ptrtab_get(t, s, NULL, idx);
+}
+
+static int build(const ember_profile_t *p, built_t *b) {
+  ember_wire_t *w = &b->w;
+  int rc = -ENOMEM;
+  ember__ptrtab_t strings = {0}, modules = {0}, functions = {0};
+  uint32_t *loc_of = NULL;   /* profile frame id -> location index (UINT32_MAX: unused) */
+  uint32_t *frame_of = NULL; /* location index -> profile frame id */
+  uint64_t *shash = NULL;
+  size_t nframes = ember_profile_nframes(p), nstacks = ember_profile_nstacks(p);
+  size_t ntypes = ember_profile_ntypes(p), nlocs = 0, nused = 0;
+
+  w->ntypes = ntypes;
+  for (size_t i = 0; i < ntypes; i++) w->types[i] = ember_profile_type(p, i);
+
+  loc_of = alloc_n(nframes, sizeof *loc_of);
+  frame_of = alloc_n(nframes, sizeof *frame_of);
+  if (loc_of == NULL || frame_of == NULL) goto cleanup;
+  if (nframes) memset(loc_of, 0xff, nframes * sizeof *loc_of);
+  for (uint32_t s = 0; s < nstacks; s++) {
+    const uint32_t *ids;
+    size_t depth;
+    ember_profile_stack(p, s, &ids, &depth, NULL);
+    nlocs += depth;
+    for (size_t d = 0; d < depth; d++) {
+      if (loc_of[ids[d]] != UINT32_MAX) continue;
+      loc_of[ids[d]] = (uint32_t)nused;
+      frame_of[nused++] = ids[d];
+    }
+  }
+
+  /* Tables: strings (entry 0 is ""), modules, functions. */
+  if (ember__ptrtab_get(&strings, "", NULL, &(uint32_t){0}) != 0) goto cleanup;
+  b->loc_function = alloc_n(nused, sizeof *b->loc_function);
+  b->loc_module = alloc_n(nused, sizeof *b->loc_module);
+  b->loc_line = alloc_n(nused, sizeof *b->loc_line);
+  b->loc_kind = alloc_n(nused, sizeof *b->loc_kind);
+  b->loc_address = alloc_n(nused, sizeof *b->loc_address);
+  b->loc_hash = alloc_n(nused, sizeof *b->loc_hash);
+  if (!b->loc_function || !b->loc_module || !b->loc_line || !b->loc_kind || !b->loc_address ||
+      !b->loc_hash)
+    goto cleanup;
+  for (size_t i = 0; i < nused; i++) {
+    const ember_frame_t *f = ember_profile_frame(p, frame_of[i]);
+    uint32_t x, y, idx;
+    b->loc_module[i] = 0;
+    b->loc_function[i] = 0;
+    if ((f->module && f->module[0]) || (f->build_id && f->build_id[0])) {
+      if (str_idx(&strings, f->module, &x) || str_idx(&strings, f->build_id, &y) ||
+          ember__ptrtab_get(&modules, f->module, f->build_id, &idx))
+        goto cleanup;
+      b->loc_module[i] = idx + 1;
+    }
+    if ((f->function && f->function[0]) || (f->file && f->file[0])) {
+      if (str_idx(&strings, f->function, &x) || str_idx(&strings, f->file, &y) ||
+          ember__ptrtab_get(&functions, f->function, f->file, &idx))
+        goto cleanup;
+      b->loc_function[i] = idx + 1;
+    }
+    b->loc_address[i] = f->address;
+    b->loc_line[i] = f->line;
+    b->loc_kind[i] = (uint32_t)f->kind;
+  }
+  size_t ns = strings.n, nm = modules.n, nf = functions.n;
+  b->str_off = alloc_n(ns, sizeof *b->str_off);
+  b->str_len = alloc_n(ns, sizeof *b->str_len);
+  b->mod_name = alloc_n(nm, sizeof *b->mod_name);
+  b->mod_build_id = alloc_n(nm, sizeof *b->mod_build_id);
+  b->fn_name = alloc_n(nf, sizeof *b->fn_name);
+  b->fn_file = alloc_n(nf, sizeof *b->fn_file);
+  shash = alloc_n(ns, sizeof *shash);
+  if (!b->str_off || !b->str_len || !b->mod_name || !b->mod_build_id || !b->fn_name ||
+      !b->fn_file || !shash)
+    goto cleanup;
+  size_t blen = 0;
+  for (size_t i = 0; i < ns; i++) {
+    const char *s = strings.keys[2 * i];
+    size_t n = i == 0 ? 0 : ember_profile_string_len(s);
+    b->str_off[i] = (uint32_t)blen; /* profile strings are at most EMBER_MAX_STRING */
+    b->str_len[i] = (uint32_t)n;
+    blen += n;
+    if (blen > UINT32_MAX) {
+      rc = EMBER_ETOOBIG;
+      goto cleanup;
+    }
+  }
+  b->blob = alloc_n(blen, 1);
+  if (b->blob == NULL) goto cleanup;
+  for (size_t i = 0; i < ns; i++) {
+    const char *s = strings.keys[2 * i];
+    if (b->str_len[i]) memcpy(b->blob + b->str_off[i], s, b->str_len[i]);
+    shash[i] = ember_wire_string_hash(b->blob + b->str_off[i], b->str_len[i]);
+  }
+  /* Already in the string table, so these lookups cannot allocate. */
+  for (size_t i = 0; i < nm; i++)
+    if (str_idx(&strings, modules.keys[2 * i], &b->mod_name[i]) ||
+        str_idx(&strings, modules.keys[2 * i + 1], &b->mod_build_id[i]))
+      goto cleanup;
+  for (size_t i = 0; i < nf; i++)
+    if (str_idx(&strings, functions.keys[2 * i], &b->fn_name[i]) ||
+        str_idx(&strings, functions.keys[2 * i + 1], &b->fn_file[i]))
+      goto cleanup;
+
+  w->blob = b->blob;
+  w->str_off = b->str_off;
+  w->str_len = b->str_len;
+  w->nstrings = ns;
+  w->mod_name = b->mod_name;
+  w->mod_build_id = b->mod_build_id;
+  w->nmodules = nm;
+  w->fn_name = b->fn_name;
+  w->fn_file = b->fn_file;
+  w->nfunctions = nf;
+  w->loc_function = b->loc_function;
+  w->loc_module = b->loc_module;
+  w->loc_line = b->loc_line;
+  w->loc_kind = b->loc_kind;
+  w->loc_address = b->loc_address;
+  w->loc_hash = b->loc_hash;
+  w->nlocations = nused;
+
+  for (size_t i = 0; i < nused; i++) {
+    uint32_t f = b->loc_function[i], m = b->loc_module[i];
+    uint32_t idx[4] = {f ? b->fn_name[f - 1] : 0, f ? b->fn_file[f - 1] : 0,
+                       m ? b->mod_name[m - 1] : 0, m ? b->mod_build_id[m - 1] : 0};
+    uint64_t h[4];
+    for (int k = 0; k < 4; k++) h[k] = shash[idx[k]]; /* string 0 is "" */
+    b->loc_hash[i] = ember_wire_location_hash(b->loc_address[i], b->loc_line[i], b->loc_kind[i], h);
+  }
+
+  b->depth = alloc_n(nstacks, sizeof *b->depth);
+  b->stack_off = alloc_n(nstacks, sizeof *b->stack_off);
+  b->stack_hash = alloc_n(nstacks, sizeof *b->stack_hash);
+  b->locs = alloc_n(nlocs, sizeof *b->locs);
+  b->values = nstacks > SIZE_MAX / EMBER_MAX_VALUE_TYPES
+                  ? NULL
+                  : alloc_n(nstacks * ntypes, sizeof *b->values);
+  if (!b->depth || !b->stack_off || !b->stack_hash || !b->locs || !b->values) goto cleanup;
+  size_t at = 0;
+  uint64_t lh[EMBER_MAX_STACK_DEPTH];
+  for (uint32_t s = 0; s < nstacks; s++) {
+    const uint32_t *ids;
+    size_t depth;
+    const int64_t *values;
+    ember_profile_stack(p, s, &ids, &depth, &values);
+    b->depth[s] = (uint32_t)depth; /* at most EMBER_MAX_STACK_DEPTH */
+    b->stack_off[s] = (uint32_t)at;
+    for (size_t d = 0; d < depth; d++) {
+      uint32_t l = loc_of[ids[d]];
+      b->locs[at + d] = l;
+      lh[d] = b->loc_hash[l];
+    }
+    at += depth;
+    b->stack_hash[s] = ember_wire_stack_hash(lh, depth);
+    memcpy(&b->values[(size_t)s * ntypes], values, ntypes * sizeof *values);
+  }
+  w->depth = b->depth;
+  w->stack_off = b->stack_off;
+  w->locs = b->locs;
+  w->values = b->values;
+  w->stack_hash = b->stack_hash;
+  w->nsamples = nstacks;
+  w->nlocs = nlocs;
+  rc = 0;
+cleanup:
+  ember_free(loc_of);
+  ember_free(frame_of);
+  ember_free(shash);
+  ember__ptrtab_free(&strings);
+  ember__ptrtab_free(&modules);
+  ember__ptrtab_free(&functions);
+  return rc;
+}
+
+int ember_wire_from_profile(const ember_profile_t *p, ember_wire_t **out) {
+  if (p == NULL || out == NULL) return -EINVAL;
+  built_t *b = ember_calloc(1, sizeof *b);
+  if (b == NULL) return -ENOMEM;
+  b->mem.release = built_release;
+  ember_wire_t *w = &b->w;
+  w->priv = &b->mem;
+  w->version = 1;
+  w->agent_id = ember_profile_agent_id(p);
+  w->session_id = ember_profile_session_id(p);
+  w->seq = ember_profile_seq(p);
+  w->labels = *ember_profile_labels(p);
+  ember_profile_window(p, &w->start_ns, &w->end_ns);
+  w->period_ns = ember_profile_period(p);
+  int rc = build(p, b);
+  if (rc != 0) {
+    built_release(&b->mem);
+    return rc;
+  }
+  *out = w;
+  return 0;
+}
+
+/* d[i] = a[i] - a[i - 1] (a[-1] = 0). Indices are below 2^31: the
+ * limits bound every table far below that. */
+static void delta32(const uint32_t *a, size_t n, int32_t *d) {
+  for (size_t i = 0; i < n; i++) d[i] = (int32_t)((int64_t)a[i] - (i ? (int64_t)a[i - 1] : 0));
+}
+
+static char *wire_text(const char *s) { return (char *)(uintptr_t)(s ? s : ""); }
+
+int ember_codec_encode_v2(const ember_profile_t *p, ember_buf_t *out) {
+  if (p == NULL || out == NULL) return -EINVAL;
+  ember_wire_t *w = NULL;
+  int rc = ember_wire_from_profile(p, &w);
+  if (rc != 0) return rc;
+  Ember__Wire__V2__Profile m;
+  ember__wire__v2__profile__init(&m);
+  uint32_t types[EMBER_MAX_VALUE_TYPES];
+  for (size_t i = 0; i < w->ntypes; i++) types[i] = (uint32_t)w->types[i];
+  m.version = EMBER_WIRE_V2;
+  m.agent_id = wire_text(w->agent_id);
+  m.seq = w->seq;
+  m.session_id = wire_text(w->session_id);
+  m.worker = wire_text(w->labels.worker);
+  m.worker_version = wire_text(w->labels.version);
+  m.host = wire_text(w->labels.host);
+  m.actor = wire_text(w->labels.actor);
+  m.pid = w->labels.pid;
+  m.window_start_ns = w->start_ns;
+  m.window_end_ns = w->end_ns;
+  m.period_ns = w->period_ns;
+  m.n_value_types = w->ntypes;
+  m.value_types = types;
+  /* protobuf-c does not write through these pointers when packing. */
+  m.strings.len = w->nstrings ? w->str_off[w->nstrings - 1] + w->str_len[w->nstrings - 1] : 0;
+  m.strings.data = (uint8_t *)(uintptr_t)w->blob;
+  m.n_string_lengths = w->nstrings;
+  m.string_lengths = (uint32_t *)(uintptr_t)w->str_len;
+  m.n_module_name = m.n_module_build_id = w->nmodules;
+  m.module_name = (uint32_t *)(uintptr_t)w->mod_name;
+  m.module_build_id = (uint32_t *)(uintptr_t)w->mod_build_id;
+  m.n_function_name = m.n_function_file = w->nfunctions;
+  m.function_file = (uint32_t *)(uintptr_t)w->fn_file;
+  m.n_location_function = m.n_location_module = m.n_location_address = m.n_location_line =
+      m.n_location_kind = m.n_location_hash = w->nlocations;
+  m.location_module = (uint32_t *)(uintptr_t)w->loc_module;
+  m.location_line = (uint32_t *)(uintptr_t)w->loc_line;
+  m.location_kind = (uint32_t *)(uintptr_t)w->loc_kind;
+  m.location_hash = (uint64_t *)(uintptr_t)w->loc_hash;
+  m.n_sample_depth = m.n_stack_hash = w->nsamples;
+  m.sample_depth = (uint32_t *)(uintptr_t)w->depth;
+  m.stack_hash = (uint64_t *)(uintptr_t)w->stack_hash;
+  m.n_sample_locations = w->nlocs;
+  m.n_sample_values = w->nsamples * w->ntypes;
+  m.sample_values = (int64_t *)(uintptr_t)w->values;
+  m.end_mark = EMBER__WIRE_END_MARK;
+  /* The delta columns. */
+  int32_t *dfn = alloc_n(w->nfunctions, sizeof *dfn), *dlf = alloc_n(w->nlocations, sizeof *dlf);
+  int32_t *dlocs = alloc_n(w->nlocs, sizeof *dlocs);
+  int64_t *daddr = alloc_n(w->nlocations, sizeof *daddr);
+  if (dfn == NULL || dlf == NULL || dlocs == NULL || daddr == NULL) {
+    rc = -ENOMEM;
+    goto cleanup;
+  }
+  delta32(w->fn_name, w->nfunctions, dfn);
+  delta32(w->loc_function, w->nlocations, dlf);
+  delta32(w->locs, w->nlocs, dlocs);
+  for (size_t i = 0; i < w->nlocations; i++)
+    daddr[i] = (int64_t)(w->loc_address[i] - (i ? w->loc_address[i - 1] : 0));
+  m.function_name = dfn;
+  m.location_function = dlf;
+  m.sample_locations = dlocs;
+  m.location_address = daddr;
+  char *at;
+  rc = ember_buf_extend(out, ember__wire__v2__profile__get_packed_size(&m), &at);
+  if (rc == 0) ember__wire__v2__profile__pack(&m, (uint8_t *)at);
+cleanup:
+  ember_free(dfn);
+  ember_free(dlf);
+  ember_free(dlocs);
+  ember_free(daddr);
+  ember_wire_free(w);
+  return rc;
+}

@@ -1,0 +1,161 @@
+/* Wire v2 content hashes (include/ember/wire.h, docs/internals/codec.md
+ * "Hashes"): XXH64 as its specification defines it, and the location and
+ * stack hashes built on it. These values travel on the wire and key the
+ * store's dictionary cache, so they never change: the unit test pins them
+ * to vectors of the reference implementation. Thread-safe: pure functions. */
+#include <string.h>
+
+#include "ember/wire.h"
+#include "utf8.h"
+#include "codec_internal.h"
+
+#define P1 0x9E3779B185EBCA87ULL
+#define P2 0xC2B2AE3D27D4EB4FULL
+#define P3 0x165667B19E3779F9ULL
+#define P4 0x85EBCA77C2B2AE63ULL
+#define P5 0x27D4EB2F165667C5ULL
+
+static inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+/* Little-endian loads (the spec reads lanes little-endian on every host). */
+static inline uint64_t le64(const unsigned char *p) {
+  return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
+         (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
+}
+
+static inline uint32_t le32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t xround(uint64_t acc, uint64_t lane) {
+  acc += lane * P2;
+  acc = rotl(acc, 31);
+  return acc * P1;
+}
+
+static inline uint64_t xmerge(uint64_t acc, uint64_t v) {
+  acc ^= xround(0, v);
+  return acc * P1 + P4;
+}
+
+uint64_t ember__xxh64(const void *data, size_t len, uint64_t seed) {
+  const unsigned char *p = data;
+  size_t n = len;
+  uint64_t h;
+  if (n >= 32) {
+    uint64_t v1 = seed + P1 + P2, v2 = seed + P2, v3 = seed, v4 = seed - P1;
+    do {
+      v1 = xround(v1, le64(p));
+      v2 = xround(v2, le64(p + 8));
+      v3 = xround(v3, le64(p + 16));
+      v4 = xround(v4, le64(p + 24));
+      p += 32;
+      n -= 32;
+    } while (n >= 32);
+    h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18);
+    h = xmerge(h, v1);
+    h = xmerge(h, v2);
+    h = xmerge(h, v3);
+    h = xmerge(h, v4);
+  } else {
+    h = seed + P5;
+  }
+  h += (uint64_t)len;
+  for (; n >= 8; p += 8, n -= 8) {
+    h ^= xround(0, le64(p));
+    h = rotl(h, 27) * P1 + P4;
+  }
+  if (n >= 4) {
+    h ^= (uint64_t)le32(p) * P1;
+    h = rotl(h, 23) * P2 + P3;
+    p += 4;
+    n -= 4;
+  }
+  for (; n > 0; p++, n--) {
+    h ^= (uint64_t)*p * P5;
+    h = rotl(h, 11) * P1;
+  }
+  h ^= h >> 33;
+  h *= P2;
+  h ^= h >> 29;
+  h *= P3;
+  h ^= h >> 32;
+  return h;
+}
+
+uint64_t ember_wire_string_hash(const void *s, size_t n) { return ember__xxh64(s, n, 0); }
+
+static void put_le(unsigned char *p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+uint64_t ember_wire_location_hash(uint64_t address, uint32_t line, uint32_t kind,
+                                  const uint64_t string_hashes[4]) {
+  unsigned char b[48];
+  put_le(b, address, 8);
+  put_le(b + 8, line, 4);
+  put_le(b + 12, kind, 4);
+  for (int i = 0; i < 4; i++) put_le(b + 16 + 8 * i, string_hashes[i], 8);
+  return ember__xxh64(b, sizeof b, 0);
+}
+
+uint64_t ember_wire_stack_hash(const uint64_t *location_hashes, size_t depth) {
+  /* The input is the list's little-endian bytes, written out first so
+   * that every host hashes the same bytes. Stacks are at most
+   * EMBER_MAX_STACK_DEPTH deep (decoding and profiles enforce it). */
+  unsigned char buf[8 * EMBER_MAX_STACK_DEPTH];
+  if (depth > EMBER_MAX_STACK_DEPTH) depth = EMBER_MAX_STACK_DEPTH;
+  for (size_t i = 0; i < depth; i++) put_le(buf + 8 * i, location_hashes[i], 8);
+  return ember__xxh64(buf, 8 * depth, 0);
+}
+
+void ember_wire_location_strings(const ember_wire_t *w, size_t i, const char *p[4], size_t n[4]) {
+  uint32_t idx[4] = {0, 0, 0, 0};
+  uint32_t f = w->loc_function[i], m = w->loc_module[i];
+  if (f != 0) {
+    idx[0] = w->fn_name[f - 1];
+    idx[1] = w->fn_file[f - 1];
+  }
+  if (m != 0) {
+    idx[2] = w->mod_name[m - 1];
+    idx[3] = w->mod_build_id[m - 1];
+  }
+  for (int k = 0; k < 4; k++) {
+    /* Index 0, and an empty string anywhere, is "none". */
+    if (idx[k] == 0 || w->str_len[idx[k]] == 0) {
+      p[k] = NULL;
+      n[k] = 0;
+    } else {
+      p[k] = w->blob + w->str_off[idx[k]];
+      n[k] = w->str_len[idx[k]];
+    }
+  }
+}
+
+static const char *const string_names[4] = {"function name", "file", "module", "build id"};
+
+int ember_wire_check_location(const ember_wire_t *w, size_t i, char *errbuf, size_t errbuf_size) {
+  const char *p[4];
+  size_t n[4];
+  uint64_t h[4];
+  ember_wire_location_strings(w, i, p, n);
+  for (int k = 0; k < 4; k++) {
+    if (n[k] > EMBER_MAX_STRING)
+      return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                               "location %zu: %s of %zu bytes (at most %u)", i, string_names[k],
+                               n[k], EMBER_MAX_STRING);
+    if (n[k] > 0 && memchr(p[k], '\0', n[k]) != NULL)
+      return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                               "location %zu: %s holds a NUL byte", i, string_names[k]);
+    if (!ember__utf8_valid(p[k], n[k]))
+      return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                               "location %zu: %s is not valid UTF-8", i, string_names[k]);
+    h[k] = ember_wire_string_hash(p[k] ? p[k] : "", n[k]);
+  }
+  uint64_t want = ember_wire_location_hash(w->loc_address[i], w->loc_line[i], w->loc_kind[i], h);
+  if (want != w->loc_hash[i])
+    return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                             "location %zu: hash %016llx does not match its content (%016llx)", i,
+                             (unsigned long long)w->loc_hash[i], (unsigned long long)want);
+  return 0;
+}

@@ -1,0 +1,250 @@
+/* Dictionary lookups of the write path (intern.h). */
+#include "intern.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "htab.h"
+
+void ember__dict_init(ember__dict_t *d, ember_store_t *s, MDB_txn *txn) {
+  *d = (ember__dict_t){.s = s,
+                       .txn = txn,
+                       .ctr = {[EMBER__CTR_SERIES] = {.name = "next_series"},
+                               [EMBER__CTR_FRAME] = {.name = "next_frame"},
+                               [EMBER__CTR_STACK] = {.name = "next_stack"}}};
+}
+
+void ember__dict_free(ember__dict_t *d) {
+  ember__out_free(&d->buf);
+  ember_free(d->fmap);
+}
+
+/* Take the next id from the meta counter `c`. Ids start at 1. */
+static int next_id(ember__dict_t *d, ember__counter_t *c, uint32_t *id) {
+  if (!c->loaded) {
+    MDB_val k = {.mv_size = strlen(c->name), .mv_data = (void *)(uintptr_t)c->name}, v;
+    c->next = 1;
+    int mrc = ember__get(d->s, d->txn, EMBER__DB_META, &k, &v);
+    if (mrc == MDB_SUCCESS) {
+      if (v.mv_size != 4) return EMBER_ECORRUPT;
+      c->next = ember__get_be32(v.mv_data);
+    } else if (mrc != MDB_NOTFOUND) {
+      return ember__store_err(mrc);
+    }
+    c->loaded = true;
+  }
+  if (c->next == UINT32_MAX) return EMBER_ETOOBIG;
+  *id = c->next++;
+  c->dirty = true;
+  return 0;
+}
+
+int ember__dict_save(ember__dict_t *d) {
+  for (size_t i = 0; i < EMBER__CTR_COUNT; i++) {
+    ember__counter_t *c = &d->ctr[i];
+    if (!c->dirty) continue;
+    uint8_t b[4];
+    ember__put_be32(b, c->next);
+    MDB_val k = {.mv_size = strlen(c->name), .mv_data = (void *)(uintptr_t)c->name};
+    MDB_val v = {.mv_size = 4, .mv_data = b};
+    int rc = ember__store_err(ember__put(d->s, d->txn, EMBER__DB_META, &k, &v, 0));
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+/* Find the id of the content d->buf in the dictionary (index `idx` of
+ * on-disk content hash -> ids, data `data` of id -> content), creating it
+ * from counter `ctr` if absent, and cache it under `key` with the cache's
+ * form of the content, c[0..cn). */
+static int intern_uncached(ember__dict_t *d, ember__db_t idx, ember__db_t data, int ctr,
+                           uint64_t key, const void *c, size_t cn, uint32_t *id, bool *created) {
+  uint8_t hkey[8], ikey[4];
+  ember__dcache_t *cache = &d->s->cache[ctr];
+  uint64_t hash =
+      ember__store_hash_final(ember__store_hash(EMBER_STORE_HASH_SEED, d->buf.data, d->buf.len));
+  ember__put_be64(hkey, hash);
+  MDB_cursor *cur = NULL;
+  MDB_val k = {.mv_size = sizeof hkey, .mv_data = hkey}, v;
+  int rc = ember__store_err(mdb_cursor_open(d->txn, d->s->dbi[idx], &cur));
+  if (rc < 0) return rc;
+  int mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_KEY);
+  while (mrc == MDB_SUCCESS) {
+    /* Almost always one candidate; more only on a 64-bit hash collision. */
+    if (v.mv_size != 4) {
+      rc = EMBER_ECORRUPT;
+      goto cleanup;
+    }
+    uint32_t cand = ember__get_be32(v.mv_data);
+    MDB_val dk = {.mv_size = 4, .mv_data = v.mv_data}, dv;
+    rc = ember__store_err(ember__get(d->s, d->txn, data, &dk, &dv));
+    if (rc == EMBER_ENOTFOUND) rc = EMBER_ECORRUPT; /* the index names it */
+    if (rc < 0) goto cleanup;
+    if (dv.mv_size == d->buf.len && memcmp(dv.mv_data, d->buf.data, d->buf.len) == 0) {
+      *id = cand;
+      *created = false;
+      ember__dcache_add(cache, key, c, cn, cand);
+      goto cleanup;
+    }
+    mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT_DUP);
+  }
+  if (mrc != MDB_NOTFOUND) {
+    rc = ember__store_err(mrc);
+    goto cleanup;
+  }
+  uint32_t nid = 0;
+  rc = next_id(d, &d->ctr[ctr], &nid);
+  if (rc < 0) goto cleanup;
+  ember__put_be32(ikey, nid);
+  k = (MDB_val){.mv_size = sizeof hkey, .mv_data = hkey};
+  v = (MDB_val){.mv_size = sizeof ikey, .mv_data = ikey};
+  rc = ember__store_err(mdb_put(d->txn, d->s->dbi[idx], &k, &v, 0));
+  if (rc < 0) goto cleanup;
+  k = (MDB_val){.mv_size = sizeof ikey, .mv_data = ikey};
+  v = (MDB_val){.mv_size = d->buf.len, .mv_data = d->buf.data};
+  /* Ids only grow, so appending keeps the id-keyed table's pages full. */
+  rc = ember__store_err(ember__put(d->s, d->txn, data, &k, &v, MDB_APPEND));
+  if (rc < 0) goto cleanup;
+  *id = nid;
+  *created = true;
+  ember__dcache_add(cache, key, c, cn, nid);
+cleanup:
+  mdb_cursor_close(cur);
+  return rc;
+}
+
+int ember__dict_series(ember__dict_t *d, const ember_labels_t *l, uint32_t *sid) {
+  const char *labels[EMBER__NLABELS] = {l->worker, l->version, l->host, l->actor};
+  bool created = false;
+  d->buf.len = 0;
+  int rc = ember__labels_encode(&d->buf, labels);
+  if (rc < 0) return rc;
+  uint64_t fast = ember__hash_bytes(d->buf.data, d->buf.len, 0);
+  ember__dcache_t *cache = &d->s->cache[EMBER__CTR_SERIES];
+  if (ember__dcache_find(cache, fast, d->buf.data, d->buf.len, sid)) return 0;
+  rc = intern_uncached(d, EMBER__DB_SERIES_IDX, EMBER__DB_SERIES, EMBER__CTR_SERIES, fast,
+                       d->buf.data, d->buf.len, sid, &created);
+  for (int i = 0; rc == 0 && created && i < EMBER__NLABELS; i++) {
+    uint8_t key[EMBER__POSTING_KEY_LEN], val[4];
+    key[0] = (uint8_t)i;
+    ember__put_be64(key + 1, ember__label_hash(labels[i]));
+    ember__put_be32(val, *sid);
+    MDB_val k = {.mv_size = sizeof key, .mv_data = key};
+    MDB_val v = {.mv_size = sizeof val, .mv_data = val};
+    rc = ember__store_err(mdb_put(d->txn, d->s->dbi[EMBER__DB_POSTINGS], &k, &v, 0));
+  }
+  return rc;
+}
+
+/* Encode location i of w as its frame is stored into d->buf: kind, be32
+ * line, be64 address, then per string 0x00 (none) or 0x01, the bytes and
+ * a NUL (ember__out_str). One copy of ~100 bytes, then one memcmp per
+ * candidate: cheaper than comparing the four strings in place. */
+static int loc_encode(ember__dict_t *d, const ember_wire_t *w, size_t i) {
+  const char *str[4];
+  size_t len[4];
+  ember_wire_location_strings(w, i, str, len);
+  size_t n = 13;
+  for (int j = 0; j < 4; j++) n += str[j] ? len[j] + 2 : 1;
+  int rc = ember__grow(&d->buf.data, &d->buf.cap, n, 1);
+  if (rc < 0) return rc;
+  uint8_t *o = d->buf.data;
+  o[0] = (uint8_t)w->loc_kind[i];
+  ember__put_be32(o + 1, w->loc_line[i]);
+  ember__put_be64(o + 5, w->loc_address[i]);
+  o += 13;
+  for (int j = 0; j < 4; j++) {
+    *o++ = str[j] != NULL;
+    if (str[j] == NULL) continue;
+    memcpy(o, str[j], len[j]);
+    o += len[j];
+    *o++ = 0;
+  }
+  d->buf.len = n;
+  return 0;
+}
+
+static int frame_id(ember__dict_t *d, const ember_wire_t *w, size_t i, uint32_t *fid, char *why,
+                    size_t why_size) {
+  int rc = loc_encode(d, w, i);
+  if (rc < 0) return rc;
+  uint64_t hash = w->loc_hash[i];
+  ember__dcache_t *cache = &d->s->cache[EMBER__CTR_FRAME];
+  if (ember__dcache_find(cache, hash, d->buf.data, d->buf.len, fid)) return 0;
+  /* Not seen (or a different content under the same hash): check it before
+   * it enters the dictionary under this hash. */
+  rc = ember_wire_check_location(w, i, why, why_size);
+  if (rc != 0) return rc;
+  bool created;
+  return intern_uncached(d, EMBER__DB_FRAMES_IDX, EMBER__DB_FRAMES, EMBER__CTR_FRAME, hash,
+                         d->buf.data, d->buf.len, fid, &created);
+}
+
+int ember__dict_locations(ember__dict_t *d, const ember_wire_t *w, char *why, size_t why_size) {
+  size_t n = w->nlocations;
+  int rc = ember__grow(&d->fmap, &d->fmap_cap, n, sizeof *d->fmap);
+  if (rc < 0) return rc;
+  /* The lookups of one window overlap their cache misses: the cache is
+   * tens of MiB, so each lookup would otherwise wait for its slot, then
+   * its record. */
+  const ember__dcache_t *c = &d->s->cache[EMBER__CTR_FRAME];
+  enum { AHEAD = 4 };
+  for (size_t i = 0; i < n; i++) {
+    if (i + 2 * AHEAD < n) ember__dcache_prefetch(c, w->loc_hash[i + 2 * AHEAD]);
+    if (i + AHEAD < n) ember__dcache_prefetch_entry(c, w->loc_hash[i + AHEAD]);
+    rc = frame_id(d, w, i, &d->fmap[i], why, why_size);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+static size_t put_varint(uint8_t *o, uint64_t v) {
+  size_t n = 0;
+  for (; v >= 0x80; v >>= 7) o[n++] = (uint8_t)(v | 0x80);
+  o[n++] = (uint8_t)v;
+  return n;
+}
+
+static int stack_id(ember__dict_t *d, const ember_wire_t *w, size_t i, uint32_t *id, char *why,
+                    size_t why_size) {
+  uint32_t ids[EMBER_MAX_STACK_DEPTH];
+  size_t depth = w->depth[i];
+  if (depth == 0 || depth > EMBER_MAX_STACK_DEPTH) return -EINVAL; /* a view never has these */
+  const uint32_t *locs = w->locs + w->stack_off[i];
+  for (size_t k = 0; k < depth; k++) ids[k] = d->fmap[locs[k]];
+  ember__dcache_t *cache = &d->s->cache[EMBER__CTR_STACK];
+  uint64_t hash = w->stack_hash[i];
+  if (ember__dcache_find(cache, hash, ids, depth * sizeof *ids, id)) return 0;
+  uint64_t lh[EMBER_MAX_STACK_DEPTH];
+  for (size_t k = 0; k < depth; k++) lh[k] = w->loc_hash[locs[k]];
+  uint64_t want = ember_wire_stack_hash(lh, depth);
+  if (want != hash) {
+    snprintf(why, why_size, "sample %zu: stack hash %016llx does not match its locations (%016llx)",
+             i, (unsigned long long)hash, (unsigned long long)want);
+    return EMBER_ECORRUPT;
+  }
+  /* On disk: varints of the depth and the ids (at most 5 bytes each). */
+  int rc = ember__grow(&d->buf.data, &d->buf.cap, 5 * (depth + 1), 1);
+  if (rc < 0) return rc;
+  size_t len = put_varint(d->buf.data, depth);
+  for (size_t k = 0; k < depth; k++) len += put_varint(d->buf.data + len, ids[k]);
+  d->buf.len = len;
+  bool created;
+  return intern_uncached(d, EMBER__DB_STACKS_IDX, EMBER__DB_STACKS, EMBER__CTR_STACK, hash, ids,
+                         depth * sizeof *ids, id, &created);
+}
+
+int ember__dict_stacks(ember__dict_t *d, const ember_wire_t *w, uint32_t *ids, char *why,
+                       size_t why_size) {
+  const ember__dcache_t *c = &d->s->cache[EMBER__CTR_STACK];
+  size_t n = w->nsamples;
+  enum { AHEAD = 4 };
+  for (size_t i = 0; i < n; i++) {
+    if (i + 2 * AHEAD < n) ember__dcache_prefetch(c, w->stack_hash[i + 2 * AHEAD]);
+    if (i + AHEAD < n) ember__dcache_prefetch_entry(c, w->stack_hash[i + AHEAD]);
+    int rc = stack_id(d, w, i, &ids[i], why, why_size);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}

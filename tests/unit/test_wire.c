@@ -1,0 +1,442 @@
+/* Wire v2 (include/ember/wire.h): the hashes against the reference
+ * implementation's vectors, round trips through the view and the profile,
+ * version 1 read through the same entry point, and bad input of every kind
+ * refused with a sentence (truncated, lengths out of range, a blob shorter
+ * than its lengths, hashes that do not match their content). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/testutil.h"
+
+#include "ember_v2.pb-c.h"
+#include "ember/codec.h"
+#include "ember/wire.h"
+
+static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
+
+static ember_profile_t *sample_profile(void) {
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(types, 2, &p), 0);
+  ember_labels_t l = {"api", "1.4.2", "host-a", "room-7", 4242};
+  assert_int_equal(ember_profile_set_labels(p, &l), 0);
+  assert_int_equal(ember_profile_set_window(p, 1700000000000000000, 1700000010000000000), 0);
+  ember_profile_set_period(p, 52631578);
+  assert_int_equal(ember_profile_set_origin(p, "agent-7", 99, NULL), 0);
+  ember_frame_t main_f = {.function = "main",
+                          .file = "prog.c",
+                          .line = 10,
+                          .module = "/usr/bin/prog",
+                          .build_id = "0123456789ab"};
+  ember_frame_t hot = {.function = "hot",
+                       .file = "prog.c",
+                       .line = 20,
+                       .module = "/usr/bin/prog",
+                       .build_id = "0123456789ab"};
+  ember_frame_t cold = {.function = "cold", .module = "/usr/bin/prog", .build_id = "0123456789ab"};
+  ember_frame_t unresolved = {.module = "/usr/lib/x86_64-linux-gnu/libc.so.6", .address = 0x29d90};
+  ember_frame_t kernel = {
+      .function = "do_syscall_64", .module = "[kernel]", .kind = EMBER_FRAME_KERNEL};
+  ember_frame_t jit = {
+      .function = "JS:*fib file.js:1:13", .module = "/tmp/perf-1.map", .kind = EMBER_FRAME_JIT};
+  ember_frame_t file_only = {.file = "gen.c", .line = 3};
+  ember_frame_t nothing = {0};
+  ember_frame_t s1[] = {hot, main_f};
+  ember_frame_t s2[] = {cold, main_f};
+  ember_frame_t s3[] = {kernel, unresolved, main_f};
+  ember_frame_t s4[] = {jit, jit, nothing};
+  ember_frame_t s5[] = {file_only, main_f};
+  int64_t v1[] = {30, 30 * 52631578LL}, v2[] = {10, 10 * 52631578LL}, v3[] = {2, 2}, v4[] = {1, 0};
+  int64_t v5[] = {4, 7};
+  assert_int_equal(ember_profile_add(p, s1, 2, v1), 0);
+  assert_int_equal(ember_profile_add(p, s2, 2, v2), 0);
+  assert_int_equal(ember_profile_add(p, s3, 3, v3), 0);
+  assert_int_equal(ember_profile_add(p, s4, 3, v4), 0);
+  assert_int_equal(ember_profile_add(p, s5, 2, v5), 0);
+  /* A frame no stack uses: not sent. */
+  ember_frame_t unused = {.function = "unused"};
+  uint32_t id;
+  assert_int_equal(ember_profile_intern_frame(p, &unused, &id), 0);
+  return p;
+}
+
+static void encode_v2(const ember_profile_t *p, ember_buf_t *b) {
+  ember_buf_init(b, 1u << 24);
+  assert_int_equal(ember_codec_encode_v2(p, b), 0);
+  assert_true(b->len > 0);
+}
+
+/* The hashes are on the wire: pinned to values of the reference XXH64
+ * (libxxhash 0.8.1, through its XXH64()) over the inputs the header
+ * defines. */
+static void test_wire_hashes_are_xxh64(void **state) {
+  (void)state;
+  assert_true(ember_wire_string_hash("", 0) == 0xef46db3751d8e999ULL);
+  assert_true(ember_wire_string_hash("a", 1) == 0xd24ec4f1a98c6e5bULL);
+  assert_true(ember_wire_string_hash("abc", 3) == 0x44bc2cf5ad770999ULL);
+  const char *s42 = "0123456789abcdef0123456789abcdef0123456789";
+  assert_true(ember_wire_string_hash(s42, strlen(s42)) == 0xa76190c3acf08a1cULL);
+  char x[100];
+  memset(x, 'x', sizeof x);
+  assert_true(ember_wire_string_hash(x, sizeof x) == 0x92f0de5a88a3c094ULL);
+
+  uint64_t ha[4] = {ember_wire_string_hash("main", 4), ember_wire_string_hash("prog.c", 6),
+                    ember_wire_string_hash("/usr/bin/prog", 13),
+                    ember_wire_string_hash("0123456789ab", 12)};
+  const char *libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+  uint64_t hb[4] = {ember_wire_string_hash("", 0), ember_wire_string_hash("", 0),
+                    ember_wire_string_hash(libc, strlen(libc)), ember_wire_string_hash("", 0)};
+  uint64_t la = ember_wire_location_hash(0x401000, 42, 0, ha);
+  uint64_t lb = ember_wire_location_hash(0x29d90, 0, 0, hb);
+  assert_true(la == 0x3fbd74029b59cb20ULL);
+  assert_true(lb == 0x2d7c2067bfdebd56ULL);
+  uint64_t stack[2] = {la, lb};
+  assert_true(ember_wire_stack_hash(stack, 2) == 0xec901e95e4b479a7ULL);
+}
+
+static void test_wire_round_trip(void **state) {
+  (void)state;
+  ember_profile_t *p = sample_profile();
+  ember_buf_t b;
+  encode_v2(p, &b);
+  assert_int_equal(ember_wire_peek_version(b.data, b.len), 2);
+
+  /* The view: only used frames are locations; hashes as from_profile's. */
+  ember_wire_t *w = NULL, *f = NULL;
+  char err[256] = "";
+  assert_int_equal(ember_wire_decode(b.data, b.len, NULL, &w, err, sizeof err), 0);
+  assert_int_equal(w->version, 2);
+  assert_int_equal(w->nsamples, 5);
+  assert_int_equal(w->nlocations, ember_profile_nframes(p) - 1);
+  assert_string_equal(w->agent_id, "agent-7");
+  assert_null(w->session_id);
+  assert_string_equal(w->labels.actor, "room-7");
+  assert_int_equal(ember_wire_from_profile(p, &f), 0);
+  assert_int_equal(f->nlocations, w->nlocations);
+  for (size_t i = 0; i < w->nlocations; i++) {
+    assert_true(f->loc_hash[i] == w->loc_hash[i]);
+    assert_int_equal(ember_wire_check_location(w, i, err, sizeof err), 0);
+  }
+  for (size_t i = 0; i < w->nsamples; i++) assert_true(f->stack_hash[i] == w->stack_hash[i]);
+  ember_wire_free(f);
+  ember_wire_free(w);
+
+  /* The profile, through ember_codec_decode as through the view. */
+  ember_profile_t *q = NULL;
+  assert_int_equal(ember_codec_decode(b.data, b.len, NULL, &q, err, sizeof err), 0);
+  tu_assert_profiles_equal(p, q);
+  const ember_labels_t *l = ember_profile_labels(q);
+  assert_string_equal(l->worker, "api");
+  assert_string_equal(l->version, "1.4.2");
+  assert_string_equal(l->host, "host-a");
+  assert_int_equal(l->pid, 4242);
+  int64_t s, e;
+  ember_profile_window(q, &s, &e);
+  assert_int_equal(s, 1700000000000000000);
+  assert_int_equal(e, 1700000010000000000);
+  assert_int_equal(ember_profile_period(q), 52631578);
+  assert_int_equal(ember_profile_seq(q), 99);
+  assert_int_equal(ember_profile_total(q, 0), 47);
+
+  /* Re-encoding the decoded profile gives the same bytes. */
+  ember_buf_t b2;
+  encode_v2(q, &b2);
+  assert_int_equal(b.len, b2.len);
+  assert_memory_equal(b.data, b2.data, b.len);
+
+  /* Version 1 reads through ember_wire_decode too, with the same hashes. */
+  ember_buf_t v1;
+  ember_buf_init(&v1, 1u << 24);
+  assert_int_equal(ember_codec_encode(p, &v1), 0);
+  assert_int_equal(ember_wire_peek_version(v1.data, v1.len), 1);
+  assert_int_equal(ember_wire_decode(v1.data, v1.len, NULL, &w, err, sizeof err), 0);
+  assert_int_equal(w->version, 1);
+  assert_int_equal(ember_wire_decode(b.data, b.len, NULL, &f, err, sizeof err), 0);
+  assert_int_equal(w->nsamples, f->nsamples);
+  for (size_t i = 0; i < w->nsamples; i++) assert_true(w->stack_hash[i] == f->stack_hash[i]);
+  ember_wire_free(w);
+  ember_wire_free(f);
+  ember_buf_free(&v1);
+  ember_buf_free(&b2);
+  ember_buf_free(&b);
+  ember_profile_free(q);
+  ember_profile_free(p);
+}
+
+static void test_wire_empty_window(void **state) {
+  (void)state;
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(types, 1, &p), 0);
+  assert_int_equal(ember_profile_set_window(p, 10, 20), 0);
+  assert_int_equal(ember_profile_set_origin(p, NULL, 0, "sess-1"), 0);
+  ember_buf_t b;
+  encode_v2(p, &b);
+  ember_profile_t *q = NULL;
+  char err[256] = "";
+  assert_int_equal(ember_codec_decode(b.data, b.len, NULL, &q, err, sizeof err), 0);
+  assert_int_equal(ember_profile_nstacks(q), 0);
+  assert_string_equal(ember_profile_session_id(q), "sess-1");
+  assert_null(ember_profile_agent_id(q));
+  ember_buf_free(&b);
+  ember_profile_free(q);
+  ember_profile_free(p);
+}
+
+static void test_wire_every_truncation_is_an_error(void **state) {
+  (void)state;
+  ember_profile_t *p = sample_profile();
+  ember_buf_t b;
+  encode_v2(p, &b);
+  for (size_t n = 0; n < b.len; n++) {
+    ember_wire_t *w = NULL;
+    char err[256] = "";
+    int rc = ember_wire_decode(b.data, n, NULL, &w, err, sizeof err);
+    if (rc != EMBER_ECORRUPT && rc != EMBER_EVERSION)
+      fail_msg("cut at %zu of %zu: rc %d (%s)", n, b.len, rc, err);
+    assert_null(w);
+    assert_true(strlen(err) > 10);
+  }
+  ember_buf_free(&b);
+  ember_profile_free(p);
+}
+
+static void test_wire_limits(void **state) {
+  (void)state;
+  ember_profile_t *p = sample_profile();
+  ember_buf_t b;
+  encode_v2(p, &b);
+  ember_codec_limits_t lim;
+  ember_wire_t *w = NULL;
+  char err[256];
+  struct {
+    size_t *field, value;
+    const char *msg;
+  } cases[] = {
+      {&lim.max_message, b.len - 1, "at most"},
+      {&lim.max_samples, 4, "5 samples (at most 4)"},
+      {&lim.max_strings, 2, "strings (at most 2)"},
+      {&lim.max_locations, 2, "locations (at most 2)"},
+      {&lim.max_depth, 2, "stack of 3 frames"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    ember_codec_limits_default(&lim);
+    *cases[i].field = cases[i].value;
+    assert_int_equal(ember_wire_decode(b.data, b.len, &lim, &w, err, sizeof err), EMBER_ETOOBIG);
+    if (strstr(err, cases[i].msg) == NULL) fail_msg("case %zu: '%s'", i, err);
+    assert_null(w);
+  }
+  ember_buf_free(&b);
+  ember_profile_free(p);
+}
+
+/* Decode a valid message, let `mutate` break it, re-encode it with
+ * protobuf-c, and check both readers: the view (structure only) and the
+ * profile (everything). Mutations swap pointers, so the message is
+ * unpacked into blocks freed together. */
+typedef void (*mutate_fn)(Ember__Wire__V2__Profile *m);
+
+/* view_ok: the view's structural checks pass and only the profile's
+ * content checks (hashes, text) refuse it. */
+static void expect_error(mutate_fn mutate, bool view_ok, int want_rc, const char *want_msg) {
+  ember_profile_t *p = sample_profile();
+  ember_buf_t b;
+  encode_v2(p, &b);
+  tu_blocks_t blocks;
+  ProtobufCAllocator alloc = tu_blocks_allocator(&blocks);
+  Ember__Wire__V2__Profile *m =
+      ember__wire__v2__profile__unpack(&alloc, b.len, (const uint8_t *)b.data);
+  assert_non_null(m);
+  mutate(m);
+  size_t n = ember__wire__v2__profile__get_packed_size(m);
+  uint8_t *out = malloc(n ? n : 1);
+  ember__wire__v2__profile__pack(m, out);
+  ember_wire_t *w = NULL;
+  char err[256] = "";
+  int rc = ember_wire_decode(out, n, NULL, &w, err, sizeof err);
+  if (view_ok) {
+    if (rc != 0) fail_msg("the view refused it: rc %d '%s'", rc, err);
+    ember_wire_free(w);
+  } else if (rc != want_rc || strstr(err, want_msg) == NULL) {
+    fail_msg("view: want rc %d and '%s', got rc %d and '%s'", want_rc, want_msg, rc, err);
+  }
+  ember_profile_t *q = NULL;
+  err[0] = '\0';
+  rc = ember_codec_decode(out, n, NULL, &q, err, sizeof err);
+  if (rc != want_rc || strstr(err, want_msg) == NULL)
+    fail_msg("profile: want rc %d and '%s', got rc %d and '%s'", want_rc, want_msg, rc, err);
+  assert_null(q);
+  free(out);
+  tu_blocks_free(&blocks);
+  ember_buf_free(&b);
+  ember_profile_free(p);
+}
+
+static void bad_version(Ember__Wire__V2__Profile *m) { m->version = 3; }
+static void no_end_mark(Ember__Wire__V2__Profile *m) { m->end_mark = 0; }
+static void reversed_window(Ember__Wire__V2__Profile *m) { m->window_end_ns = 1; }
+static void negative_period(Ember__Wire__V2__Profile *m) { m->period_ns = -1; }
+static void bad_value_type(Ember__Wire__V2__Profile *m) { m->value_types[1] = 42; }
+static void dup_value_type(Ember__Wire__V2__Profile *m) { m->value_types[1] = m->value_types[0]; }
+static void blob_short(Ember__Wire__V2__Profile *m) { m->strings.len -= 3; }
+static void blob_long(Ember__Wire__V2__Profile *m) { m->string_lengths[1] -= 1; }
+static void huge_length(Ember__Wire__V2__Profile *m) { m->string_lengths[1] = 5000; }
+static void string0(Ember__Wire__V2__Profile *m) {
+  m->string_lengths[0] = 1;
+  m->string_lengths[1] -= 1;
+}
+static void bad_string_index(Ember__Wire__V2__Profile *m) { m->function_name[0] = 5000; }
+static void bad_module_string(Ember__Wire__V2__Profile *m) { m->module_build_id[0] = 5000; }
+static void modules_uneven(Ember__Wire__V2__Profile *m) { m->n_module_build_id--; }
+static void bad_function(Ember__Wire__V2__Profile *m) { m->location_function[0] = 99; }
+static void bad_module(Ember__Wire__V2__Profile *m) { m->location_module[0] = 77; }
+static void bad_kind(Ember__Wire__V2__Profile *m) { m->location_kind[0] = 9; }
+static void columns_uneven(Ember__Wire__V2__Profile *m) { m->n_location_hash--; }
+static void depth_zero(Ember__Wire__V2__Profile *m) { m->sample_depth[3] = 0; }
+static void depths_past_end(Ember__Wire__V2__Profile *m) { m->sample_depth[4] += 5; }
+static void depths_short(Ember__Wire__V2__Profile *m) { m->sample_depth[4] -= 1; }
+static void bad_location(Ember__Wire__V2__Profile *m) { m->sample_locations[2] += 1000; }
+static void negative_location(Ember__Wire__V2__Profile *m) { m->sample_locations[0] = -1; }
+static void negative_function(Ember__Wire__V2__Profile *m) { m->function_name[0] = -3; }
+static void negative_value(Ember__Wire__V2__Profile *m) { m->sample_values[5] = -5; }
+static void missing_value(Ember__Wire__V2__Profile *m) { m->n_sample_values--; }
+static void hashes_uneven(Ember__Wire__V2__Profile *m) { m->n_stack_hash--; }
+static void unused_location(Ember__Wire__V2__Profile *m) {
+  /* Sample 0 (hot, main) becomes (main, main): hot, which no other sample
+   * uses, is left over. Delta-coded: 0, 1 becomes 1, 0. */
+  m->sample_locations[0] = 1;
+  m->sample_locations[1] = 0;
+}
+static char bad_label[] = "\xed\xa0\x80";
+static void bad_utf8_label(Ember__Wire__V2__Profile *m) { m->worker = bad_label; }
+/* Content checks: the view takes these, the profile refuses them. */
+static void wrong_location_hash(Ember__Wire__V2__Profile *m) { m->location_hash[1] ^= 1; }
+static void wrong_stack_hash(Ember__Wire__V2__Profile *m) { m->stack_hash[2] += 1; }
+static void bad_utf8(Ember__Wire__V2__Profile *m) { m->strings.data[1] = 0xff; }
+static void nul_in_string(Ember__Wire__V2__Profile *m) { m->strings.data[1] = 0; }
+
+static void test_wire_rejects_bad_input(void **state) {
+  (void)state;
+  expect_error(bad_version, false, EMBER_EVERSION, "schema version 3 is not supported");
+  expect_error(no_end_mark, false, EMBER_ECORRUPT, "truncated");
+  expect_error(reversed_window, false, EMBER_ECORRUPT, "window ends");
+  expect_error(negative_period, false, EMBER_ECORRUPT, "negative sampling period");
+  expect_error(bad_value_type, false, EMBER_ECORRUPT, "value type 1: unknown type 42");
+  expect_error(dup_value_type, false, EMBER_ECORRUPT, "value type 1 repeats");
+  expect_error(blob_short, false, EMBER_ECORRUPT, "string lengths add up to more than");
+  expect_error(blob_long, false, EMBER_ECORRUPT, "the blob has");
+  expect_error(huge_length, false, EMBER_ETOOBIG, "string 1: 5000 bytes");
+  expect_error(string0, false, EMBER_ECORRUPT, "string 0 must be empty");
+  expect_error(bad_string_index, false, EMBER_ECORRUPT, "function 0: string index 5000");
+  expect_error(bad_module_string, false, EMBER_ECORRUPT, "module 0: string index 5000");
+  expect_error(modules_uneven, false, EMBER_ECORRUPT, "module names for");
+  expect_error(bad_function, false, EMBER_ECORRUPT, "location 0: function 99 out of range");
+  expect_error(bad_module, false, EMBER_ECORRUPT, "location 0: module 77 out of range");
+  expect_error(bad_kind, false, EMBER_ECORRUPT, "location 0: unknown frame kind 9");
+  expect_error(columns_uneven, false, EMBER_ECORRUPT, "location columns of different lengths");
+  expect_error(depth_zero, false, EMBER_ECORRUPT, "sample 3: stack of 0 frames");
+  expect_error(depths_past_end, false, EMBER_ECORRUPT, "sample 4: its 7 frames run past");
+  expect_error(depths_short, false, EMBER_ECORRUPT, "the depths add up to");
+  expect_error(bad_location, false, EMBER_ECORRUPT, "out of range (have 8 locations)");
+  expect_error(negative_location, false, EMBER_ECORRUPT, "sample location 0: index out of range");
+  expect_error(negative_function, false, EMBER_ECORRUPT, "function 0: name index out of range");
+  expect_error(negative_value, false, EMBER_ECORRUPT, "sample 2: negative value -5");
+  expect_error(missing_value, false, EMBER_ECORRUPT, "values for 5 samples");
+  expect_error(hashes_uneven, false, EMBER_ECORRUPT, "stack hashes for 5 samples");
+  expect_error(unused_location, false, EMBER_ECORRUPT, "location 0 is used by no sample");
+  expect_error(bad_utf8_label, false, EMBER_ECORRUPT, "label 0: not valid UTF-8");
+  expect_error(wrong_location_hash, true, EMBER_ECORRUPT, "location 1: hash");
+  expect_error(wrong_stack_hash, true, EMBER_ECORRUPT, "sample 2: stack hash");
+  expect_error(bad_utf8, true, EMBER_ECORRUPT, "not valid UTF-8");
+  expect_error(nul_in_string, true, EMBER_ECORRUPT, "holds a NUL byte");
+}
+
+/* Two samples with the same stack are one stack in the profile. */
+static void test_wire_same_stack_twice_adds(void **state) {
+  (void)state;
+  ember_profile_t *p = sample_profile();
+  ember_buf_t b;
+  encode_v2(p, &b);
+  tu_blocks_t blocks;
+  ProtobufCAllocator alloc = tu_blocks_allocator(&blocks);
+  Ember__Wire__V2__Profile *u =
+      ember__wire__v2__profile__unpack(&alloc, b.len, (const uint8_t *)b.data);
+  assert_non_null(u);
+  /* Samples [s0, s0], values [v0, v0]; locations 0 (hot) and 1 (main),
+   * the two that s0 names, are the only ones kept. */
+  uint32_t depth[2] = {u->sample_depth[0], u->sample_depth[0]};
+  int32_t locs[4] = {0, 1, -1, 1}; /* delta-coded: 0, 1, 0, 1 */
+  int64_t vals[4] = {30, 30, 30, 30};
+  uint64_t sh[2] = {u->stack_hash[0], u->stack_hash[0]};
+  assert_int_equal(depth[0], 2);
+  assert_int_equal(u->sample_locations[0], 0);
+  assert_int_equal(u->sample_locations[1], 1);
+  u->n_sample_depth = u->n_stack_hash = 2;
+  u->sample_depth = depth;
+  u->stack_hash = sh;
+  u->n_sample_locations = 4;
+  u->sample_locations = locs;
+  u->n_sample_values = 4;
+  u->sample_values = vals;
+  u->n_location_function = u->n_location_module = u->n_location_address = u->n_location_line =
+      u->n_location_kind = u->n_location_hash = 2;
+  size_t n = ember__wire__v2__profile__get_packed_size(u);
+  uint8_t *out = malloc(n);
+  ember__wire__v2__profile__pack(u, out);
+  ember_profile_t *q = NULL;
+  char err[256] = "";
+  assert_int_equal(ember_codec_decode(out, n, NULL, &q, err, sizeof err), 0);
+  assert_int_equal(ember_profile_nstacks(q), 1);
+  assert_int_equal(ember_profile_total(q, 0), 60);
+  free(out);
+  tu_blocks_free(&blocks);
+  ember_profile_free(q);
+  ember_buf_free(&b);
+  ember_profile_free(p);
+}
+
+static void test_wire_survives_allocation_failures(void **state) {
+  (void)state;
+  ember_profile_t *p = sample_profile();
+  for (long n = 0;; n++) {
+    ember_buf_t b;
+    ember_buf_init(&b, 1u << 20);
+    ember_profile_t *q = NULL;
+    char err[256];
+    ember_alloc_fail_after(n);
+    int rc = ember_codec_encode_v2(p, &b);
+    if (rc == 0) rc = ember_codec_decode(b.data, b.len, NULL, &q, err, sizeof err);
+    ember_alloc_fail_reset();
+    ember_buf_free(&b);
+    if (rc == 0) {
+      tu_assert_profiles_equal(p, q);
+      ember_profile_free(q);
+      assert_true(n > 10);
+      break;
+    }
+    /* protobuf-c reports a failed allocation as a failed unpack. */
+    assert_true(rc == -ENOMEM || rc == EMBER_ECORRUPT);
+    assert_null(q);
+  }
+  ember_profile_free(p);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_wire_hashes_are_xxh64),
+      cmocka_unit_test(test_wire_round_trip),
+      cmocka_unit_test(test_wire_empty_window),
+      cmocka_unit_test(test_wire_every_truncation_is_an_error),
+      cmocka_unit_test(test_wire_limits),
+      cmocka_unit_test(test_wire_rejects_bad_input),
+      cmocka_unit_test(test_wire_same_stack_twice_adds),
+      cmocka_unit_test(test_wire_survives_allocation_failures),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
