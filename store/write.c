@@ -395,6 +395,8 @@ static int write_locked(ember_store_t *s, ember_wire_t *const *views,
 int ember_store_write_wire(ember_store_t *s, ember_wire_t *const *views,
                            const ember_store_source_t *sources, size_t n,
                            ember_store_write_result_t *result) {
+  /* A failure that is not one window's leaves bad at SIZE_MAX. */
+  if (result) *result = (ember_store_write_result_t){.bad = SIZE_MAX};
   if (!s || (!views && n)) return -EINVAL;
   if (s->read_only) return -EACCES;
   for (size_t i = 0; i < n; i++) {
@@ -427,7 +429,7 @@ int ember_store_write_from(ember_store_t *s, ember_profile_t *const *profiles,
   if (!views) return -ENOMEM;
   int rc = 0;
   for (size_t i = 0; i < n && rc == 0; i++) rc = ember_wire_from_profile(profiles[i], &views[i]);
-  ember_store_write_result_t res;
+  ember_store_write_result_t res = {.bad = SIZE_MAX};
   if (rc == 0) rc = ember_store_write_wire(s, views, sources, n, &res);
   /* A profile's hashes are computed from it, so the store refuses one only
    * for its content: text that is not UTF-8. That is bad input, as a
