@@ -141,6 +141,8 @@ static const char *vt_api_name(ember_value_type_t vt) {
   case EMBER_VT_CPU_SAMPLES: return "samples";
   case EMBER_VT_ALLOC_OBJECTS: return "alloc_objects";
   case EMBER_VT_ALLOC_BYTES: return "alloc_bytes";
+  case EMBER_VT_INUSE_OBJECTS: return "inuse_objects";
+  case EMBER_VT_INUSE_BYTES: return "inuse_bytes";
   }
   return "unknown";
 }

@@ -28,6 +28,10 @@ _Static_assert((int)EMBER_VT_ALLOC_OBJECTS == (int)EMBER__WIRE__V1__VALUE_TYPE__
                "wire enum");
 _Static_assert((int)EMBER_VT_ALLOC_BYTES == (int)EMBER__WIRE__V1__VALUE_TYPE__ALLOC_BYTES,
                "wire enum");
+_Static_assert((int)EMBER_VT_INUSE_OBJECTS == (int)EMBER__WIRE__V1__VALUE_TYPE__INUSE_OBJECTS,
+               "wire enum");
+_Static_assert((int)EMBER_VT_INUSE_BYTES == (int)EMBER__WIRE__V1__VALUE_TYPE__INUSE_BYTES,
+               "wire enum");
 _Static_assert((int)EMBER_FRAME_NATIVE == (int)EMBER__WIRE__V1__FRAME_KIND__NATIVE, "wire enum");
 _Static_assert((int)EMBER_FRAME_KERNEL == (int)EMBER__WIRE__V1__FRAME_KIND__KERNEL, "wire enum");
 _Static_assert((int)EMBER_FRAME_JIT == (int)EMBER__WIRE__V1__FRAME_KIND__JIT, "wire enum");
@@ -713,6 +717,7 @@ int ember_codec_encode_target(const ember_target_record_t *t, ember_buf_t *out) 
   m.build_id = wire_str(t->build_id);
   m.start_ticks = t->start_ticks;
   m.seen_ns = t->seen_ns;
+  m.heap = t->heap;
   char *at;
   int rc = ember_buf_extend(out, ember__wire__v1__target__get_packed_size(&m), &at);
   if (rc != 0) return rc;
@@ -764,6 +769,7 @@ int ember_codec_decode_target(const void *data, size_t len, ember_target_record_
   t.pid = m->pid;
   t.start_ticks = m->start_ticks;
   t.seen_ns = m->seen_ns;
+  t.heap = m->heap != 0;
   *out = t;
   t = (ember_target_record_t){0};
 cleanup:
