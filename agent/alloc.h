@@ -117,6 +117,11 @@ int ember__alloc_preload_sweep(void);
  * ends its session; what was sampled until then is kept). */
 uint64_t ember__alloc_preload_faults(void);
 
+/* The agent's heap tracker (agent/heap.h), which then reads the records
+ * of preload sessions; NULL (the default): each session has its own. */
+struct ember__heap;
+void ember__alloc_preload_use(struct ember__heap *h);
+
 /* --- Between alloc_*.c only: the method-independent session part lives in
  * alloc_uprobe.c, the preload method in alloc_preload.c. --- */
 typedef struct ember__alloc_preload ember__alloc_preload_t;

@@ -1,15 +1,22 @@
-/* libember_alloc.so: an LD_PRELOAD library that lets the agent sample the
- * allocations of this process by bytes, on demand.
+/* libember_alloc.so: an LD_PRELOAD library that samples the allocations of
+ * this process by bytes, for the agent's in-use heap profiles (always on,
+ * from the first allocation) and its allocation sessions.
  *
- * Dormant, each malloc/calloc/realloc (and memalign, aligned_alloc,
- * posix_memalign) costs the real call plus one load and
- * one predictable branch (is sampling on?). The library creates its control
- * file (preload/ember_alloc_shm.h) at start; an agent session turns `on`
- * in it, and from then on each thread samples about one allocation per
- * `sample_bytes` bytes (exponential intervals, so the sampled allocations
- * form a Poisson process over the byte stream) and writes the stack into
- * the file's ring. Nothing here allocates on the sampling path or blocks:
- * a full ring drops the sample and counts it. See docs/internals/alloc.md. */
+ * Each thread samples about one allocation per `sample_bytes` bytes
+ * (exponential intervals, so the sampled allocations form a Poisson
+ * process over the byte stream, default 512 KiB: EMBER_HEAP_SAMPLE_BYTES)
+ * and writes the caller's registers, the top of its stack and a
+ * frame-pointer walk into the control file's ring
+ * (preload/ember_alloc_shm.h); the agent unwinds the copy with the
+ * binaries' CFI, so code without frame pointers gets whole stacks. A
+ * sampled allocation that is still live has an entry in the file's live
+ * table until it is freed; in front of that lookup, free tests one byte
+ * of a counting filter, so the free of an unsampled pointer costs one
+ * load and one predictable branch. With EMBER_HEAP_SAMPLE_BYTES=0 the
+ * library is dormant (one load and a branch per allocation) until an
+ * agent session turns it on. Nothing here allocates on the sampling path
+ * or blocks: a full ring drops the record (the allocation is still
+ * tracked, its stack unknown) and counts it. See docs/internals/heap.md. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -72,6 +79,19 @@ TLS uint64_t t_gen;  /* session generation t_left was drawn for */
 TLS uint64_t t_rng;
 TLS uint32_t t_tid;
 TLS uintptr_t t_stack_lo, t_stack_hi;
+
+/* The free filter: one byte counter per 16-byte granule of a 4 MiB window
+ * of addresses (ptr >> 4, modulo its size), counting the live table's
+ * entries that fall on it (saturating at 255, then never decremented).
+ * Zero means "certainly not sampled". Neighbouring allocations share
+ * cache lines of it, so a loop of malloc and free keeps hitting the same
+ * line. Private memory: only this process's writes decide its frees. */
+#define FILTER_BITS 18
+static uint8_t g_filter[1u << FILTER_BITS];
+
+static inline uint32_t filter_index(const void *p) {
+  return (uint32_t)((uintptr_t)p >> 4) & ((1u << FILTER_BITS) - 1);
+}
 
 static uint64_t g_seen_heartbeat;
 static int64_t g_seen_at_ns;
@@ -221,7 +241,10 @@ static void stack_bounds(void) {
 }
 
 /* Is the agent still there? Heartbeats are counted, not timestamps, so the
- * two sides never need to agree on a clock (time namespaces). */
+ * two sides never need to agree on a clock (time namespaces). An agent
+ * that stops polling (crashed, killed) must not leave the process at a
+ * session's rate forever: dormant, the library turns itself off; in heap
+ * mode it goes back to its own rate. Returns whether to record. */
 static int agent_alive(ember_alloc_shm_t *c) {
   uint64_t hb = __atomic_load_n(&c->heartbeat, __ATOMIC_RELAXED);
   int64_t now = now_ns();
@@ -236,34 +259,132 @@ static int agent_alive(ember_alloc_shm_t *c) {
     return 1;
   }
   if (now - seen < SILENT_AGENT_NS) return 1;
+  uint64_t heap = c->heap_sample_bytes; /* the library's own word */
+  if (heap != 0) {
+    uint64_t cur = __atomic_load_n(&c->sample_bytes, __ATOMIC_RELAXED);
+    if (cur != heap && __atomic_compare_exchange_n(&c->sample_bytes, &cur, heap, false,
+                                                   __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+      __atomic_fetch_add(&c->generation, 1, __ATOMIC_RELAXED);
+      __atomic_fetch_add(&c->self_off, 1, __ATOMIC_RELAXED);
+    }
+    return 1;
+  }
   uint64_t on = 1;
   if (__atomic_compare_exchange_n(&c->on, &on, 0, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
     __atomic_fetch_add(&c->self_off, 1, __ATOMIC_RELAXED);
   return 0;
 }
 
-static void record(ember_alloc_shm_t *c, size_t size, void *const *fp, uint64_t leaf) {
-  if (!agent_alive(c)) return;
-  ember_alloc_slot_t *slots =
-      (ember_alloc_slot_t *)(void *)((unsigned char *)c + EMBER_ALLOC_SHM_HDR);
-  uint64_t head = __atomic_load_n(&c->head, __ATOMIC_RELAXED);
+static ember_alloc_live_t *live_table(ember_alloc_shm_t *c) {
+  return (ember_alloc_live_t *)(void *)((unsigned char *)c + EMBER_ALLOC_SHM_LIVE_OFF);
+}
+
+/* Track a sampled allocation: take an empty or removed entry within the
+ * probe limit (else count it in live_dropped), fill it, then publish its
+ * key. Only heap mode tracks (a dormant library's session counts
+ * allocations, not what stays live). */
+static void live_insert(ember_alloc_shm_t *c, const void *p, size_t size, uint64_t mean,
+                        uint64_t id) {
+  ember_alloc_live_t *t = live_table(c);
+  uint32_t h = ember_alloc_live_home((uint64_t)(uintptr_t)p);
+  for (uint32_t i = 0; i < EMBER_ALLOC_SHM_PROBES; i++) {
+    ember_alloc_live_t *e = &t[(h + i) & (EMBER_ALLOC_SHM_LIVE - 1)];
+    uint64_t k = __atomic_load_n(&e->ptr, __ATOMIC_RELAXED);
+    if (k != EMBER_ALLOC_LIVE_EMPTY && k != EMBER_ALLOC_LIVE_REMOVED) continue;
+    if (!__atomic_compare_exchange_n(&e->ptr, &k, EMBER_ALLOC_LIVE_BUSY, false, __ATOMIC_ACQUIRE,
+                                     __ATOMIC_RELAXED))
+      continue;
+    e->size = size;
+    e->mean = mean;
+    e->id = id;
+    uint8_t *f = &g_filter[filter_index(p)];
+    uint8_t v = __atomic_load_n(f, __ATOMIC_RELAXED);
+    while (v != 255 && !__atomic_compare_exchange_n(f, &v, (uint8_t)(v + 1), true, __ATOMIC_RELAXED,
+                                                    __ATOMIC_RELAXED)) {
+    }
+    __atomic_store_n(&e->ptr, (uint64_t)(uintptr_t)p, __ATOMIC_RELEASE);
+    return;
+  }
+  __atomic_fetch_add(&c->live_dropped, 1, __ATOMIC_RELAXED);
+}
+
+/* `p` is being freed (or moved by realloc) and the filter says it may be
+ * sampled: remove its entry if it has one. An address is live once, so
+ * no other thread inserts or removes the same key meanwhile. */
+__attribute__((noinline)) static void live_remove(const void *p) {
+  ember_alloc_shm_t *c = __atomic_load_n(&g_ctl, __ATOMIC_ACQUIRE);
+  if (c == &g_dummy) return;
+  ember_alloc_live_t *t = live_table(c);
+  uint64_t key = (uint64_t)(uintptr_t)p;
+  uint32_t h = ember_alloc_live_home(key);
+  for (uint32_t i = 0; i < EMBER_ALLOC_SHM_PROBES; i++) {
+    ember_alloc_live_t *e = &t[(h + i) & (EMBER_ALLOC_SHM_LIVE - 1)];
+    uint64_t k = __atomic_load_n(&e->ptr, __ATOMIC_ACQUIRE);
+    if (k == EMBER_ALLOC_LIVE_EMPTY) return;
+    if (k != key) continue;
+    __atomic_store_n(&e->ptr, EMBER_ALLOC_LIVE_REMOVED, __ATOMIC_RELEASE);
+    uint8_t *f = &g_filter[filter_index(p)];
+    uint8_t v = __atomic_load_n(f, __ATOMIC_RELAXED);
+    while (v != 0 && v != 255 &&
+           !__atomic_compare_exchange_n(f, &v, (uint8_t)(v - 1), true, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED)) {
+    }
+    return;
+  }
+}
+
+static inline void maybe_untrack(const void *p) {
+  if (UNLIKELY(g_filter[filter_index(p)] != 0)) live_remove(p);
+}
+
+/* The ring's geometry, fixed at the file's creation (from the
+ * environment). */
+static uint32_t g_ring_bytes = EMBER_ALLOC_SHM_RING_DEFAULT;
+static uint32_t g_stack_max = EMBER_ALLOC_SHM_STACK_DEFAULT;
+
+static unsigned char *ring_cell(ember_alloc_shm_t *c, uint64_t ticket) {
+  uint64_t ncells = g_ring_bytes / EMBER_ALLOC_SHM_CELL;
+  return (unsigned char *)c + EMBER_ALLOC_SHM_RING_OFF + (ticket % ncells) * EMBER_ALLOC_SHM_CELL;
+}
+
+/* Reserve `k` cells that do not cross the ring's end (padding the end
+ * first when they would): the record's first ticket + 1, or 0 (no room,
+ * counted). */
+static uint64_t reserve_cells(ember_alloc_shm_t *c, uint32_t k) {
+  uint64_t ncells = g_ring_bytes / EMBER_ALLOC_SHM_CELL;
+  uint64_t head = __atomic_load_n(&c->head, __ATOMIC_RELAXED), pad, need;
   do {
     uint64_t tail = __atomic_load_n(&c->tail, __ATOMIC_ACQUIRE);
-    if (head - tail >= EMBER_ALLOC_SHM_SLOTS) {
+    uint64_t to_end = ncells - head % ncells;
+    pad = k > to_end ? to_end : 0;
+    need = pad + k;
+    if (head - tail > ncells || need > ncells - (head - tail)) {
       __atomic_fetch_add(&c->dropped, 1, __ATOMIC_RELAXED);
-      return;
+      return 0;
     }
-  } while (!__atomic_compare_exchange_n(&c->head, &head, head + 1, true, __ATOMIC_ACQ_REL,
+  } while (!__atomic_compare_exchange_n(&c->head, &head, head + need, true, __ATOMIC_ACQ_REL,
                                         __ATOMIC_RELAXED));
-  ember_alloc_slot_t *s = &slots[head % EMBER_ALLOC_SHM_SLOTS];
+  if (pad != 0) {
+    ember_alloc_rec_t *r = (ember_alloc_rec_t *)(void *)ring_cell(c, head);
+    r->ncells = (uint32_t)pad;
+    r->kind = EMBER_ALLOC_REC_PAD;
+    __atomic_store_n(&r->seq, head + 1, __ATOMIC_RELEASE);
+  }
+  return head + pad + 1;
+}
+
+/* Record a sample: a frame-pointer walk from the hook's frame `fp` (fp[0]
+ * the caller's rbp, fp[1] the return address, the caller's sp just
+ * above), the caller's registers and the top of its stack. Returns the
+ * record's seq, or 0 when the ring had no room. */
+static uint64_t write_record(ember_alloc_shm_t *c, const void *p, size_t size, uint64_t mean,
+                             void *const *fp, uint64_t leaf) {
+  uint64_t ips[EMBER_ALLOC_SHM_FRAMES];
   uint32_t n = 0;
-  s->size = size;
-  s->tid = t_tid;
-  s->ips[n++] = leaf;
-  /* fp is the hook's frame: fp[1] is the hook's return address, always
-   * readable. Walk further only while frames stay inside this thread's
-   * stack, going up, 8-byte aligned. */
-  s->ips[n++] = (uint64_t)(uintptr_t)fp[1];
+  ips[n++] = leaf;
+  ips[n++] = (uint64_t)(uintptr_t)fp[1];
+  /* Walk further only while frames stay inside this thread's stack, going
+   * up, 8-byte aligned. */
   uintptr_t f = (uintptr_t)fp;
   if (f >= t_stack_lo && f < t_stack_hi) {
     while (n < EMBER_ALLOC_SHM_FRAMES) {
@@ -272,15 +393,46 @@ static void record(ember_alloc_shm_t *c, size_t size, void *const *fp, uint64_t 
       f = next;
       uintptr_t ip = (uintptr_t)((void *const *)f)[1];
       if (ip < 4096) break;
-      s->ips[n++] = ip;
+      ips[n++] = ip;
     }
   }
-  s->nips = n;
-  __atomic_store_n(&s->seq, head + 1, __ATOMIC_RELEASE);
+  uintptr_t sp = (uintptr_t)(fp + 2);
+  size_t len = 0;
+  if (sp >= t_stack_lo && sp < t_stack_hi) {
+    len = t_stack_hi - sp;
+    if (len > g_stack_max) len = g_stack_max;
+  }
+  size_t bytes = sizeof(ember_alloc_rec_t) + n * sizeof ips[0] + len;
+  uint32_t k = (uint32_t)((bytes + EMBER_ALLOC_SHM_CELL - 1) / EMBER_ALLOC_SHM_CELL);
+  uint64_t id = reserve_cells(c, k);
+  if (id == 0) return 0;
+  unsigned char *at = ring_cell(c, id - 1);
+  ember_alloc_rec_t *r = (ember_alloc_rec_t *)(void *)at;
+  r->ncells = k;
+  r->kind = EMBER_ALLOC_REC_SAMPLE;
+  r->size = size;
+  r->mean = mean;
+  r->ptr = (uint64_t)(uintptr_t)p;
+  r->tid = t_tid;
+  r->nips = n;
+  r->stack_len = (uint32_t)len;
+  r->ip = ips[1];
+  r->sp = sp;
+  r->bp = (uint64_t)(uintptr_t)fp[0];
+  memcpy(at + sizeof *r, ips, n * sizeof ips[0]);
+  if (len > 0) memcpy(at + sizeof *r + n * sizeof ips[0], (const void *)sp, len);
+  return id;
 }
 
-/* Out of line so the dormant hooks stay small. */
-__attribute__((noinline)) static void maybe_sample(size_t size, void *const *fp, uint64_t leaf) {
+/* Publish a written record. */
+static void publish_record(ember_alloc_shm_t *c, uint64_t id) {
+  ember_alloc_rec_t *r = (ember_alloc_rec_t *)(void *)ring_cell(c, id - 1);
+  __atomic_store_n(&r->seq, id, __ATOMIC_RELEASE);
+}
+
+/* Out of line so the hooks stay small. */
+__attribute__((noinline)) static void maybe_sample(const void *p, size_t size, void *const *fp,
+                                                   uint64_t leaf) {
   ember_alloc_shm_t *c = __atomic_load_n(&g_ctl, __ATOMIC_ACQUIRE);
   if (t_busy) return;
   uint64_t gen = __atomic_load_n(&c->generation, __ATOMIC_RELAXED);
@@ -294,10 +446,17 @@ __attribute__((noinline)) static void maybe_sample(size_t size, void *const *fp,
    * the agent weighs it by the probability that at least one did. */
   t_busy = 1;
   uint64_t mean = __atomic_load_n(&c->sample_bytes, __ATOMIC_RELAXED);
+  if (mean == 0) mean = 1;
   while (t_left <= 0) t_left += draw_interval(mean);
   if (t_tid == 0) t_tid = (uint32_t)syscall(SYS_gettid);
   if (t_stack_hi == 0) stack_bounds();
-  record(c, size, fp, leaf);
+  if (agent_alive(c)) {
+    uint64_t id = write_record(c, p, size, mean, fp, leaf);
+    /* The entry first, then the record's seq: see the header's live
+     * table. */
+    if (c->heap_sample_bytes != 0) live_insert(c, p, size, mean, id);
+    if (id != 0) publish_record(c, id);
+  }
   t_busy = 0;
 }
 
@@ -311,14 +470,14 @@ static inline int sampling_on(void) {
 API void *malloc(size_t n) {
   void *p = __atomic_load_n(&real_malloc, __ATOMIC_ACQUIRE)(n);
   if (sampling_on() && p != NULL)
-    maybe_sample(n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&malloc);
+    maybe_sample(p, n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&malloc);
   return p;
 }
 
 API void *calloc(size_t a, size_t b) {
   void *p = __atomic_load_n(&real_calloc, __ATOMIC_ACQUIRE)(a, b);
   if (sampling_on() && p != NULL)
-    maybe_sample(a * b, __builtin_frame_address(0), (uint64_t)(uintptr_t)&calloc);
+    maybe_sample(p, a * b, __builtin_frame_address(0), (uint64_t)(uintptr_t)&calloc);
   return p;
 }
 
@@ -331,9 +490,13 @@ API void *realloc(void *old, size_t n) {
     if (p != NULL) memcpy(p, old, had < n ? had : n);
     return p;
   }
+  /* Before the call: once it returns, another thread may be given the old
+   * address (and sample it). A failed realloc leaves the old block live
+   * and untracked, a small undercount on a rare path. */
+  if (old != NULL) maybe_untrack(old);
   void *p = __atomic_load_n(&real_realloc, __ATOMIC_ACQUIRE)(old, n);
   if (sampling_on() && p != NULL && n != 0)
-    maybe_sample(n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&realloc);
+    maybe_sample(p, n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&realloc);
   return p;
 }
 
@@ -350,7 +513,7 @@ API void *memalign(size_t align, size_t n) {
   void *p = fn != NULL ? fn(align, n) : NULL;
   if (fn == NULL) errno = ENOMEM;
   if (sampling_on() && p != NULL)
-    maybe_sample(n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&memalign);
+    maybe_sample(p, n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&memalign);
   return p;
 }
 
@@ -360,7 +523,7 @@ API void *aligned_alloc(size_t align, size_t n) {
   void *p = fn != NULL ? fn(align, n) : NULL;
   if (fn == NULL) errno = ENOMEM;
   if (sampling_on() && p != NULL)
-    maybe_sample(n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&aligned_alloc);
+    maybe_sample(p, n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&aligned_alloc);
   return p;
 }
 
@@ -369,12 +532,13 @@ API int posix_memalign(void **out, size_t align, size_t n) {
   posix_memalign_fn fn = __atomic_load_n(&real_posix_memalign, __ATOMIC_ACQUIRE);
   int rc = fn != NULL ? fn(out, align, n) : ENOMEM;
   if (sampling_on() && rc == 0)
-    maybe_sample(n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&posix_memalign);
+    maybe_sample(*out, n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&posix_memalign);
   return rc;
 }
 
 API void free(void *p) {
   if (UNLIKELY(is_boot(p))) return;
+  maybe_untrack(p);
   __atomic_load_n(&real_free, __ATOMIC_ACQUIRE)(p);
 }
 
@@ -395,23 +559,53 @@ static void make_path(pid_t pid) {
   g_path[at] = '\0';
 }
 
+/* A decimal number from the environment, at most `max`; unset, empty or
+ * malformed = `def` (getenv only: no allocation, no locale). */
+static uint64_t env_u64(const char *name, uint64_t def, uint64_t max) {
+  const char *s = getenv(name);
+  if (s == NULL || *s == '\0') return def;
+  uint64_t v = 0;
+  for (; *s != '\0'; s++) {
+    if (*s < '0' || *s > '9' || v > max) return def;
+    v = v * 10 + (uint64_t)(*s - '0');
+  }
+  return v > max ? max : v;
+}
+
+#define DEFAULT_HEAP_SAMPLE_BYTES (512u * 1024u)
+
+/* EMBER_HEAP_RING_BYTES rounded down to a power of two within bounds. */
+static uint32_t ring_bytes_from_env(void) {
+  uint64_t v =
+      env_u64("EMBER_HEAP_RING_BYTES", EMBER_ALLOC_SHM_RING_DEFAULT, EMBER_ALLOC_SHM_RING_MAX);
+  uint32_t r = EMBER_ALLOC_SHM_RING_MIN;
+  while ((uint64_t)r * 2 <= v && r < EMBER_ALLOC_SHM_RING_MAX) r *= 2;
+  return r;
+}
+
 /* Create and map this process's control file. Failure of any step leaves
- * the library dormant for good, which is harmless. Only the header page is
- * allocated here; the agent allocates the ring's pages (fallocate) before
- * it turns sampling on, so writes to the ring can never fault with SIGBUS
- * on a full /dev/shm. */
+ * the library dormant for good, which is harmless. In heap mode the whole
+ * file is reserved now (posix_fallocate), so no write to it can fault
+ * with SIGBUS on a full /dev/shm; dormant, only the header page is, and
+ * the agent reserves the rest before it turns sampling on. */
 static void ctl_create(void) {
   pid_t pid = getpid();
+  uint64_t rate = env_u64("EMBER_HEAP_SAMPLE_BYTES", DEFAULT_HEAP_SAMPLE_BYTES, 1ULL << 40);
+  g_ring_bytes = ring_bytes_from_env();
+  g_stack_max = (uint32_t)env_u64("EMBER_HEAP_STACK_BYTES", EMBER_ALLOC_SHM_STACK_DEFAULT,
+                                  EMBER_ALLOC_SHM_STACK_MAX) &
+                ~7u;
+  size_t size = EMBER_ALLOC_SHM_SIZE(g_ring_bytes);
   make_path(pid);
   /* A stale file of a dead process with our pid, or of our image before
-   * exec: replace it. An agent that still maps the old one keeps its inode. */
+   * exec: replace it. An agent that still reads the old one keeps its inode. */
   unlink(g_path);
   int fd = open(g_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return;
   void *m = MAP_FAILED;
-  if (ftruncate(fd, (off_t)EMBER_ALLOC_SHM_SIZE) == 0 &&
-      posix_fallocate(fd, 0, EMBER_ALLOC_SHM_HDR) == 0)
-    m = mmap(NULL, EMBER_ALLOC_SHM_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  off_t reserve = rate != 0 ? (off_t)size : (off_t)EMBER_ALLOC_SHM_HDR;
+  if (ftruncate(fd, (off_t)size) == 0 && posix_fallocate(fd, 0, reserve) == 0)
+    m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (m == MAP_FAILED) {
     unlink(g_path);
@@ -421,19 +615,27 @@ static void ctl_create(void) {
   ember_alloc_shm_t *c = m;
   c->version = EMBER_ALLOC_SHM_VERSION;
   c->hdr_size = EMBER_ALLOC_SHM_HDR;
-  c->slot_size = (uint32_t)sizeof(ember_alloc_slot_t);
-  c->nslots = EMBER_ALLOC_SHM_SLOTS;
+  c->nlive = EMBER_ALLOC_SHM_LIVE;
+  c->ring_bytes = g_ring_bytes;
+  c->stack_max = g_stack_max;
   c->pid = (int32_t)pid;
+  c->heap_sample_bytes = rate;
+  c->sample_bytes = rate;
+  c->generation = 1;
+  c->on = rate != 0;
   __atomic_store_n(&c->magic, EMBER_ALLOC_SHM_MAGIC, __ATOMIC_RELEASE);
   __atomic_store_n(&g_ctl, c, __ATOMIC_RELEASE);
 }
 
 /* The child of fork must not write into its parent's ring: it gets a file
- * of its own (only the forking thread exists in it). */
+ * of its own (only the forking thread exists in it). What the parent had
+ * live is not tracked in the child (its table starts empty, and so does
+ * the filter). */
 static void on_fork_child(void) {
   ember_alloc_shm_t *old = __atomic_load_n(&g_ctl, __ATOMIC_RELAXED);
   __atomic_store_n(&g_ctl, &g_dummy, __ATOMIC_RELEASE);
-  if (old != &g_dummy) munmap(old, EMBER_ALLOC_SHM_SIZE);
+  if (old != &g_dummy) munmap(old, EMBER_ALLOC_SHM_SIZE(g_ring_bytes));
+  memset(g_filter, 0, sizeof g_filter);
   t_tid = 0;
   t_gen = 0;
   t_rng = 0;

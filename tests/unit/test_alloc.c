@@ -240,8 +240,8 @@ static void read_all(const char *path, char *buf, size_t size) {
   fclose(f);
 }
 
-/* The dormant library changes nothing the program can see: same output,
- * same exit status; its control file is there while it runs (with nothing
+/* The library changes nothing the program can see: same output, same exit
+ * status; its control file is there while it runs (dormant: with nothing
  * in its ring) and gone after a normal exit. */
 static void test_alloc_preload_dormant(void **state) {
   (void)state;
@@ -264,8 +264,10 @@ static void test_alloc_preload_dormant(void **state) {
   snprintf(path, sizeof path, "/dev/shm/ember-alloc.%d", (int)b);
   assert_false(file_exists(path));
 
+  /* Dormant (no heap sampling): only the header page is reserved. */
   const char *argv2[] = {ALLOC_PROG, "5", "1", NULL};
-  pid_t c = tu_spawn(argv2, env, NULL);
+  const char *env_dormant[] = {PRELOAD, "EMBER_HEAP_SAMPLE_BYTES=0", NULL};
+  pid_t c = tu_spawn(argv2, env_dormant, NULL);
   wait_ready(c, true);
   snprintf(path, sizeof path, "/dev/shm/ember-alloc.%d", (int)c);
   assert_true(file_exists(path));
