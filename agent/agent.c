@@ -25,6 +25,8 @@
 #include "session.h"
 #include "symbolize.h"
 #include "unwtab.h"
+#include "heap.h"
+#include "heapshm.h"
 #include "window.h"
 
 const char *const ember__agent_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
@@ -91,6 +93,8 @@ typedef struct pidinfo {
   int64_t maps_read_ns;     /* monotonic */
   int64_t maps_every_ns;    /* re-read no sooner than this after the last */
   int64_t maps_pc_every_ns; /* the same, for a sampled pc outside the maps */
+  int64_t heap_tried_ns;    /* monotonic: last try to follow its heap */
+  bool heap;                /* its heap is followed */
 } pidinfo_t;
 
 /* One pid's share of a closed window, as handed to the close thread. */
@@ -106,6 +110,9 @@ typedef struct job {
    * the session id and its own rate, then DONE or FAILED is reported. */
   char *session_id;
   bool memory; /* an allocation session: values are objects and bytes */
+  /* A continuous window's heap profiles (NULL without heap data): the
+   * allocations made during it, and what was live at its end. */
+  ember__window_t *heap_alloc, *heap_inuse;
   uint32_t hz, ntargets;
   uint64_t samples;
   job_pid_t *pids;
@@ -130,6 +137,7 @@ typedef struct agent {
   uint64_t max_stacks;
   uint32_t session_max_concurrent, session_max_hz;
   uint64_t session_alloc_sample_bytes;
+  bool heap_on; /* config heap: follow the in-use heap of preloaded processes */
   int64_t session_max_duration_ns;
   pid_t self;
 
@@ -148,8 +156,11 @@ typedef struct agent {
   ember__symbolizer_t *sym; /* close thread only */
   ember__sessions_t *sessions;
   ember__session_metrics_t sm;
-  ember__safe_metrics_t sf; /* hostile files (agent/safefile.h) */
-  ember__unwtab_t *unw;     /* loop thread: unwind tables (unwind != fp) */
+  ember__safe_metrics_t sf;   /* hostile files (agent/safefile.h) */
+  ember__unwtab_t *unw;       /* loop thread: unwind tables (unwind != fp) */
+  ember__heap_t *heap;        /* loop thread: the in-use heap (config heap) */
+  ember__window_t *heap_open; /* its allocations of the open window */
+  uv_timer_t heap_timer;
   uint64_t stack_ips[EMBER__PERF_MAX_CHAIN + EMBER__UNWIND_MAX_DEPTH];
 
   ember__window_t *open;
@@ -176,7 +187,9 @@ typedef struct agent {
         *events_failed, *sym_hits, *sym_loads, *unresolved, *targets, *cpu, *rss, *stacks_dropped,
         *idle, *unreadable, *unw_results[EMBER__UNWIND_NRESULTS], *unw_fp_steps, *unw_sig_steps,
         *unw_tables, *unw_bytes, *unw_builds, *unw_build_s, *unw_no_cfi, *unw_evictions, *unw_cfi,
-        *debug_files, *minidebug, *debug_refused, *sym_bytes, *debug_bytes, *sym_evictions;
+        *debug_files, *minidebug, *debug_refused, *sym_bytes, *debug_bytes, *sym_evictions,
+        *heap_procs, *heap_records, *heap_lost, *heap_bad, *heap_untracked, *heap_unknown,
+        *heap_stacks, *heap_cfi;
   } m;
   atomic_uint_fast64_t profiles_sent, profile_errors, windows_dropped, unresolved, sym_hits,
       sym_loads, debug_files, minidebug, debug_refused, sym_bytes, debug_bytes, sym_evictions;
@@ -383,15 +396,93 @@ static void on_session_stack(void *ctx, const ember__raw_sample_t *s) {
   if (p != NULL) ensure_maps(p, s);
 }
 
+/* --- the in-use heap (loop thread) --- */
+
+static void send_target(agent_t *a, const pidinfo_t *p, const ember__target_t *t);
+
+typedef struct {
+  uint32_t *pids;
+  size_t n, cap;
+} pid_list_t;
+
+/* The tracker's unwinder: the same tables and maps as CPU samples. */
+static size_t heap_unwind(void *ctx, uint32_t pid, const ember__unwind_regs_t *regs,
+                          const uint8_t *stack, size_t len, uint64_t *ips, size_t cap) {
+  agent_t *a = ctx;
+  if (a->unw == NULL) return 0;
+  pidinfo_t *p = pidinfo_get(a, pid);
+  if (p == NULL) return 0;
+  if (p->maps == NULL || !ember__procmaps_covers(p->maps->maps, regs->ip))
+    refresh_maps_within(p, true);
+  return ember__unwtab_unwind(a->unw, p->maps ? p->maps->maps : NULL, regs, stack, len, ips, cap);
+}
+
+/* How often a selected process without a followed heap is looked at
+ * again (a library it has, a file another agent held). */
+#define HEAP_RETRY_NS (60LL * 1000000000LL)
+/* How often the rings of followed processes are read (the library's ring
+ * holds 128 records: 1.28 GB/s of allocation at 512 KiB). */
+#define HEAP_POLL_MS 100
+
+static void collect_selected(void *ctx, const ember__target_t *t) {
+  pid_list_t *l = ctx;
+  if (!t->selected || t->exited) return;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 16;
+    uint32_t *np = ember_realloc(l->pids, cap * sizeof *np);
+    if (np == NULL) return; /* the next scan tries again */
+    l->pids = np;
+    l->cap = cap;
+  }
+  l->pids[l->n++] = (uint32_t)t->pid;
+}
+
+/* Follow the heap of every selected process that runs with the library. */
+static void heap_scan(agent_t *a) {
+  if (a->heap == NULL) return;
+  pid_list_t l = {0};
+  ember__discovery_each(a->disc, collect_selected, &l);
+  int64_t now = ember_time_mono_ns();
+  for (size_t i = 0; i < l.n; i++) {
+    pidinfo_t *p = pidinfo_get(a, l.pids[i]);
+    if (p == NULL || !p->selected) continue;
+    if (p->heap && ember__heap_follows(a->heap, (pid_t)p->pid)) continue;
+    if (p->heap_tried_ns != 0 && now - p->heap_tried_ns < HEAP_RETRY_NS) continue;
+    p->heap_tried_ns = now;
+    p->heap = false;
+    if (!ember__heapshm_present((pid_t)p->pid)) continue;
+    char err[512];
+    int rc = ember__heap_attach(a->heap, (pid_t)p->pid, err, sizeof err);
+    if (rc == 0 || rc == -EEXIST) {
+      p->heap = true;
+      if (p->maps == NULL) refresh_maps(p);
+      if (rc == 0)
+        EMBER_INFO("agent", "heap of pid %u (%s): followed", p->pid, p->worker ? p->worker : "?");
+      if (p->announced)
+        send_target(a, p, ember__discovery_get(a->disc, (pid_t)p->pid)); /* now with heap */
+    } else {
+      EMBER_WARN_LIMITED("agent", "heap of pid %u: %s", p->pid, err);
+    }
+  }
+  ember_free(l.pids);
+}
+
+static void on_heap_timer(uv_timer_t *t) {
+  agent_t *a = t->data;
+  ember__heap_poll(a->heap, 0);
+}
+
 /* --- the close thread --- */
 
+static const ember_value_type_t vt_cpu[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
+static const ember_value_type_t vt_alloc[] = {EMBER_VT_ALLOC_OBJECTS, EMBER_VT_ALLOC_BYTES};
+static const ember_value_type_t vt_inuse[] = {EMBER_VT_INUSE_OBJECTS, EMBER_VT_INUSE_BYTES};
+
 static int publish_pid(agent_t *a, const job_t *j, const job_pid_t *jp,
-                       const ember__window_stack_t *stacks, size_t n, ember_frame_t *frames,
-                       size_t cap, ember_buf_t *buf) {
-  static const ember_value_type_t cpu[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
-  static const ember_value_type_t alloc[] = {EMBER_VT_ALLOC_OBJECTS, EMBER_VT_ALLOC_BYTES};
+                       const ember_value_type_t *vt, const ember__window_stack_t *stacks, size_t n,
+                       ember_frame_t *frames, size_t cap, ember_buf_t *buf) {
   ember_profile_t *p = NULL;
-  int rc = ember_profile_new(j->memory ? alloc : cpu, 2, &p);
+  int rc = ember_profile_new(vt, 2, &p);
   if (rc != 0) return rc;
   ember_labels_t l = {jp->worker, jp->version, a->host_id, jp->actor, jp->pid};
   int64_t start, end;
@@ -403,8 +494,14 @@ static int publish_pid(agent_t *a, const job_t *j, const job_pid_t *jp,
   if (rc == 0) rc = ember_profile_set_origin(p, a->agent_id, a->seq, j->session_id);
   for (size_t i = 0; rc == 0 && i < n; i++) {
     size_t nf = 0;
-    rc = ember__symbolize(a->sym, (pid_t)jp->pid, jp->maps ? jp->maps->maps : NULL, stacks[i].ips,
-                          stacks[i].nips, frames, cap, &nf);
+    if (stacks[i].nips == 1 && stacks[i].ips[0] == EMBER__HEAP_UNKNOWN_IP) {
+      /* Live heap whose allocating stack was never read. */
+      frames[0] = (ember_frame_t){.function = "[unknown]"};
+      nf = 1;
+    } else {
+      rc = ember__symbolize(a->sym, (pid_t)jp->pid, jp->maps ? jp->maps->maps : NULL, stacks[i].ips,
+                            stacks[i].nips, frames, cap, &nf);
+    }
     if (rc != 0 || nf == 0) continue;
     int64_t v[2] = {stacks[i].samples, stacks[i].cpu_ns};
     rc = ember_profile_add(p, frames, nf, v);
@@ -423,20 +520,22 @@ static int publish_pid(agent_t *a, const job_t *j, const job_pid_t *jp,
   return rc;
 }
 
-static void process_job(agent_t *a, job_t *j) {
+/* Publish window `w` of job j, one profile of types `vt` per pid. The
+ * first failure is kept in *session_rc and `why`. */
+static void publish_window(agent_t *a, job_t *j, ember__window_t *w, const ember_value_type_t *vt,
+                           ember_frame_t *frames, ember_buf_t *buf, int *session_rc, char *why,
+                           size_t whysz) {
   size_t n = 0;
-  const ember__window_stack_t *stacks = ember__window_sorted(j->window, &n);
-  ember_frame_t *frames = ember_malloc(EMBER_MAX_STACK_DEPTH * sizeof *frames);
-  ember_buf_t buf;
-  ember_buf_init(&buf, 64u << 20);
-  int session_rc = 0;
-  char why[256] = "";
-  if (frames == NULL || (n > 0 && stacks == NULL)) {
-    session_rc = -ENOMEM;
-    snprintf(why, sizeof why, "out of memory symbolizing the result");
+  const ember__window_stack_t *stacks = ember__window_sorted(w, &n);
+  if (n > 0 && stacks == NULL) {
+    if (*session_rc == 0) {
+      *session_rc = -ENOMEM;
+      snprintf(why, whysz, "out of memory symbolizing the result");
+    }
+    return;
   }
   size_t i = 0;
-  while (frames != NULL && i < n) {
+  while (i < n) {
     size_t e = i;
     while (e < n && stacks[e].pid == stacks[i].pid) e++;
     const job_pid_t *jp = NULL;
@@ -444,7 +543,7 @@ static void process_job(agent_t *a, job_t *j) {
       if (j->pids[k].pid == stacks[i].pid) jp = &j->pids[k];
     }
     if (jp != NULL && jp->worker != NULL) {
-      int rc = publish_pid(a, j, jp, stacks + i, e - i, frames, EMBER_MAX_STACK_DEPTH, &buf);
+      int rc = publish_pid(a, j, jp, vt, stacks + i, e - i, frames, EMBER_MAX_STACK_DEPTH, buf);
       /* The profile copied the frames' strings: modules evicted while
        * symbolizing this pid can go now, not at the end of the window
        * (a window of many processes could otherwise hold every module it
@@ -457,14 +556,33 @@ static void process_job(agent_t *a, job_t *j) {
         EMBER_WARN("agent", "%s of pid %u (%s) not published: %s",
                    j->session_id ? "session result" : "window", jp->pid, jp->worker,
                    ember_strerror(rc));
-        if (session_rc == 0) {
-          session_rc = rc;
-          snprintf(why, sizeof why, "the profile of pid %u could not be published: %s", jp->pid,
+        if (*session_rc == 0) {
+          *session_rc = rc;
+          snprintf(why, whysz, "the profile of pid %u could not be published: %s", jp->pid,
                    ember_strerror(rc));
         }
       }
     }
     i = e;
+  }
+}
+
+static void process_job(agent_t *a, job_t *j) {
+  ember_frame_t *frames = ember_malloc(EMBER_MAX_STACK_DEPTH * sizeof *frames);
+  ember_buf_t buf;
+  ember_buf_init(&buf, 64u << 20);
+  int session_rc = 0;
+  char why[256] = "";
+  if (frames == NULL) {
+    session_rc = -ENOMEM;
+    snprintf(why, sizeof why, "out of memory symbolizing the result");
+  } else {
+    publish_window(a, j, j->window, j->memory ? vt_alloc : vt_cpu, frames, &buf, &session_rc, why,
+                   sizeof why);
+    if (j->heap_alloc != NULL)
+      publish_window(a, j, j->heap_alloc, vt_alloc, frames, &buf, &session_rc, why, sizeof why);
+    if (j->heap_inuse != NULL)
+      publish_window(a, j, j->heap_inuse, vt_inuse, frames, &buf, &session_rc, why, sizeof why);
   }
   for (size_t k = 0; k < j->nforget; k++) ember__symbolizer_forget(a->sym, (pid_t)j->forget[k]);
   /* Pid 0 has no state: this only releases modules evicted from the cache
@@ -507,6 +625,8 @@ static void job_free(job_t *j) {
   ember_free(j->forget);
   ember_free(j->session_id);
   ember__window_free(j->window);
+  ember__window_free(j->heap_alloc);
+  ember__window_free(j->heap_inuse);
   ember_free(j);
 }
 
@@ -553,7 +673,8 @@ static void send_target(agent_t *a, const pidinfo_t *p, const ember__target_t *t
                              .version = p->version,
                              .actor = p->actor,
                              .pid = p->pid,
-                             .seen_ns = ember_time_now_ns()};
+                             .seen_ns = ember_time_now_ns(),
+                             .heap = p->heap};
   char comm[sizeof t->comm + 1] = "";
   if (t != NULL) {
     memcpy(comm, t->comm, sizeof t->comm);
@@ -582,6 +703,70 @@ static void enqueue_locked(agent_t *a, job_t *j) {
   a->tail = j;
   a->pending++;
   uv_cond_signal(&a->cv);
+}
+
+/* Distinct pids of a window (0 for NULL). */
+static size_t window_pids(ember__window_t *w) {
+  size_t n = 0, distinct = 0;
+  const ember__window_stack_t *stacks = w != NULL ? ember__window_sorted(w, &n) : NULL;
+  for (size_t i = 0; stacks != NULL && i < n; i++) {
+    if (i == 0 || stacks[i].pid != stacks[i - 1].pid) distinct++;
+  }
+  return distinct;
+}
+
+/* Snapshot into j the labels and maps of every pid of window w that j
+ * does not hold yet (room was made by the caller). */
+static void job_add_pids(agent_t *a, job_t *j, ember__window_t *w) {
+  size_t n = 0;
+  const ember__window_stack_t *stacks = w != NULL ? ember__window_sorted(w, &n) : NULL;
+  for (size_t i = 0; stacks != NULL && i < n; i++) {
+    if (i > 0 && stacks[i].pid == stacks[i - 1].pid) continue;
+    bool held = false;
+    for (size_t k = 0; k < j->npids && !held; k++) held = j->pids[k].pid == stacks[i].pid;
+    if (held) continue;
+    pidinfo_t *p = pidinfo_get(a, stacks[i].pid);
+    if (p == NULL) continue;
+    pidinfo_refresh(a, p);
+    if (p->maps == NULL) refresh_maps(p);
+    job_pid_t *jp = &j->pids[j->npids++];
+    jp->pid = p->pid;
+    jp->maps = maps_ref_get(p->maps);
+    if (set_copy(&jp->worker, p->worker) != 0 || set_copy(&jp->version, p->version) != 0 ||
+        set_copy(&jp->actor, p->actor) != 0) {
+      ember_free(jp->worker);
+      jp->worker = NULL; /* skipped by the close thread */
+    }
+    if (!p->announced && p->selected) {
+      send_target(a, p, ember__discovery_get(a->disc, (pid_t)p->pid));
+      p->announced = true;
+    }
+  }
+}
+
+/* The heap's part of a cut: the allocations of the window that ends, and
+ * a snapshot of what is live now, both labelled with the CPU window's
+ * bounds. Out of memory, the heap profiles of this window are lost (the
+ * allocations keep going to the old window, published next time). */
+static void heap_cut(agent_t *a, job_t *j, int64_t start, int64_t end) {
+  if (a->heap == NULL) return;
+  ember__window_t *fresh = NULL, *inuse = NULL;
+  if (ember__window_new(&fresh) != 0 || ember__window_new(&inuse) != 0) {
+    ember__window_free(fresh);
+    EMBER_ERROR_LIMITED("agent", "out of memory: no heap profiles for this window");
+    return;
+  }
+  ember__window_set_max_stacks(fresh, a->max_stacks);
+  ember__window_set_max_stacks(inuse, a->max_stacks);
+  /* The snapshot drains the rings first, into the window that ends. */
+  if (ember__heap_snapshot(a->heap, inuse, NULL, 0, NULL) != 0)
+    EMBER_WARN_LIMITED("agent", "out of memory: part of the in-use heap missing from a window");
+  j->heap_alloc = a->heap_open;
+  j->heap_inuse = inuse;
+  a->heap_open = fresh;
+  ember__heap_set_window(a->heap, fresh);
+  ember__window_set_bounds(j->heap_alloc, start, end);
+  ember__window_set_bounds(inuse, start, end);
 }
 
 /* Cut the open window now and hand it to the close thread. `deadline`:
@@ -623,13 +808,11 @@ static bool close_window(agent_t *a, bool deadline) {
     return true; /* cut, and the window dropped (counted) */
   }
   j->window = w;
-  /* Snapshot the labels and maps of every pid in the window. */
-  size_t n = 0;
-  const ember__window_stack_t *stacks = ember__window_sorted(w, &n);
+  heap_cut(a, j, start, end);
+  /* Snapshot the labels and maps of every pid in the windows. */
+  ember__window_t *ws[3] = {w, j->heap_alloc, j->heap_inuse};
   size_t distinct = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (i == 0 || stacks[i].pid != stacks[i - 1].pid) distinct++;
-  }
+  for (int k = 0; k < 3; k++) distinct += window_pids(ws[k]);
   j->pids = ember_calloc(distinct ? distinct : 1, sizeof *j->pids);
   j->forget = ember_calloc(a->npids ? a->npids : 1, sizeof *j->forget);
   if (j->pids == NULL || j->forget == NULL) {
@@ -637,24 +820,7 @@ static bool close_window(agent_t *a, bool deadline) {
     atomic_fetch_add(&a->windows_dropped, 1);
     return true; /* cut, and the window dropped (counted) */
   }
-  for (size_t i = 0; i < n; i++) {
-    if (i > 0 && stacks[i].pid == stacks[i - 1].pid) continue;
-    pidinfo_t *p = pidinfo_get(a, stacks[i].pid);
-    if (p == NULL) continue;
-    pidinfo_refresh(a, p);
-    job_pid_t *jp = &j->pids[j->npids++];
-    jp->pid = p->pid;
-    jp->maps = maps_ref_get(p->maps);
-    if (set_copy(&jp->worker, p->worker) != 0 || set_copy(&jp->version, p->version) != 0 ||
-        set_copy(&jp->actor, p->actor) != 0) {
-      ember_free(jp->worker);
-      jp->worker = NULL; /* skipped by the close thread */
-    }
-    if (!p->announced && p->selected) {
-      send_target(a, p, ember__discovery_get(a->disc, (pid_t)p->pid));
-      p->announced = true;
-    }
-  }
+  for (int k = 0; k < 3; k++) job_add_pids(a, j, ws[k]);
   /* Pids that have exited: their last window is in this job; forget them. */
   size_t keep = 0;
   bool removed = false;
@@ -663,6 +829,7 @@ static bool close_window(agent_t *a, bool deadline) {
     const ember__target_t *t = ember__discovery_get(a->disc, (pid_t)p->pid);
     if (t == NULL || t->exited) {
       if (p->announced) send_tombstone(a, p->pid);
+      if (p->heap) ember__heap_detach(a->heap, (pid_t)p->pid);
       j->forget[j->nforget++] = p->pid;
       pidinfo_clear(p);
       removed = true;
@@ -760,11 +927,6 @@ static void on_window_timer(uv_timer_t *t) {
   arm_window_timer(a);
 }
 
-typedef struct {
-  uint32_t *pids;
-  size_t n, cap;
-} pid_list_t;
-
 static void collect_actor(void *ctx, const ember__target_t *t) {
   pid_list_t *l = ctx;
   if (!t->selected || t->exited || t->actor == NULL) return;
@@ -806,6 +968,7 @@ static void on_scan_timer(uv_timer_t *t) {
    * not selected then and has no samples to be refreshed by later. */
   for (size_t i = 0; i < a->npids; i++) pidinfo_refresh(a, &a->pids[i]);
   announce_actors(a);
+  heap_scan(a);
 }
 
 static void on_netlink(uv_poll_t *h, int status, int events) {
@@ -874,6 +1037,18 @@ static void on_metrics_timer(uv_timer_t *t) {
   ember_metric_set(a->m.cpu, ember_self_cpu_seconds());
   ember_metric_set(a->m.rss, ember_self_rss_bytes());
   ember__safe_update_metrics(&a->sf, ember__alloc_preload_faults());
+  if (a->heap != NULL) {
+    ember__heap_stats_t hs;
+    ember__heap_stats(a->heap, &hs);
+    ember_metric_set(a->m.heap_procs, (double)hs.processes);
+    ember_metric_set(a->m.heap_records, (double)hs.records);
+    ember_metric_set(a->m.heap_lost, (double)hs.lost);
+    ember_metric_set(a->m.heap_bad, (double)hs.bad);
+    ember_metric_set(a->m.heap_untracked, (double)hs.live_dropped);
+    ember_metric_set(a->m.heap_unknown, (double)hs.unknown);
+    ember_metric_set(a->m.heap_stacks, (double)hs.stacks);
+    ember_metric_set(a->m.heap_cfi, (double)hs.cfi);
+  }
   if (a->unw != NULL) {
     ember__unwtab_stats_t us;
     ember__unwtab_stats(a->unw, &us);
@@ -965,6 +1140,25 @@ static void register_metrics(agent_t *a) {
                                           "Processes whose /proc entries could not be read");
   a->m.stacks_dropped = ember_metrics_counter(m, "ember_agent_window_stacks_dropped_total",
                                               "Samples dropped past max_stacks_per_window");
+  a->m.heap_procs = ember_metrics_gauge(m, "ember_agent_heap_processes",
+                                        "Processes whose in-use heap is followed");
+  a->m.heap_records = ember_metrics_counter(m, "ember_agent_heap_records_total",
+                                            "Sampled allocations read from the libraries' rings");
+  a->m.heap_lost =
+      ember_metrics_counter(m, "ember_agent_heap_records_lost_total",
+                            "Sampled allocations whose record was lost (ring full, writer stuck)");
+  a->m.heap_bad = ember_metrics_counter(m, "ember_agent_heap_records_refused_total",
+                                        "Records and live entries refused as malformed");
+  a->m.heap_untracked = ember_metrics_counter(
+      m, "ember_agent_heap_untracked_total",
+      "Sampled allocations the libraries could not track as live (table full)");
+  a->m.heap_unknown =
+      ember_metrics_gauge(m, "ember_agent_heap_unknown_stacks",
+                          "Live sampled allocations of unknown stack at the last snapshot");
+  a->m.heap_stacks = ember_metrics_gauge(m, "ember_agent_heap_stacks",
+                                         "Distinct allocation stacks held for live allocations");
+  a->m.heap_cfi = ember_metrics_counter(m, "ember_agent_heap_cfi_stacks_total",
+                                        "Allocation stacks unwound from CFI");
   a->m.cpu = ember_metrics_gauge(m, "ember_agent_cpu_seconds", "The agent's own CPU seconds");
   a->m.rss = ember_metrics_gauge(m, "ember_agent_rss_bytes", "The agent's resident memory");
   /* One family, registered in a row (metrics.h). */
@@ -1049,6 +1243,7 @@ static int read_config(agent_t *a, const ember_config_t *cfg, char *err, size_t 
     rc = ember_config_get_u64(cfg, "session.alloc_sample_bytes", EMBER__ALLOC_DEFAULT_SAMPLE_BYTES,
                               1, (uint64_t)1 << 40, &sab, err, errsz);
   a->session_alloc_sample_bytes = sab;
+  if (rc == 0) rc = ember_config_get_bool(cfg, "heap", true, &a->heap_on, err, errsz);
   a->session_max_concurrent = (uint32_t)sk;
   a->session_max_duration_ns = sdur;
   a->session_max_hz = (uint32_t)shz;
@@ -1170,6 +1365,16 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
     rc = ember__unwtab_new(&uo, &a->unw);
     if (rc != 0) goto cleanup;
   }
+  if (a->heap_on) {
+    ember__heap_opts_t ho = {.unwind = heap_unwind, .ctx = a};
+    rc = ember__heap_new(&ho, &a->heap);
+    if (rc == 0) rc = ember__window_new(&a->heap_open);
+    if (rc != 0) goto cleanup;
+    ember__window_set_max_stacks(a->heap_open, a->max_stacks);
+    ember__heap_set_window(a->heap, a->heap_open);
+    /* Preload sessions read through it: one reader per file. */
+    ember__alloc_preload_use(a->heap);
+  }
   ember__sampler_opts_t so = {.hz = a->hz,
                               .ring_pages = a->ring_pages,
                               .kernel = kernel,
@@ -1225,6 +1430,12 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
   uv_timer_init(&a->loop, &a->sweep_timer);
   a->sweep_timer.data = a;
   uv_timer_start(&a->sweep_timer, on_sweep_timer, 0, SWEEP_INTERVAL_MS);
+  if (a->heap != NULL) {
+    heap_scan(a);
+    uv_timer_init(&a->loop, &a->heap_timer);
+    a->heap_timer.data = a;
+    uv_timer_start(&a->heap_timer, on_heap_timer, HEAP_POLL_MS, HEAP_POLL_MS);
+  }
   int nfd = ember__discovery_fd(a->disc);
   if (nfd >= 0 && uv_poll_init(&a->loop, &a->netlink_poll, nfd) == 0) {
     a->netlink_poll.data = a;
@@ -1276,6 +1487,9 @@ cleanup:
                ps.published, ps.spooled, ps.dropped);
   }
   ember__symbolizer_free(a->sym);
+  ember__alloc_preload_use(NULL);
+  ember__heap_free(a->heap);
+  ember__window_free(a->heap_open);
   ember__unwtab_free(a->unw);
   ember__discovery_free(a->disc);
   if (a->own_kafka) ember_kafka_free(a->kafka);

@@ -59,6 +59,7 @@ typedef struct ember_target_record {
   uint32_t pid;
   uint64_t start_ticks;
   int64_t seen_ns;
+  bool heap; /* its in-use heap is followed (libember_alloc.so) */
 } ember_target_record_t;
 
 EMBER_API int ember_codec_encode_target(const ember_target_record_t *t, ember_buf_t *out);
