@@ -28,6 +28,10 @@ _Static_assert((int)EMBER_VT_ALLOC_OBJECTS == (int)EMBER__WIRE__V1__VALUE_TYPE__
                "wire enum");
 _Static_assert((int)EMBER_VT_ALLOC_BYTES == (int)EMBER__WIRE__V1__VALUE_TYPE__ALLOC_BYTES,
                "wire enum");
+_Static_assert((int)EMBER_VT_INUSE_OBJECTS == (int)EMBER__WIRE__V1__VALUE_TYPE__INUSE_OBJECTS,
+               "wire enum");
+_Static_assert((int)EMBER_VT_INUSE_BYTES == (int)EMBER__WIRE__V1__VALUE_TYPE__INUSE_BYTES,
+               "wire enum");
 _Static_assert((int)EMBER_FRAME_NATIVE == (int)EMBER__WIRE__V1__FRAME_KIND__NATIVE, "wire enum");
 _Static_assert((int)EMBER_FRAME_KERNEL == (int)EMBER__WIRE__V1__FRAME_KIND__KERNEL, "wire enum");
 _Static_assert((int)EMBER_FRAME_JIT == (int)EMBER__WIRE__V1__FRAME_KIND__JIT, "wire enum");

@@ -91,6 +91,8 @@ const char *ember_value_type_name(ember_value_type_t vt) {
   case EMBER_VT_CPU_NS: return "cpu";
   case EMBER_VT_ALLOC_OBJECTS: return "alloc_objects";
   case EMBER_VT_ALLOC_BYTES: return "alloc_space";
+  case EMBER_VT_INUSE_OBJECTS: return "inuse_objects";
+  case EMBER_VT_INUSE_BYTES: return "inuse_space";
   }
   return NULL;
 }
@@ -101,8 +103,14 @@ const char *ember_value_type_unit(ember_value_type_t vt) {
   case EMBER_VT_CPU_NS: return "nanoseconds";
   case EMBER_VT_ALLOC_OBJECTS: return "count";
   case EMBER_VT_ALLOC_BYTES: return "bytes";
+  case EMBER_VT_INUSE_OBJECTS: return "count";
+  case EMBER_VT_INUSE_BYTES: return "bytes";
   }
   return NULL;
+}
+
+bool ember_value_type_is_gauge(ember_value_type_t vt) {
+  return vt == EMBER_VT_INUSE_OBJECTS || vt == EMBER_VT_INUSE_BYTES;
 }
 
 size_t ember_frame_name(const ember_frame_t *f, char *buf, size_t size) {

@@ -1,5 +1,6 @@
 /* The profile model: frames, interned stacks, and profiles of one or more
- * value types (CPU samples, CPU nanoseconds, allocated objects and bytes).
+ * value types (CPU samples, CPU nanoseconds, allocated objects and bytes,
+ * in-use objects and bytes).
  *
  * A profile owns everything in it: strings are interned in the profile,
  * frames are interned to dense ids (0, 1, 2, ...), and each distinct stack
@@ -33,15 +34,27 @@ typedef enum ember_value_type {
   EMBER_VT_CPU_SAMPLES = 1,   /* samples taken, count */
   EMBER_VT_CPU_NS = 2,        /* CPU time, nanoseconds */
   EMBER_VT_ALLOC_OBJECTS = 3, /* allocations, count */
-  EMBER_VT_ALLOC_BYTES = 4    /* allocated, bytes */
+  EMBER_VT_ALLOC_BYTES = 4,   /* allocated, bytes */
+  EMBER_VT_INUSE_OBJECTS = 5, /* live at the window's end, count (a gauge) */
+  EMBER_VT_INUSE_BYTES = 6    /* live at the window's end, bytes (a gauge) */
 } ember_value_type_t;
 
-#define EMBER_MAX_VALUE_TYPES 4
+#define EMBER_MAX_VALUE_TYPES 6
 
 /* The pprof-style (type, unit) names of a value type, e.g. "cpu" and
- * "nanoseconds"; NULL for an unknown value. */
+ * "nanoseconds", "inuse_space" and "bytes" (the names `go tool pprof
+ * -sample_index=` takes); NULL for an unknown value. */
 EMBER_API const char *ember_value_type_name(ember_value_type_t vt);
 EMBER_API const char *ember_value_type_unit(ember_value_type_t vt);
+
+/* Whether values of `vt` are a gauge: a snapshot at the window's end
+ * (EMBER_VT_INUSE_OBJECTS, EMBER_VT_INUSE_BYTES), not a count of what
+ * happened during the window. Gauges of one source are never summed over
+ * windows: a range reads the latest (ember_store_merge says how); gauges of
+ * distinct sources at one instant add up. Within one profile the merge
+ * below still adds values, which for gauges is the sum of two sources. False
+ * for unknown values. */
+EMBER_API bool ember_value_type_is_gauge(ember_value_type_t vt);
 
 typedef enum ember_frame_kind {
   EMBER_FRAME_NATIVE = 0, /* user-space machine code from an ELF file */
