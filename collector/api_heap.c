@@ -155,7 +155,9 @@ static int growth_functions(growth_t *g) {
   }
   if (rc == 0 && nf > 1) qsort(k, nf, sizeof *k, fkey_cmp);
   for (size_t i = 0; i < nf && rc == 0; i++) {
-    if (i == 0 || fkey_cmp(&k[i - 1], &k[i]) != 0) {
+    hfn_t *last = g->nfns ? &g->fns[g->nfns - 1] : NULL;
+    fkey_t cur = {.name = last ? last->name : NULL, .module = last ? last->frame->module : NULL};
+    if (last == NULL || fkey_cmp(&cur, &k[i]) != 0) {
       hfn_t *fn = &g->fns[g->nfns++];
       fn->name = k[i].name;
       k[i].name = NULL; /* moved */
