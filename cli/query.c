@@ -25,7 +25,7 @@ const char ember__usage_query[] =
     "       ember versions|hosts|actors [--worker W] [--version V] [--host H] [--actor A]\n"
     "                                   [--from T] [--to T] [--json]\n"
     "       ember query --worker W [--version V] [--host H] [--actor A] [--from T] [--to T]\n"
-    "                   [--type cpu|samples|alloc_objects|alloc_bytes]\n"
+    "                   [--type cpu|samples|alloc_objects|alloc_bytes|inuse_objects|inuse_bytes]\n"
     "                   [--format top|pprof|folded|speedscope|tree] [--limit N]\n"
     "                   [--max-nodes N] [-o FILE]\n"
     "       ember diff --worker W [--version V] [--host H] [--actor A] [--from T] [--to T]\n"
@@ -369,7 +369,8 @@ cleanup:
 
 /* ---- ember query ---- */
 
-static const char *const types[] = {"cpu", "samples", "alloc_objects", "alloc_bytes"};
+static const char *const types[] = {"cpu",         "samples",       "alloc_objects",
+                                    "alloc_bytes", "inuse_objects", "inuse_bytes"};
 
 static bool one_of(const char *s, const char *const *list, size_t n) {
   for (size_t i = 0; i < n; i++) {
@@ -397,7 +398,8 @@ int ember__cmd_query(int argc, char **argv) {
   if (st != 0) return st;
   if (o.type != NULL && !one_of(o.type, types, sizeof types / sizeof types[0])) {
     fprintf(stderr,
-            "ember query: --type '%s': expected cpu, samples, alloc_objects or alloc_bytes\n",
+            "ember query: --type '%s': expected cpu, samples, alloc_objects, alloc_bytes, "
+            "inuse_objects or inuse_bytes\n",
             o.type);
     return EXIT_USAGE;
   }
@@ -577,7 +579,8 @@ int ember__cmd_diff(int argc, char **argv) {
   }
   if (o.type != NULL && !one_of(o.type, types, sizeof types / sizeof types[0])) {
     fprintf(stderr,
-            "ember diff: --type '%s': expected cpu, samples, alloc_objects or alloc_bytes\n",
+            "ember diff: --type '%s': expected cpu, samples, alloc_objects, alloc_bytes, "
+            "inuse_objects or inuse_bytes\n",
             o.type);
     return EXIT_USAGE;
   }

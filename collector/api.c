@@ -78,11 +78,8 @@ static const ember__api_route_t server_routes[] = {
 
 /* Every route, table by table; an area's handler file joins with one line. */
 static const ember__api_route_t *const route_tables[] = {
-    server_routes,
-    ember__api_series_routes,
-    ember__api_profile_routes,
-    ember__api_session_routes,
-    ember__api_alert_routes,
+    server_routes,           ember__api_series_routes,  ember__api_profile_routes,
+    ember__api_heap_routes,  ember__api_session_routes, ember__api_alert_routes,
     ember__api_fleet_routes,
 };
 

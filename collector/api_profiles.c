@@ -18,7 +18,8 @@
 #include "json.h"
 #include "query.h"
 
-static const char *const type_names[] = {"cpu", "samples", "alloc_objects", "alloc_bytes"};
+static const char *const type_names[] = {"cpu",         "samples",       "alloc_objects",
+                                         "alloc_bytes", "inuse_objects", "inuse_bytes"};
 
 unsigned ember__api_parse_type(ember__req_t *r, ember__qtype_t *out) {
   const char *v = ember__req_param(r, "type");
@@ -34,7 +35,7 @@ unsigned ember__api_parse_type(ember__req_t *r, ember__qtype_t *out) {
   }
   return ember__req_fail(r, 400,
                          "parameter \"type\": \"%.64s\" is not a profile type; use cpu, samples, "
-                         "alloc_objects or alloc_bytes",
+                         "alloc_objects, alloc_bytes, inuse_objects or inuse_bytes",
                          v);
 }
 
@@ -65,7 +66,7 @@ unsigned ember__api_parse_raw(ember__req_t *r, const char *raw, ember_value_type
   if (ember__fleetq_raw_type(raw, vt) != 0)
     return ember__req_fail(r, 400,
                            "parameter \"raw\": \"%.64s\" is not a value type; use cpu_ns, "
-                           "cpu_samples, alloc_objects or alloc_bytes",
+                           "cpu_samples, alloc_objects, alloc_bytes, inuse_objects or inuse_bytes",
                            raw);
   return 0;
 }
@@ -80,6 +81,18 @@ static unsigned answer_raw(ember__req_t *r, const char *raw, const ember_store_s
   size_t nv = 0;
   for (size_t i = 0; i < r->nparams; i++) nv += strcmp(r->params[i].key, "version") == 0;
   if (nv > 1) return ember__req_fail(r, 400, "parameter \"raw\" takes one version at most");
+  if (ember_value_type_is_gauge(vt)) {
+    /* A gauge's parts, one per series, so that the asking collector keeps
+     * each series' latest across stores (fleetq.h). */
+    ember_profile_t **parts = NULL;
+    size_t n = 0;
+    int rc = ember_store_gauge_latest(r->env->store, sel, from, to, vt, &parts, &n);
+    if (rc == 0) rc = ember__fleetq_gauge_encode(parts, n, &r->body);
+    ember_store_gauge_latest_free(parts, n);
+    if (rc != 0) return ember__req_fail_internal(r, "encoding this store's gauge parts", rc);
+    r->ctype = "application/x-ember-gauge-parts";
+    return r->status = 200;
+  }
   ember_profile_t *p = NULL;
   int rc = ember_store_merge(r->env->store, sel, from, to, vt, &p);
   if (rc == 0) rc = ember_codec_encode(p, &r->body);

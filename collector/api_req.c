@@ -125,6 +125,40 @@ unsigned ember__req_time(ember__req_t *r, const char *key, const char *dflt, int
   return 0;
 }
 
+unsigned ember__req_step(ember__req_t *r, int64_t from, int64_t to, int64_t *step, uint64_t *nb) {
+  /* to > from, so the difference fits in uint64 even when it does not fit
+   * in int64. */
+  uint64_t span = (uint64_t)to - (uint64_t)from;
+  const char *sv = ember__req_param(r, "step");
+  if (sv != NULL) {
+    if (ember_parse_duration_ns(sv, EMBER__SEC_NS, step) != 0 ||
+        *step < EMBER__TIMELINE_MIN_STEP_NS)
+      return ember__req_fail(
+          r, 400,
+          "parameter \"step\": \"%.64s\" is not a duration of at least 10s; use a number "
+          "with a unit (10s, 5m, 1h) or bare seconds",
+          sv);
+  } else {
+    /* The shortest whole multiple of 10 s that gives at most 500 buckets. */
+    uint64_t per =
+        span / EMBER__TIMELINE_DEFAULT_BUCKETS + (span % EMBER__TIMELINE_DEFAULT_BUCKETS != 0);
+    uint64_t tens = per / (uint64_t)EMBER__TIMELINE_MIN_STEP_NS +
+                    (per % (uint64_t)EMBER__TIMELINE_MIN_STEP_NS != 0);
+    if (tens == 0) tens = 1;
+    *step = tens > (uint64_t)(INT64_MAX / EMBER__TIMELINE_MIN_STEP_NS)
+                ? INT64_MAX
+                : (int64_t)tens * EMBER__TIMELINE_MIN_STEP_NS;
+  }
+  *nb = span / (uint64_t)*step + (span % (uint64_t)*step != 0);
+  if (*nb > EMBER__TIMELINE_MAX_BUCKETS)
+    return ember__req_fail(
+        r, 400,
+        "parameter \"step\": %llu buckets of %lld s over [from, to) is more than %u; "
+        "raise step or narrow from/to",
+        (unsigned long long)*nb, (long long)(*step / EMBER__SEC_NS), EMBER__TIMELINE_MAX_BUCKETS);
+  return 0;
+}
+
 unsigned ember__req_range(ember__req_t *r, const char *kfrom, const char *kto, const char *dfrom,
                           const char *dto, int64_t *from, int64_t *to) {
   unsigned st = ember__req_time(r, kfrom, dfrom, from);

@@ -110,6 +110,7 @@ typedef struct ember__api_route {
  * new area adds its file, its table here and one line in api.c. */
 extern const ember__api_route_t ember__api_series_routes[];
 extern const ember__api_route_t ember__api_profile_routes[];
+extern const ember__api_route_t ember__api_heap_routes[];
 extern const ember__api_route_t ember__api_session_routes[];
 extern const ember__api_route_t ember__api_alert_routes[];
 extern const ember__api_route_t ember__api_fleet_routes[];
@@ -141,6 +142,18 @@ unsigned ember__req_time(ember__req_t *r, const char *key, const char *dflt, int
 /* from/to (or vs.from/vs.to, defaulting to the base range); from < to. */
 unsigned ember__req_range(ember__req_t *r, const char *kfrom, const char *kto, const char *dfrom,
                           const char *dto, int64_t *from, int64_t *to);
+/* Timelines: the default step keeps at most this many buckets, no step is
+ * shorter than the store's 10-second windows, a request may ask for at
+ * most EMBER__TIMELINE_MAX_BUCKETS buckets and make us hold at most
+ * EMBER__TIMELINE_MAX_CELLS (series x buckets) values. */
+#define EMBER__TIMELINE_DEFAULT_BUCKETS 500
+#define EMBER__TIMELINE_MIN_STEP_NS     (10 * EMBER__SEC_NS)
+#define EMBER__TIMELINE_MAX_BUCKETS     10000u
+#define EMBER__TIMELINE_MAX_CELLS       ((size_t)4 << 20)
+/* The "step" parameter of a timeline over [from, to): a duration of at
+ * least 10 s, by default the shortest multiple of 10 s giving at most 500
+ * buckets; *nb gets the bucket count (400 past the maximum). */
+unsigned ember__req_step(ember__req_t *r, int64_t from, int64_t to, int64_t *step, uint64_t *nb);
 /* A whole number in [min, max], `dflt` when absent. */
 unsigned ember__req_u64(ember__req_t *r, const char *key, uint64_t dflt, uint64_t min, uint64_t max,
                         uint64_t *out);

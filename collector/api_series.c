@@ -15,15 +15,6 @@
 #include "ember/parse.h"
 #include "json.h"
 
-/* Timelines: the default step keeps at most this many buckets... */
-#define TIMELINE_DEFAULT_BUCKETS 500
-/* ...and no step is shorter than the store's 10-second windows. */
-#define TIMELINE_MIN_STEP_NS (10 * EMBER__SEC_NS)
-/* The most buckets a request may ask for, and the most (series x buckets)
- * values it may make us hold, so one request cannot take gigabytes. */
-#define TIMELINE_MAX_BUCKETS 10000u
-#define TIMELINE_MAX_CELLS   ((size_t)4 << 20)
-
 /* ------------------------------------------------------------- labels -- */
 
 enum { L_WORKER, L_VERSION, L_HOST, L_ACTOR };
@@ -307,34 +298,9 @@ static unsigned h_timeline(ember__req_t *r) {
   }
   if (st != 0) return st;
   ember__req_selector(r, "", NULL, &sel);
-  /* to > from, so the difference fits in uint64 even when it does not fit
-   * in int64. */
-  uint64_t span = (uint64_t)to - (uint64_t)from;
-  const char *sv = ember__req_param(r, "step");
-  if (sv != NULL) {
-    if (ember_parse_duration_ns(sv, EMBER__SEC_NS, &step) != 0 || step < TIMELINE_MIN_STEP_NS)
-      return ember__req_fail(
-          r, 400,
-          "parameter \"step\": \"%.64s\" is not a duration of at least 10s; use a number "
-          "with a unit (10s, 5m, 1h) or bare seconds",
-          sv);
-  } else {
-    /* The shortest whole multiple of 10 s that gives at most 500 buckets. */
-    uint64_t per = span / TIMELINE_DEFAULT_BUCKETS + (span % TIMELINE_DEFAULT_BUCKETS != 0);
-    uint64_t tens =
-        per / (uint64_t)TIMELINE_MIN_STEP_NS + (per % (uint64_t)TIMELINE_MIN_STEP_NS != 0);
-    if (tens == 0) tens = 1;
-    step = tens > (uint64_t)(INT64_MAX / TIMELINE_MIN_STEP_NS)
-               ? INT64_MAX
-               : (int64_t)tens * TIMELINE_MIN_STEP_NS;
-  }
-  uint64_t nb = span / (uint64_t)step + (span % (uint64_t)step != 0);
-  if (nb > TIMELINE_MAX_BUCKETS)
-    return ember__req_fail(
-        r, 400,
-        "parameter \"step\": %llu buckets of %lld s over [from, to) is more than %u; "
-        "raise step or narrow from/to",
-        (unsigned long long)nb, (long long)(step / EMBER__SEC_NS), TIMELINE_MAX_BUCKETS);
+  uint64_t nb;
+  st = ember__req_step(r, from, to, &step, &nb);
+  if (st != 0) return st;
 
   /* One store read gives every series' own CPU and the total. */
   ember_store_timelines_t *tl = NULL;
@@ -344,17 +310,18 @@ static unsigned h_timeline(ember__req_t *r) {
   if (ember__req_fleet(r)) {
     char partial[sizeof r->partial];
     rc = ember__fleetq_timelines(r->env->fleetq, r->env->store, &sel, from, to, step,
-                                 TIMELINE_MAX_CELLS, &tl, partial, sizeof partial);
+                                 EMBER__TIMELINE_MAX_CELLS, &tl, partial, sizeof partial);
     if (rc == 0) ember__req_partial(r, partial);
   } else {
-    rc = ember_store_cpu_timelines(r->env->store, &sel, from, to, step, TIMELINE_MAX_CELLS, &tl);
+    rc = ember_store_cpu_timelines(r->env->store, &sel, from, to, step, EMBER__TIMELINE_MAX_CELLS,
+                                   &tl);
   }
   if (rc == EMBER_ETOOBIG)
     return ember__req_fail(r, 400,
                            "the selection holds more than %zu series, too many for one timeline "
                            "of %llu buckets: narrow the selector (worker, version, host, actor) "
                            "or raise step",
-                           TIMELINE_MAX_CELLS / (size_t)nb, (unsigned long long)nb);
+                           EMBER__TIMELINE_MAX_CELLS / (size_t)nb, (unsigned long long)nb);
   if (rc != 0) return ember__req_fail_internal(r, "reading the CPU timeline from the store", rc);
   size_t n = tl->nseries, nbk = tl->nbuckets;
   rc = -ENOMEM;

@@ -238,7 +238,9 @@ static const struct {
 } raw_types[] = {{"cpu_ns", EMBER_VT_CPU_NS},
                  {"cpu_samples", EMBER_VT_CPU_SAMPLES},
                  {"alloc_objects", EMBER_VT_ALLOC_OBJECTS},
-                 {"alloc_bytes", EMBER_VT_ALLOC_BYTES}};
+                 {"alloc_bytes", EMBER_VT_ALLOC_BYTES},
+                 {"inuse_objects", EMBER_VT_INUSE_OBJECTS},
+                 {"inuse_bytes", EMBER_VT_INUSE_BYTES}};
 
 const char *ember__fleetq_raw_name(ember_value_type_t vt) {
   for (size_t i = 0; i < sizeof raw_types / sizeof raw_types[0]; i++)
@@ -355,6 +357,8 @@ int ember__fleetq_merge(const ember__fleetq_t *f, ember_store_t *store,
                         const ember_store_selector_t *sel, int64_t from_ns, int64_t to_ns,
                         ember_value_type_t vt, ember_profile_t **out, char *partial,
                         size_t partial_size) {
+  if (ember_value_type_is_gauge(vt))
+    return ember__fleetq_gauge_merge(f, store, sel, from_ns, to_ns, vt, out, partial, partial_size);
   if (partial_size > 0) partial[0] = '\0';
   ember_buf_t q;
   ember_buf_init(&q, 8192);

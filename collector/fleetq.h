@@ -70,8 +70,8 @@ void ember__fleet_ask_free(ember__fleet_ask_t *a);
 void ember__fleet_ask_failed(ember__fleet_ask_t *a, size_t i, const char *why);
 
 /* What a peer is asked. The raw= names of the store's value types, both
- * ways (cpu_ns, cpu_samples, alloc_objects, alloc_bytes): NULL, or
- * -EINVAL, for anything else. */
+ * ways (cpu_ns, cpu_samples, alloc_objects, alloc_bytes, inuse_objects,
+ * inuse_bytes): NULL, or -EINVAL, for anything else. */
 const char *ember__fleetq_raw_name(ember_value_type_t vt);
 int ember__fleetq_raw_type(const char *name, ember_value_type_t *out);
 /* "&key=value" appended to q, the value URL-encoded; nothing for a NULL
@@ -100,6 +100,43 @@ int ember__fleetq_merge(const ember__fleetq_t *f, ember_store_t *store,
                         const ember_store_selector_t *sel, int64_t from_ns, int64_t to_ns,
                         ember_value_type_t vt, ember_profile_t **out, char *partial,
                         size_t partial_size);
+
+/* Gauges (fleetq_gauge.c). A gauge merge is not a sum of the stores'
+ * merges: a series whose partition moved between collectors has windows
+ * in two stores, and only its latest counts. So a peer answers raw=GAUGE
+ * with its ember_store_gauge_latest parts, one profile per series, each
+ * as be32 length | ember_codec_encode bytes (an empty body: none), and
+ * the asking collector keeps per label set the parts of the latest window
+ * start (equal starts in two stores are two windows, so both count) and
+ * sums those. */
+int ember__fleetq_gauge_encode(ember_profile_t *const *parts, size_t n, ember_buf_t *out);
+/* Decode such an answer: *out gets *count profiles (free with
+ * ember_store_gauge_latest_free). 0, EMBER_ECORRUPT (why says what),
+ * -ENOMEM. */
+int ember__fleetq_gauge_decode(const void *data, size_t len, const ember_codec_limits_t *lim,
+                               ember_value_type_t vt, ember_profile_t ***out, size_t *count,
+                               char *why, size_t why_size);
+/* Sum `parts` (borrowed) as the fleet merge does: per label set the parts
+ * of the latest window start, then across label sets; labels from `sel`,
+ * the window covering the parts kept (or [from_ns, to_ns) when none), the
+ * period when all kept agree. *out is the caller's. */
+int ember__fleetq_gauge_sum(ember_profile_t *const *parts, size_t n,
+                            const ember_store_selector_t *sel, int64_t from_ns, int64_t to_ns,
+                            ember_value_type_t vt, ember_profile_t **out);
+/* ember__fleetq_merge of a gauge type (which it calls for those). */
+int ember__fleetq_gauge_merge(const ember__fleetq_t *f, ember_store_t *store,
+                              const ember_store_selector_t *sel, int64_t from_ns, int64_t to_ns,
+                              ember_value_type_t vt, ember_profile_t **out, char *partial,
+                              size_t partial_size);
+/* The fleet's ember_store_gauge_timelines: peers are asked
+ * /api/v1/heap/timeline?local=1&raw=1 (every series, with each value's
+ * window start), rows matched by labels keep per bucket the latest start
+ * (equal starts summed), totals recomputed from the rows. */
+int ember__fleetq_gauge_timelines(const ember__fleetq_t *f, ember_store_t *store,
+                                  const ember_store_selector_t *sel, ember_value_type_t vt,
+                                  int64_t from_ns, int64_t to_ns, int64_t step_ns,
+                                  size_t max_values, ember_store_gauge_timelines_t **out,
+                                  char *partial, size_t partial_size);
 
 /* The fleet's ember_store_session_merge of session `id` in value type vt:
  * this store's results (when in the chosen group) plus every peer's

@@ -4,8 +4,9 @@
 
 #include "query.h"
 
-static const ember_value_type_t qtype_vt[] = {EMBER_VT_CPU_NS, EMBER_VT_CPU_SAMPLES,
-                                              EMBER_VT_ALLOC_OBJECTS, EMBER_VT_ALLOC_BYTES};
+static const ember_value_type_t qtype_vt[] = {EMBER_VT_CPU_NS,        EMBER_VT_CPU_SAMPLES,
+                                              EMBER_VT_ALLOC_OBJECTS, EMBER_VT_ALLOC_BYTES,
+                                              EMBER_VT_INUSE_OBJECTS, EMBER_VT_INUSE_BYTES};
 
 /* A copy of `src` (one value type) whose values are multiplied by `period`
  * under the value type CPU_NS. */

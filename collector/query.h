@@ -20,6 +20,8 @@ typedef enum ember__qtype {
   EMBER__Q_SAMPLES,
   EMBER__Q_ALLOC_OBJECTS,
   EMBER__Q_ALLOC_BYTES,
+  EMBER__Q_INUSE_OBJECTS, /* gauges: the state at the range's end (store.h) */
+  EMBER__Q_INUSE_BYTES,
 } ember__qtype_t;
 
 /* The merged profile of `sel` (NULL = all) over [from_ns, to_ns) in one

@@ -378,16 +378,33 @@ int ember_export_pprof(const ember_profile_t *p, ember_buf_t *out) {
   uint64_t duration = (uint64_t)end_ns - (uint64_t)start_ns;
   prof.duration_nanos = duration > INT64_MAX ? INT64_MAX : (int64_t)duration;
   if (ember_profile_period(p) > 0) {
+    /* A heap profile's period is the mean bytes between samples, which
+     * pprof calls "space" (as Go's heap profiles do); anything else
+     * samples CPU time. */
+    bool heap = true;
+    for (size_t i = 0; i < ntypes && heap; i++) {
+      ember_value_type_t vt = ember_profile_type(p, i);
+      heap = vt == EMBER_VT_ALLOC_OBJECTS || vt == EMBER_VT_ALLOC_BYTES ||
+             vt == EMBER_VT_INUSE_OBJECTS || vt == EMBER_VT_INUSE_BYTES;
+    }
     perftools__profiles__value_type__init(&period_type);
-    rc = strtab_intern(&strs, ember_value_type_name(EMBER_VT_CPU_NS), &period_type.type);
-    if (rc == 0)
-      rc = strtab_intern(&strs, ember_value_type_unit(EMBER_VT_CPU_NS), &period_type.unit);
+    if (heap) {
+      rc = strtab_intern(&strs, "space", &period_type.type);
+      if (rc == 0) rc = strtab_intern(&strs, "bytes", &period_type.unit);
+    } else {
+      rc = strtab_intern(&strs, ember_value_type_name(EMBER_VT_CPU_NS), &period_type.type);
+      if (rc == 0)
+        rc = strtab_intern(&strs, ember_value_type_unit(EMBER_VT_CPU_NS), &period_type.unit);
+    }
     if (rc != 0) goto cleanup;
     prof.period_type = &period_type;
     prof.period = ember_profile_period(p);
   }
-  int cpu = ember_profile_type_index(p, EMBER_VT_CPU_NS);
-  if (cpu >= 0) prof.default_sample_type = types[cpu].type;
+  /* What pprof shows without -sample_index: in-use space (what a heap
+   * profile is read for, as Go's default), else CPU time. */
+  int dflt = ember_profile_type_index(p, EMBER_VT_INUSE_BYTES);
+  if (dflt < 0) dflt = ember_profile_type_index(p, EMBER_VT_CPU_NS);
+  if (dflt >= 0) prof.default_sample_type = types[dflt].type;
 
   /* Labels as comments. */
   size_t ncomments = 0;

@@ -253,6 +253,53 @@ static int merge_range(range_t *r, int level, int64_t from, int64_t to, unsigned
               since_renew);
 }
 
+/* The earliest window start a gauge read of [from, to) looks at: the
+ * lookback before `to`, or `from` when that is later. */
+static int64_t gauge_lo(int64_t from, int64_t to) {
+  int64_t lo = to < INT64_MIN + EMBER_STORE_GAUGE_LOOKBACK_NS ? INT64_MIN
+                                                              : to - EMBER_STORE_GAUGE_LOOKBACK_NS;
+  return lo > from ? lo : from;
+}
+
+/* Add into `m` the rows of series `sid`'s latest window that carries m->bit
+ * among the windows starting in [lo, to): every row with that start (two
+ * processes with the same labels and start are two sources at one
+ * instant). The walk goes backwards from `to` and stops at the first older
+ * start, so it reads a few rows, not the range. *start (may be NULL) gets
+ * that window's start, INT64_MIN when the series has none. */
+static int gauge_rows(MDB_cursor *cur, uint32_t sid, int64_t lo, int64_t to, merge_ctx_t *m,
+                      int64_t *start) {
+  uint8_t key[EMBER__PROFILE_KEY_LEN] = {0};
+  ember__put_be32(key, sid);
+  ember__put_time(key + 4, to);
+  MDB_val k = {.mv_size = sizeof key, .mv_data = key}, v;
+  bool found = false;
+  int64_t latest = INT64_MIN;
+  if (start) *start = INT64_MIN;
+  if (lo >= to) return 0;
+  int mrc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+  mrc = mrc == MDB_NOTFOUND ? mdb_cursor_get(cur, &k, &v, MDB_LAST)
+                            : (mrc == MDB_SUCCESS ? mdb_cursor_get(cur, &k, &v, MDB_PREV) : mrc);
+  while (mrc == MDB_SUCCESS) {
+    if (k.mv_size != sizeof key) return EMBER_ECORRUPT;
+    if (ember__get_be32(k.mv_data) != sid) break;
+    int64_t t = ember__get_time((const uint8_t *)k.mv_data + 4);
+    if (t < lo || (found && t < latest)) break;
+    uint8_t mask = ((const uint8_t *)k.mv_data)[12];
+    if (mask & m->bit) {
+      if (!ember__unseal(&k, &v)) return EMBER_ECORRUPT;
+      int rc = merge_row(m, &k, &v);
+      if (rc < 0) return rc;
+      found = true;
+      latest = t;
+    }
+    mrc = mdb_cursor_get(cur, &k, &v, MDB_PREV);
+  }
+  if (mrc != MDB_SUCCESS && mrc != MDB_NOTFOUND) return ember__store_err(mrc);
+  if (start) *start = latest;
+  return 0;
+}
+
 static bool vt_valid(ember_value_type_t vt) {
   return (int)vt >= 1 && (int)vt <= EMBER_MAX_VALUE_TYPES;
 }
@@ -293,8 +340,14 @@ static int merge_locked(ember_store_t *s, const ember_store_selector_t *sel, int
   rc = ember__store_err(mdb_cursor_open(txn, s->dbi[EMBER__DB_ROLLUP_1M], &mcur));
   if (rc < 0) goto cleanup;
   for (size_t i = 0; i < nsids; i++) {
-    range_t r = {.txn = txn, .cur = {cur, mcur, rcur}, .sid = sids[i], .m = &m};
-    rc = merge_range(&r, 2, from_ns, to_ns, &since_renew);
+    if (ember_value_type_is_gauge(vt)) {
+      /* A snapshot: each series' latest window only, never a sum over
+       * its windows (and gauge windows are in no rollup). */
+      rc = gauge_rows(cur, sids[i], gauge_lo(from_ns, to_ns), to_ns, &m, NULL);
+    } else {
+      range_t r = {.txn = txn, .cur = {cur, mcur, rcur}, .sid = sids[i], .m = &m};
+      rc = merge_range(&r, 2, from_ns, to_ns, &since_renew);
+    }
     if (rc < 0) goto cleanup;
   }
   mdb_cursor_close(cur);
@@ -654,4 +707,269 @@ cleanup:
   }
   ember_store_timelines_free(t);
   return rc;
+}
+
+/* ------------------------------------------------------------- gauges -- */
+
+void ember_store_gauge_latest_free(ember_profile_t **parts, size_t count) {
+  if (!parts) return;
+  for (size_t i = 0; i < count; i++) ember_profile_free(parts[i]);
+  ember_free(parts);
+}
+
+/* The labels of series `sid` as a profile's (borrowed from the map: the
+ * profile copies them). */
+static int series_labels(ember_store_t *s, MDB_txn *txn, uint32_t sid, ember_labels_t *l) {
+  uint8_t key[4];
+  ember__put_be32(key, sid);
+  MDB_val k = {.mv_size = 4, .mv_data = key}, v;
+  const char *f[EMBER__NLABELS];
+  int rc = ember__store_err(ember__get(s, txn, EMBER__DB_SERIES, &k, &v));
+  if (rc == EMBER_ENOTFOUND) rc = EMBER_ECORRUPT;
+  if (rc < 0) return rc;
+  if (!ember__labels_decode(&v, f)) return EMBER_ECORRUPT;
+  *l = (ember_labels_t){.worker = f[0], .version = f[1], .host = f[2], .actor = f[3]};
+  return 0;
+}
+
+static int gauge_latest_locked(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
+                               int64_t to_ns, ember_value_type_t vt, ember_profile_t ***out,
+                               size_t *count) {
+  MDB_txn *txn = NULL;
+  MDB_cursor *cur = NULL;
+  uint32_t *sids = NULL;
+  size_t nsids = 0, n = 0;
+  ember_profile_t **parts = NULL, *p = NULL;
+  merge_ctx_t m = {.bit = ember__vt_bit(vt)};
+
+  int rc = ember__store_err(mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn));
+  if (rc < 0) goto cleanup;
+  rc = ember__select(s, txn, sel, &sids, &nsids);
+  if (rc < 0 || nsids == 0) goto cleanup;
+  parts = ember_calloc(nsids, sizeof *parts);
+  if (!parts) {
+    rc = -ENOMEM;
+    goto cleanup;
+  }
+  rc = ember__store_err(mdb_cursor_open(txn, s->dbi[EMBER__DB_PROFILES], &cur));
+  if (rc < 0) goto cleanup;
+  for (size_t i = 0; i < nsids; i++) {
+    acc_free(&m.stacks);
+    m = (merge_ctx_t){.bit = ember__vt_bit(vt)};
+    rc = gauge_rows(cur, sids[i], gauge_lo(from_ns, to_ns), to_ns, &m, NULL);
+    if (rc < 0) goto cleanup;
+    if (m.rows == 0) continue;
+    ember_labels_t l;
+    rc = ember_profile_new(&vt, 1, &p);
+    if (rc == 0) rc = series_labels(s, txn, sids[i], &l);
+    if (rc == 0) rc = ember_profile_set_labels(p, &l);
+    if (rc == 0) rc = resolve(s, txn, &m.stacks, p);
+    if (rc == 0) rc = ember_profile_set_window(p, m.start, m.end);
+    if (rc < 0) goto cleanup;
+    ember_profile_set_period(p, m.period);
+    parts[n++] = p;
+    p = NULL;
+  }
+  rc = 0;
+cleanup:
+  if (cur) mdb_cursor_close(cur);
+  if (txn) mdb_txn_abort(txn);
+  ember_free(sids);
+  acc_free(&m.stacks);
+  ember_profile_free(p);
+  if (rc == 0) {
+    if (n == 0) {
+      ember_free(parts);
+      parts = NULL;
+    }
+    *out = parts;
+    *count = n;
+  } else {
+    ember_store_gauge_latest_free(parts, n);
+  }
+  return rc;
+}
+
+int ember_store_gauge_latest(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
+                             int64_t to_ns, ember_value_type_t vt, ember_profile_t ***out,
+                             size_t *count) {
+  if (!s || !out || !count || from_ns >= to_ns || !ember_value_type_is_gauge(vt)) return -EINVAL;
+  int rc;
+  do {
+    ember__store_enter(s);
+    rc = gauge_latest_locked(s, sel, from_ns, to_ns, vt, out, count);
+    ember__store_leave(s);
+  } while (rc < 0 && ember__store_retry(s, &rc));
+  return rc;
+}
+
+/* One series' gauge timeline: per bucket, the value of its latest window
+ * in the bucket (the rows of that start summed) and that start. */
+typedef struct gauge_tl {
+  int64_t *vals, *at;
+  int64_t from, step;
+  uint8_t bit;
+  bool any;
+  int64_t first, last;
+} gauge_tl_t;
+
+static int gauge_tl_row(void *ctx, const MDB_val *k, const MDB_val *v) {
+  gauge_tl_t *g = ctx;
+  uint8_t mask = ((const uint8_t *)k->mv_data)[12];
+  if (!(mask & g->bit)) return 0;
+  ember__row_iter_t it;
+  if (!ember__row_open(&it, v->mv_data, v->mv_size) || it.hdr.mask != mask) return EMBER_ECORRUPT;
+  unsigned col = 0;
+  for (uint8_t b = 1; b < g->bit; b = (uint8_t)(b << 1)) col += (mask & b) ? 1u : 0u;
+  int64_t sum = 0, vals[EMBER_MAX_VALUE_TYPES];
+  uint32_t id;
+  int r;
+  while ((r = ember__row_next(&it, &id, vals)) > 0) {
+    if (vals[col] > INT64_MAX - sum) return -ERANGE;
+    sum += vals[col];
+  }
+  if (r < 0) return r;
+  int64_t start = ember__get_time((const uint8_t *)k->mv_data + 4);
+  /* scan() keeps start in [from, to), so the bucket is in range. */
+  uint64_t b = ((uint64_t)start - (uint64_t)g->from) / (uint64_t)g->step;
+  if (start > g->at[b]) {
+    g->at[b] = start;
+    g->vals[b] = sum;
+  } else if (start == g->at[b]) {
+    if (sum > INT64_MAX - g->vals[b]) return -ERANGE;
+    g->vals[b] += sum;
+  }
+  if (!g->any) g->first = start;
+  g->any = true;
+  g->last = start;
+  return 0;
+}
+
+void ember_store_gauge_timelines_free(ember_store_gauge_timelines_t *t) {
+  if (!t) return;
+  ember_store_series_free(t->series, t->nseries);
+  ember_free(t->values);
+  ember_free(t->at_ns);
+  ember_free(t->total);
+  ember_free(t);
+}
+
+static int gauge_timelines_locked(ember_store_t *s, const ember_store_selector_t *sel,
+                                  ember_value_type_t vt, int64_t from_ns, int64_t to_ns,
+                                  int64_t step_ns, uint64_t nb, size_t max_values,
+                                  ember_store_gauge_timelines_t **out) {
+  MDB_txn *txn = NULL;
+  MDB_cursor *cur = NULL;
+  uint32_t *sids = NULL;
+  size_t nsids = 0, cap = 0, vcap = 0, acap = 0;
+  unsigned since_renew = 0;
+  gauge_tl_t g = {.from = from_ns, .step = step_ns, .bit = ember__vt_bit(vt)};
+  ember_store_gauge_timelines_t *t = ember_calloc(1, sizeof *t);
+  int rc = t ? 0 : -ENOMEM;
+  if (rc < 0) goto cleanup;
+  t->nbuckets = (size_t)nb;
+  t->total = ember_calloc((size_t)nb, sizeof *t->total);
+  g.vals = ember_malloc((size_t)nb * sizeof *g.vals);
+  g.at = ember_malloc((size_t)nb * sizeof *g.at);
+  if (!t->total || !g.vals || !g.at) {
+    rc = -ENOMEM;
+    goto cleanup;
+  }
+  rc = ember__store_err(mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn));
+  if (rc < 0) goto cleanup;
+  rc = ember__select(s, txn, sel, &sids, &nsids);
+  if (rc < 0 || nsids == 0) goto cleanup;
+  rc = ember__store_err(mdb_cursor_open(txn, s->dbi[EMBER__DB_PROFILES], &cur));
+  if (rc < 0) goto cleanup;
+  for (size_t i = 0; i < nsids; i++) {
+    for (size_t b = 0; b < (size_t)nb; b++) {
+      g.vals[b] = 0;
+      g.at[b] = INT64_MIN;
+    }
+    g.any = false;
+    /* Gauge windows are in no rollup: the windows themselves, all of them
+     * in the range (each bucket keeps its latest). */
+    rc = scan(txn, cur, EMBER__PROFILE_KEY_LEN, sids[i], from_ns, to_ns, gauge_tl_row, &g,
+              &since_renew);
+    if (rc < 0) goto cleanup;
+    if (!g.any) continue;
+    size_t row = t->nseries;
+    if (row + 1 > max_values / (size_t)nb) {
+      rc = EMBER_ETOOBIG;
+      goto cleanup;
+    }
+    rc = ember__grow(&t->series, &cap, row + 1, sizeof *t->series);
+    if (rc == 0) rc = ember__grow(&t->values, &vcap, (row + 1) * (size_t)nb, sizeof *t->values);
+    if (rc == 0) rc = ember__grow(&t->at_ns, &acap, (row + 1) * (size_t)nb, sizeof *t->at_ns);
+    if (rc < 0) goto cleanup;
+    t->series[row] = (ember_store_series_t){0};
+    ember_labels_t l;
+    rc = series_labels(s, txn, sids[i], &l);
+    if (rc == 0) rc = dup_label(l.worker, &t->series[row].labels.worker);
+    if (rc == 0) rc = dup_label(l.version, &t->series[row].labels.version);
+    if (rc == 0) rc = dup_label(l.host, &t->series[row].labels.host);
+    if (rc == 0) rc = dup_label(l.actor, &t->series[row].labels.actor);
+    /* Counted from here on so that a failure frees what was copied. */
+    t->nseries++;
+    if (rc < 0) goto cleanup;
+    t->series[row].id = sids[i];
+    t->series[row].first_ns = g.first;
+    t->series[row].last_ns = g.last;
+    memcpy(t->values + row * (size_t)nb, g.vals, (size_t)nb * sizeof *g.vals);
+    memcpy(t->at_ns + row * (size_t)nb, g.at, (size_t)nb * sizeof *g.at);
+    /* Summed across series: each series' latest in the bucket. */
+    for (size_t b = 0; b < (size_t)nb; b++) {
+      if (g.vals[b] > INT64_MAX - t->total[b]) {
+        rc = -ERANGE;
+        goto cleanup;
+      }
+      t->total[b] += g.vals[b];
+    }
+  }
+  rc = 0;
+cleanup:
+  if (cur) mdb_cursor_close(cur);
+  if (txn) mdb_txn_abort(txn);
+  ember_free(sids);
+  ember_free(g.vals);
+  ember_free(g.at);
+  if (rc == 0) {
+    *out = t;
+    t = NULL;
+  }
+  ember_store_gauge_timelines_free(t);
+  return rc;
+}
+
+int ember_store_gauge_timelines(ember_store_t *s, const ember_store_selector_t *sel,
+                                ember_value_type_t vt, int64_t from_ns, int64_t to_ns,
+                                int64_t step_ns, size_t max_values,
+                                ember_store_gauge_timelines_t **out) {
+  if (!s || !out || from_ns >= to_ns || step_ns <= 0 || !ember_value_type_is_gauge(vt))
+    return -EINVAL;
+  uint64_t span = (uint64_t)to_ns - (uint64_t)from_ns;
+  uint64_t nb = span / (uint64_t)step_ns + (span % (uint64_t)step_ns ? 1 : 0);
+  if (nb > EMBER_STORE_MAX_BUCKETS) return EMBER_ETOOBIG;
+  if (max_values == 0) max_values = EMBER_STORE_MAX_BUCKETS;
+  int rc;
+  do {
+    ember__store_enter(s);
+    rc = gauge_timelines_locked(s, sel, vt, from_ns, to_ns, step_ns, nb, max_values, out);
+    ember__store_leave(s);
+  } while (rc < 0 && ember__store_retry(s, &rc));
+  return rc;
+}
+
+int ember_store_gauge_timeline(ember_store_t *s, const ember_store_selector_t *sel,
+                               ember_value_type_t vt, int64_t from_ns, int64_t to_ns,
+                               int64_t step_ns, int64_t **out, size_t *count) {
+  if (!out || !count) return -EINVAL;
+  ember_store_gauge_timelines_t *t = NULL;
+  int rc = ember_store_gauge_timelines(s, sel, vt, from_ns, to_ns, step_ns, SIZE_MAX, &t);
+  if (rc < 0) return rc;
+  *out = t->total;
+  *count = t->nbuckets;
+  t->total = NULL;
+  ember_store_gauge_timelines_free(t);
+  return 0;
 }

@@ -2,6 +2,7 @@
 #include "row.h"
 
 #include "ember/ember.h"
+#include "ember/profile.h"
 
 static unsigned popcount8(uint8_t m) {
   unsigned n = 0;
@@ -38,7 +39,7 @@ bool ember__row_open(ember__row_iter_t *it, const void *p, size_t n) {
   ember__in_varint(&it->in, &it->hdr.nstacks);
   it->hdr.ntypes = popcount8(it->hdr.mask);
   it->left = it->hdr.nstacks;
-  return it->in.ok && fmt == 1 && it->hdr.mask && it->hdr.mask < 16 &&
+  return it->in.ok && fmt == 1 && it->hdr.mask && it->hdr.mask < (1u << EMBER_MAX_VALUE_TYPES) &&
          it->hdr.duration_ns <= INT64_MAX && it->hdr.period_ns <= INT64_MAX;
 }
 

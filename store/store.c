@@ -22,6 +22,8 @@ _Static_assert(EMBER__PENDING_KEY_LEN == sizeof(uint32_t) + sizeof(int64_t),
 _Static_assert(EMBER__PART_KEY_LEN == 2 * sizeof(uint32_t), "series_part key: series, partition");
 _Static_assert(EMBER_MAX_VALUE_TYPES <= 8, "a type mask is one byte");
 _Static_assert(EMBER_VT_ALLOC_BYTES == 4, "type mask bits follow the value type numbers");
+_Static_assert(EMBER_VT_INUSE_BYTES == 6 && EMBER__GAUGE_MASK == 0x30,
+               "gauge mask bits follow the value type numbers");
 
 static const struct {
   const char *name;
@@ -347,12 +349,29 @@ int ember_store_open(const char *path, const ember_store_opts_t *opts, ember_sto
       rc = EMBER_EVERSION;
       goto cleanup;
     }
-    if (ver == 0 || (legacy && ver == EMBER_STORE_SCHEMA_VERSION)) {
+    if (ver == 0 || (legacy && ver >= EMBER__SCHEMA_UPGRADABLE)) {
       set_err(errbuf, errbuf_size, "store %s: invalid schema version %ld%s", path, (long)ver,
               ver ? " (without its checksum)" : "");
       rc = EMBER_ECORRUPT;
       goto cleanup;
     }
+    /* Schema 3 is schema 4 without gauge windows: a read-write open
+     * rewrites the version (in this transaction, so a failed open leaves
+     * it at 3), a read-only one reads it as it is. Older schemas need
+     * more than that (below). */
+    if (!legacy && ver == EMBER__SCHEMA_UPGRADABLE && !o.read_only) {
+      uint8_t nv[4];
+      ember__put_be32(nv, EMBER_STORE_SCHEMA_VERSION);
+      MDB_val uv = {.mv_size = sizeof nv, .mv_data = nv};
+      rc = ember__store_err(ember__put(s, txn, EMBER__DB_META, &k, &uv, 0));
+      if (rc < 0) {
+        set_err(errbuf, errbuf_size, "store %s: cannot upgrade schema 3 to %ld: %s", path,
+                (long)EMBER_STORE_SCHEMA_VERSION, ember_store_strerror(rc));
+        goto cleanup;
+      }
+      ver = EMBER_STORE_SCHEMA_VERSION;
+    }
+    if (!legacy && ver == EMBER__SCHEMA_UPGRADABLE) ver = EMBER_STORE_SCHEMA_VERSION;
     /* Version 1 had no minute rollups, version 2 no checksums; an older
      * store is refused rather than half-read (or read unchecked). */
     if (ver < EMBER_STORE_SCHEMA_VERSION) {

@@ -147,6 +147,11 @@ static inline int64_t ember__rollup_floor(int64_t t) {
   return ember__bucket_floor(t, EMBER__ROLLUP_NS);
 }
 
+/* The one older schema a read-write open upgrades in place (to
+ * EMBER_STORE_SCHEMA_VERSION): schema 3 differs only in having no gauge
+ * windows, which it cannot hold, so the upgrade rewrites the version. */
+#define EMBER__SCHEMA_UPGRADABLE 3u
+
 /* The meta key holding the retention cutoff (be64, sign-flipped time). */
 #define EMBER__META_RETAINED "retained_before"
 
@@ -161,6 +166,15 @@ int ember__store_err(int mdb_rc);
 static inline uint8_t ember__vt_bit(ember_value_type_t vt) {
   return (uint8_t)(1u << ((unsigned)vt - 1u));
 }
+
+/* The type-mask bits of the gauge value types (ember_value_type_is_gauge):
+ * a row whose mask has them is a gauge window, never summed into a rollup
+ * (a rollup is a sum over windows, which a gauge must never be). A window
+ * has either only gauge bits or none (write.c refuses a mix). */
+#define EMBER__GAUGE_MASK                                                                          \
+  ((uint8_t)((1u << (EMBER_VT_INUSE_OBJECTS - 1)) | (1u << (EMBER_VT_INUSE_BYTES - 1))))
+
+static inline bool ember__mask_is_gauge(uint8_t mask) { return (mask & EMBER__GAUGE_MASK) != 0; }
 
 /* Label-set encoding: four optional strings (worker, version, host, actor). */
 int ember__labels_encode(ember__out_t *o, const char *const labels[EMBER__NLABELS]);

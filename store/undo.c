@@ -388,6 +388,8 @@ static int undo_locked(ember_store_t *s, int32_t partition, int64_t from, int64_
     int64_t start = ember__get_time(p->pkey + 4);
     for (uint8_t l = LVL_WINDOW; l <= LVL_CPU; l++) {
       if (l == LVL_CPU && !(p->flags & EMBER__PENDING_CPU)) continue;
+      /* A gauge window was never added to a rollup (write.c). */
+      if ((l == LVL_MINUTE || l == LVL_HOUR) && ember__mask_is_gauge(p->pkey[12])) continue;
       target_t *t = &u.tgs[u.ntgs++];
       *t = (target_t){.level = l, .win = (uint32_t)i};
       memcpy(t->key, p->pkey, sizeof t->key);

@@ -178,8 +178,10 @@ static int child_main(const char *path, int fd) {
       /* Schema 1 and 2 wrote it unsealed; from 3 on it is sealed (and a
        * sealed value failing its checksum is reported by the walk). */
       if (grc == MDB_SUCCESS && v.mv_size != 4 && !ember__unseal(&k, &v)) grc = MDB_CORRUPTED;
+      /* A schema 3 store is whole too: the next read-write open upgrades it. */
       if (grc == MDB_SUCCESS && v.mv_size == 4 &&
-          ember__get_be32(v.mv_data) != EMBER_STORE_SCHEMA_VERSION) {
+          ember__get_be32(v.mv_data) != EMBER_STORE_SCHEMA_VERSION &&
+          ember__get_be32(v.mv_data) != EMBER__SCHEMA_UPGRADABLE) {
         say(fd, "E %d it has schema version %u, not the %u this Ember reads\n", EMBER_EVERSION,
             ember__get_be32(v.mv_data), EMBER_STORE_SCHEMA_VERSION);
         return 1;

@@ -313,6 +313,15 @@ static int write_one(wctx_t *w, const ember_wire_t *v, const ember_store_source_
       cols[h.ntypes++] = t;
     }
   }
+  /* A snapshot (in-use) and a count over the window cannot share a row:
+   * the counts go into the rollups and the snapshot must not, and a merge
+   * reads the two differently. The agent sends them as two windows. */
+  if (ember__mask_is_gauge(h.mask) && (h.mask & (uint8_t)~EMBER__GAUGE_MASK)) {
+    snprintf(w->why, sizeof w->why,
+             "the window mixes in-use values (gauges) with counted ones (CPU, allocations); "
+             "send in-use values in a window of their own");
+    return EMBER_ECORRUPT;
+  }
   h.duration_ns = (uint64_t)end - (uint64_t)start;
   h.period_ns = v->period_ns > 0 ? (uint64_t)v->period_ns : 0;
 
@@ -354,10 +363,13 @@ static int write_one(wctx_t *w, const ember_wire_t *v, const ember_store_source_
   if (rc < 0) return rc;
 
   /* The same entries, summed in memory into the window's minute and hour
-   * rows; flush_aggs() writes them once at the end of the batch. */
-  rc = agg_add(w, EMBER__DB_ROLLUP_1M, EMBER__ROLLUP_1M_NS, sid, start, end, &h, n);
-  if (rc == 0) rc = agg_add(w, EMBER__DB_ROLLUP_1H, EMBER__ROLLUP_NS, sid, start, end, &h, n);
-  if (rc < 0) return rc;
+   * rows; flush_aggs() writes them once at the end of the batch. A gauge
+   * window has no rollup: a sum of snapshots over time means nothing. */
+  if (!ember__mask_is_gauge(h.mask)) {
+    rc = agg_add(w, EMBER__DB_ROLLUP_1M, EMBER__ROLLUP_1M_NS, sid, start, end, &h, n);
+    if (rc == 0) rc = agg_add(w, EMBER__DB_ROLLUP_1H, EMBER__ROLLUP_NS, sid, start, end, &h, n);
+    if (rc < 0) return rc;
+  }
 
   if (cpu >= 0) {
     uint8_t ckey[EMBER__CPU_KEY_LEN];

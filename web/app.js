@@ -53,6 +53,13 @@ function exploreView() {
   liveBox.addEventListener('change', () => set({ live: liveBox.checked ? '1' : null }, { replace: true }));
   const topTable = h('table', { class: 'top', testid: 'top-table' });
   const topEmpty = h('div', { class: 'empty' });
+  // Heap growth (the leak finder, /api/v1/heap/growth): shown with the
+  // in-use types, from the range's start to its end.
+  const growthTable = h('table', { class: 'top', testid: 'growth-table' });
+  const growthEmpty = h('div', { class: 'empty' });
+  const growthPanel = h('section', { class: 'panel', testid: 'growth-panel', hidden: true },
+    h('div', { class: 'toolbar' }, h('strong', {}, 'Heap growth'), h('span', { class: 'hint' }, ' in-use bytes at the start and the end of the range, allocation sites that grew first')),
+    growthEmpty, h('div', { class: 'top-panel' }, growthTable));
 
   versionSel.addEventListener('change', () => {
     let vs = [...versionSel.selectedOptions].map((o) => o.value);
@@ -86,7 +93,24 @@ function exploreView() {
         h('label', { title: 'Refresh every 10 s while the range ends now' }, liveBox, ' live'),
         h('span', { class: 'spacer' }), downloads),
       tl.el, flame.el,
-      h('section', { class: 'panel' }, h('div', { class: 'toolbar' }, h('strong', {}, 'Top functions'), h('span', { class: 'hint' }, ' click a row to find it in the flamegraph')), topEmpty, h('div', { class: 'top-panel' }, topTable))));
+      h('section', { class: 'panel' }, h('div', { class: 'toolbar' }, h('strong', {}, 'Top functions'), h('span', { class: 'hint' }, ' click a row to find it in the flamegraph')), topEmpty, h('div', { class: 'top-panel' }, topTable)),
+      growthPanel));
+
+  function renderGrowth(g) {
+    growthPanel.hidden = g === null;
+    if (g === null) return;
+    const rate = (v) => `${v >= 0 ? '+' : '−'}${formatValue(Math.abs(Math.round(v)), 'bytes')}/s`;
+    growthTable.replaceChildren(
+      h('thead', {}, h('tr', {}, ...['Function', 'Bytes then', 'Bytes now', 'Growth/s'].map((t) => h('th', {}, t)))),
+      h('tbody', {}, ...g.functions.map((f) => h('tr', {
+        title: f.module || '', onclick: () => { flame.search.value = f.function; flame.search.dispatchEvent(new Event('input')); },
+      }, h('td', { class: 'fn' }, f.function, f.module ? h('span', { class: 'module' }, ` ${f.module.split('/').pop()}`) : null),
+      h('td', { class: 'num' }, formatValue(f.bytes_from, 'bytes')),
+      h('td', { class: 'num' }, formatValue(f.bytes_to, 'bytes')),
+      h('td', { class: 'num' }, rate(f.per_second))))));
+    growthEmpty.hidden = g.functions.length > 0;
+    growthEmpty.textContent = 'No in-use memory at the end of this range.';
+  }
 
   function renderWorkers() {
     const q = workerSearch.value.trim().toLowerCase();
@@ -199,7 +223,10 @@ function exploreView() {
         topEmpty.textContent = 'Loading…';
         topTable.replaceChildren();
       }
-      const [timelineData, tree, top, marks] = await Promise.all([
+      // The growth endpoint takes one version at most: with several, none.
+      const heap = type.startsWith('inuse');
+      const growthSel = { ...sel, version: versions.length === 1 ? versions[0] : null, from, to, limit: 50 };
+      const [timelineData, tree, top, marks, growth] = await Promise.all([
         api('/api/v1/timeline', { ...sel, from, to, limit: 50 }, { signal }),
         api('/api/v1/profile', { ...psel, format: 'tree', max_nodes: MAX_NODES }, { signal }),
         api('/api/v1/profile', { ...psel, format: 'top', limit: 200, sort: sort.key === 'total' ? 'total' : 'self' }, { signal }),
@@ -210,6 +237,7 @@ function exploreView() {
           showError(e);
           return [];
         }),
+        heap ? api('/api/v1/heap/growth', growthSel, { signal }) : null,
       ]);
       tl.set(timelineData, versions);
       tl.setAlerts(marks, (al) => openAlert(al.id));
@@ -219,6 +247,7 @@ function exploreView() {
       });
       topData = top;
       renderTop(top, sort);
+      renderGrowth(growth);
       setBusy('explore', null);
     } catch (e) {
       if (e.name === 'AbortError') return;

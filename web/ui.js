@@ -576,7 +576,7 @@ export function timeline(onBrush, hint = 'drag to pick a range, double-click to 
 
 // ------------------------------------------------------ shared values --
 
-export const TYPES = [['cpu', 'CPU time'], ['samples', 'CPU samples'], ['alloc_bytes', 'Allocated bytes'], ['alloc_objects', 'Allocated objects']];
+export const TYPES = [['cpu', 'CPU time'], ['samples', 'CPU samples'], ['alloc_bytes', 'Allocated bytes'], ['alloc_objects', 'Allocated objects'], ['inuse_bytes', 'In-use bytes'], ['inuse_objects', 'In-use objects']];
 // Nodes asked for a flamegraph: past this the smallest frames fold into
 // their callers (the answer says so); the renderer handles 100k.
 export const MAX_NODES = 20000;

@@ -64,8 +64,17 @@
 extern "C" {
 #endif
 
-/* The on-disk schema this build writes and the newest it reads. */
-#define EMBER_STORE_SCHEMA_VERSION 3u
+/* The on-disk schema this build writes and the newest it reads. Schema 4
+ * added gauge windows (in-use value types, type-mask bits 5 and 6, never in
+ * a rollup); a schema 3 store is upgraded in place by a read-write open (it
+ * holds no gauge window, so only its version changes) and read as it is by
+ * a read-only one. */
+#define EMBER_STORE_SCHEMA_VERSION 4u
+
+/* How far back a gauge read looks for a series' latest window: a series
+ * whose latest gauge window started more than this before the instant read
+ * is gone (its process ended or stopped reporting) and counts nothing. */
+#define EMBER_STORE_GAUGE_LOOKBACK_NS (5LL * 60 * 1000000000LL)
 
 typedef struct ember_store ember_store_t;
 
@@ -253,6 +262,36 @@ typedef struct ember_store_selector {
 EMBER_API int ember_store_merge(ember_store_t *store, const ember_store_selector_t *sel,
                                 int64_t from_ns, int64_t to_ns, ember_value_type_t value_type,
                                 ember_profile_t **out);
+/* Gauges (ember_value_type_is_gauge: in-use objects and bytes): a window
+ * carrying one is a snapshot at its end, so ember_store_merge of a gauge
+ * type does not sum windows over time. For each selected series it takes
+ * the latest window carrying the type whose start is in [max(from_ns,
+ * to_ns - EMBER_STORE_GAUGE_LOOKBACK_NS), to_ns) (every row of that start:
+ * processes with identical labels and start are summed, as sources at one
+ * instant), and sums those across series. So "the heap at T" is a merge of
+ * [T - EMBER_STORE_GAUGE_LOOKBACK_NS, T), and a merge over a long range is
+ * the state at its end, never a total over it. The window of the result
+ * covers the windows taken; a series is one label set (worker, version,
+ * host, actor), so two processes that share labels but not window starts
+ * count as one series (the later window wins): give processes their own
+ * actor. Gauge windows are never in the rollups; they are written only as
+ * windows of gauge types alone (ember_store_write refuses a window that
+ * mixes gauges with counted types). */
+
+/* The parts of a gauge merge, one per series: for each selected series
+ * that has one, a profile (value type `vt` only) of its latest window as
+ * ember_store_merge of a gauge takes it, with the series' labels (pid 0),
+ * that window's [start, end) and period. ember_store_merge of a gauge is
+ * the sum of these; a fleet of stores merges them by label set, keeping the
+ * latest per series, so a series split across two stores is never counted
+ * twice. *out is an array of *count profiles (NULL when none) freed with
+ * ember_store_gauge_latest_free(). Returns 0, -EINVAL (from_ns >= to_ns,
+ * vt not a gauge), -ENOMEM, -ERANGE, EMBER_ECORRUPT. */
+EMBER_API int ember_store_gauge_latest(ember_store_t *store, const ember_store_selector_t *sel,
+                                       int64_t from_ns, int64_t to_ns, ember_value_type_t vt,
+                                       ember_profile_t ***out, size_t *count);
+/* Free a result of ember_store_gauge_latest(); NULL is a no-op. */
+EMBER_API void ember_store_gauge_latest_free(ember_profile_t **parts, size_t count);
 
 /* A series with activity in a range. */
 typedef struct ember_store_series {
@@ -321,6 +360,50 @@ EMBER_API int ember_store_cpu_timelines(ember_store_t *store, const ember_store_
                                         size_t max_values, ember_store_timelines_t **out);
 /* Free a result of ember_store_cpu_timelines(); NULL is a no-op. */
 EMBER_API void ember_store_timelines_free(ember_store_timelines_t *timelines);
+
+/* The timelines of a gauge value type (in-use bytes or objects), per
+ * selected series and in total. Buckets as ember_store_cpu_timeline. */
+typedef struct ember_store_gauge_timelines {
+  size_t nbuckets;
+  /* nbuckets values: per bucket, the sum across series of each series'
+   * value in it (never a sum over one series' windows). */
+  int64_t *total;
+  /* The selected series with a window carrying the type that starts in
+   * [from_ns, to_ns), by series id; first_ns / last_ns are their first and
+   * last such window. NULL when nseries is 0. */
+  ember_store_series_t *series;
+  size_t nseries;
+  /* nseries x nbuckets, row by row: values[i * nbuckets + b] is the total
+   * of series[i]'s latest window starting in bucket b (0 when none), and
+   * at_ns[i * nbuckets + b] that window's start (INT64_MIN when none), so
+   * timelines of several stores can be merged keeping the latest. */
+  int64_t *values;
+  int64_t *at_ns;
+} ember_store_gauge_timelines_t;
+
+/* The gauge timeline of value type `vt` of every series `sel` (NULL = all)
+ * selects over [from_ns, to_ns) in buckets of step_ns: each series' latest
+ * window in each bucket (no lookback: a bucket without a window of a
+ * series adds nothing of it), summed across series. One pass over the
+ * windows, in one read transaction renewed like every long read.
+ * `max_values` caps nseries x nbuckets (0 = EMBER_STORE_MAX_BUCKETS). On
+ * success *out is the caller's, freed with
+ * ember_store_gauge_timelines_free(). Returns 0, -EINVAL (from_ns >= to_ns,
+ * step_ns <= 0, vt not a gauge), EMBER_ETOOBIG (too many buckets or
+ * values), -ENOMEM, -ERANGE, EMBER_ECORRUPT. Thread-safety: as every read. */
+EMBER_API int ember_store_gauge_timelines(ember_store_t *store, const ember_store_selector_t *sel,
+                                          ember_value_type_t vt, int64_t from_ns, int64_t to_ns,
+                                          int64_t step_ns, size_t max_values,
+                                          ember_store_gauge_timelines_t **out);
+/* Free a result of ember_store_gauge_timelines(); NULL is a no-op. */
+EMBER_API void ember_store_gauge_timelines_free(ember_store_gauge_timelines_t *timelines);
+
+/* The total of ember_store_gauge_timelines() alone: *out is an
+ * ember_malloc'ed array of *count buckets, freed with ember_free(). Returns
+ * as ember_store_gauge_timelines(). */
+EMBER_API int ember_store_gauge_timeline(ember_store_t *store, const ember_store_selector_t *sel,
+                                         ember_value_type_t vt, int64_t from_ns, int64_t to_ns,
+                                         int64_t step_ns, int64_t **out, size_t *count);
 
 /* Retention: delete every window, minute and hour rollup, CPU point, session
  * result, idempotency key and pending window older than `before_ns`

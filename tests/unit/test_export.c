@@ -876,6 +876,77 @@ static void test_export_pprof_go_tool_reads_it(void **state) {
   ember_profile_free(p);
 }
 
+/* An in-use heap profile (what the agent sends in every window): pprof
+ * names its types as Go's heap profiles do, shows inuse_space by default,
+ * and `go tool pprof -sample_index=inuse_space -top` puts the function
+ * that holds the most first. */
+static void test_export_pprof_inuse_go_tool_reads_it(void **state) {
+  (void)state;
+  const ember_value_type_t types[] = {EMBER_VT_INUSE_OBJECTS, EMBER_VT_INUSE_BYTES};
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(types, 2, &p), 0);
+  assert_int_equal(ember_profile_set_window(p, 1764460800000000000LL, 1764460810000000000LL), 0);
+  ember_profile_set_period(p, 524288);
+  /* Stacks as Go's heap profiles have them: the allocating function is
+   * the leaf (a stack that still ends in the malloc hook would show the
+   * hook first, as its flat). */
+  ember_frame_t startup[] = {{.function = "startup_alloc", .module = "/usr/bin/app"},
+                             {.function = "main", .module = "/usr/bin/app"}};
+  ember_frame_t churn[] = {{.function = "churn", .module = "/usr/bin/app"},
+                           {.function = "main", .module = "/usr/bin/app"}};
+  int64_t sv[] = {128, 64LL << 20}, cv[] = {1000, 1LL << 20};
+  assert_int_equal(ember_profile_add(p, startup, 2, sv), 0);
+  assert_int_equal(ember_profile_add(p, churn, 2, cv), 0);
+  ember_buf_t b;
+  ember_buf_init(&b, 1 << 20);
+  export_ok(ember_export_pprof(p, &b), &b);
+
+  Perftools__Profiles__Profile *prof = unpack_pprof(&b);
+  assert_int_equal(prof->n_sample_type, 2);
+  assert_string_equal(prof->string_table[prof->sample_type[0]->type], "inuse_objects");
+  assert_string_equal(prof->string_table[prof->sample_type[0]->unit], "count");
+  assert_string_equal(prof->string_table[prof->sample_type[1]->type], "inuse_space");
+  assert_string_equal(prof->string_table[prof->sample_type[1]->unit], "bytes");
+  assert_string_equal(prof->string_table[prof->default_sample_type], "inuse_space");
+  assert_non_null(prof->period_type);
+  assert_string_equal(prof->string_table[prof->period_type->type], "space");
+  assert_string_equal(prof->string_table[prof->period_type->unit], "bytes");
+  assert_int_equal(prof->period, 524288);
+  perftools__profiles__profile__free_unpacked(prof, NULL);
+
+  char path[1024];
+  snprintf(path, sizeof path, "%s/export_inuse.pb.gz", EMBER_TEST_TMP);
+  mkdir(EMBER_TEST_TMP, 0755);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(b.data, 1, b.len, f), b.len);
+  assert_int_equal(fclose(f), 0);
+  char flat[64];
+  char *out = tu_go_pprof_top(path, "inuse_space");
+  assert_non_null(strstr(out, "Type: inuse_space"));
+  assert_non_null(strstr(out, "of 65MB total"));
+  /* The first row of the table (after its "flat  flat%" header) is the
+   * startup function's. */
+  const char *hdr = strstr(out, "flat%");
+  assert_non_null(hdr);
+  const char *row = strchr(hdr, '\n');
+  assert_non_null(row);
+  const char *eol = strchr(row + 1, '\n');
+  assert_non_null(eol);
+  char first[256];
+  snprintf(first, sizeof first, "%.*s", (int)(eol - row - 1), row + 1);
+  assert_non_null(strstr(first, "startup_alloc"));
+  assert_non_null(strstr(first, "64MB"));
+  assert_string_equal(tu_pprof_flat(out, "churn", flat, sizeof flat), "1MB");
+  ember_free(out);
+  out = tu_go_pprof_top(path, "inuse_objects");
+  assert_string_equal(tu_pprof_flat(out, "churn", flat, sizeof flat), "1000");
+  ember_free(out);
+  unlink(path);
+  ember_buf_free(&b);
+  ember_profile_free(p);
+}
+
 /* ------------------------------------------------------------- limits -- */
 
 typedef int (*export_fn)(const ember_profile_t *p, ember_buf_t *out);
@@ -1032,6 +1103,7 @@ int main(void) {
       cmocka_unit_test(test_export_pprof_content),
       cmocka_unit_test(test_export_pprof_minimal),
       cmocka_unit_test(test_export_pprof_go_tool_reads_it),
+      cmocka_unit_test(test_export_pprof_inuse_go_tool_reads_it),
       cmocka_unit_test(test_export_too_big),
       cmocka_unit_test(test_export_alloc_failures),
       cmocka_unit_test(test_export_dispatch),

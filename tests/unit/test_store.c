@@ -605,7 +605,9 @@ static void test_store_schema_newer_refused(void **state) {
   ember_store_t *s = NULL;
   assert_int_equal(ember_store_open(path, NULL, &s, err, sizeof err), EMBER_EVERSION);
   assert_null(s);
-  assert_non_null(strstr(err, "schema version 4"));
+  char newer[64];
+  snprintf(newer, sizeof newer, "schema version %u", EMBER_STORE_SCHEMA_VERSION + 1);
+  assert_non_null(strstr(err, newer));
   assert_non_null(strstr(err, "upgrade"));
   /* Version 1 (no minute rollups) is refused too: nothing migrates it. */
   set_schema(path, 1);

@@ -170,6 +170,50 @@ static void test_wire_round_trip(void **state) {
   ember_profile_free(p);
 }
 
+/* Every value type at once (six, in-use gauges among them), in a shuffled
+ * order, through both wire versions and into a store's write path view. */
+static void test_wire_six_value_types(void **state) {
+  (void)state;
+  const ember_value_type_t six[] = {EMBER_VT_INUSE_BYTES,   EMBER_VT_CPU_SAMPLES,
+                                    EMBER_VT_ALLOC_OBJECTS, EMBER_VT_INUSE_OBJECTS,
+                                    EMBER_VT_CPU_NS,        EMBER_VT_ALLOC_BYTES};
+  assert_int_equal(EMBER_MAX_VALUE_TYPES, 6);
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(six, 6, &p), 0);
+  assert_int_equal(ember_profile_set_window(p, 1700000000000000000, 1700000010000000000), 0);
+  ember_frame_t f[] = {{.function = "leak_step", .module = "/usr/bin/app"},
+                       {.function = "main", .module = "/usr/bin/app"}};
+  int64_t v[] = {6LL << 20, 1, 2, 3, 4, 5};
+  assert_int_equal(ember_profile_add(p, f, 2, v), 0);
+  ember_buf_t b1, b2;
+  ember_buf_init(&b1, 1u << 24);
+  assert_int_equal(ember_codec_encode(p, &b1), 0);
+  encode_v2(p, &b2);
+  char err[256] = "";
+  ember_buf_t *bufs[] = {&b1, &b2};
+  for (size_t i = 0; i < 2; i++) {
+    ember_profile_t *q = NULL;
+    assert_int_equal(ember_codec_decode(bufs[i]->data, bufs[i]->len, NULL, &q, err, sizeof err), 0);
+    tu_assert_profiles_equal(p, q);
+    assert_int_equal(ember_profile_ntypes(q), 6);
+    assert_int_equal(ember_profile_type(q, 0), EMBER_VT_INUSE_BYTES);
+    assert_int_equal(ember_profile_total(q, 3), 3);
+    ember_profile_free(q);
+    ember_wire_t *w = NULL;
+    assert_int_equal(ember_wire_decode(bufs[i]->data, bufs[i]->len, NULL, &w, err, sizeof err), 0);
+    assert_int_equal(w->ntypes, 6);
+    assert_int_equal(w->types[3], EMBER_VT_INUSE_OBJECTS);
+    ember_wire_free(w);
+  }
+  /* A seventh type, or an unknown number, is refused. */
+  const ember_value_type_t bad[] = {(ember_value_type_t)7};
+  ember_profile_t *x = NULL;
+  assert_int_equal(ember_profile_new(bad, 1, &x), -EINVAL);
+  ember_buf_free(&b1);
+  ember_buf_free(&b2);
+  ember_profile_free(p);
+}
+
 static void test_wire_empty_window(void **state) {
   (void)state;
   ember_profile_t *p = NULL;
@@ -431,6 +475,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_wire_hashes_are_xxh64),
       cmocka_unit_test(test_wire_round_trip),
+      cmocka_unit_test(test_wire_six_value_types),
       cmocka_unit_test(test_wire_empty_window),
       cmocka_unit_test(test_wire_every_truncation_is_an_error),
       cmocka_unit_test(test_wire_limits),
