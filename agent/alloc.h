@@ -26,8 +26,9 @@
  * only for a new stack; nothing is allocated per sample.
  *
  * Stacks are user addresses, leaf first: the leaf is an address inside
- * the allocation function (libc's malloc for the uprobe method, the
- * library's malloc for the preload method); every other entry is a return
+ * the allocation function for the uprobe method (libc's malloc), and
+ * inside the allocating function's call for the preload method (the
+ * library's own frame is left out, agent/heap.h); every other entry is a return
  * address (symbolize it as ip - 1, as ember__symbolize does).
  *
  * Thread-safety: a session is used by one thread at a time, the thread

@@ -50,7 +50,6 @@ struct ember__heap {
   proc_t **procs;
   size_t nprocs, capprocs;
   ember__heap_stats_t st;
-  uint64_t tmp[EMBER__HEAP_MAX_FRAMES];
   uint64_t ips[EMBER__HEAP_MAX_FRAMES];
 };
 
@@ -234,24 +233,27 @@ typedef struct rctx {
   proc_t *p;
 } rctx_t;
 
-/* The stack of a record into h->ips: the CFI walk when it finds more
- * than the frame-pointer walk. Returns its length. */
+/* The stack of a record into h->ips, from the allocating function up:
+ * the CFI walk when it finds more than the frame-pointer walk. The leaf is
+ * the return address - 1, an address inside the call, so it symbolizes
+ * as the allocating line (and is looked up as exact, as a leaf is); the
+ * library's own frame is left out. Returns its length. */
 static uint32_t record_stack(ember__heap_t *h, proc_t *p, const ember__heapshm_rec_t *rec) {
   const ember_alloc_rec_t *s = rec->head;
   uint32_t n = 0;
   if (h->o.unwind != NULL) {
     ember__unwind_regs_t regs = {s->ip - 1, s->sp, s->bp};
-    size_t k = h->o.unwind(h->o.ctx, (uint32_t)p->pid, &regs, rec->stack, s->stack_len, h->tmp,
-                           EMBER__HEAP_MAX_FRAMES - 1);
-    if (k >= 2 && k + 1 > s->nips) {
-      h->ips[n++] = rec->ips[0];
-      h->ips[n++] = s->ip;
-      for (size_t i = 1; i < k && n < EMBER__HEAP_MAX_FRAMES; i++) h->ips[n++] = h->tmp[i];
+    size_t k = h->o.unwind(h->o.ctx, (uint32_t)p->pid, &regs, rec->stack, s->stack_len, h->ips,
+                           EMBER__HEAP_MAX_FRAMES);
+    /* ips[0] of the library's walk is its own frame. */
+    if (k >= 1 && k + 1 > s->nips) {
+      h->ips[0] = s->ip - 1;
       h->st.cfi++;
-      return n;
+      return (uint32_t)k;
     }
   }
-  for (uint32_t i = 0; i < s->nips && n < EMBER__HEAP_MAX_FRAMES; i++) h->ips[n++] = rec->ips[i];
+  h->ips[n++] = s->ip - 1;
+  for (uint32_t i = 2; i < s->nips && n < EMBER__HEAP_MAX_FRAMES; i++) h->ips[n++] = rec->ips[i];
   return n;
 }
 

@@ -17,9 +17,10 @@
  * Then it forgets stacks no live entry holds, so memory is bounded by the
  * live table (16384 entries a process) and not by the process's age.
  *
- * Stacks start at the allocator function of the library (ips[0], as the
- * preload sessions' do), then the return address into the allocating
- * function, then its callers: symbolize ips[1..] as return addresses.
+ * Stacks start at the allocating function: ips[0] is an address inside
+ * its call to the allocator (exact, as a leaf), then return addresses
+ * (symbolize them as ip - 1, as ember__symbolize does). The library's own
+ * frame is not in them.
  *
  * Allocation sessions of a followed process watch its records too
  * (ember__heap_watch): the session's rate is in force while it runs, and

@@ -25,23 +25,18 @@
 static void *volatile keep_sink;
 static volatile uint64_t sum;
 
-NOINLINE void *startup_block(size_t i);
 NOINLINE size_t startup_alloc(void **keep, size_t n);
 NOINLINE uint64_t churn(uint64_t seed);
 NOINLINE void *leak_step(unsigned i);
 NOINLINE uint64_t steady(uint64_t seed);
 
-NOINLINE void *startup_block(size_t i) {
-  unsigned char *p = malloc(BLOCK);
-  if (p != NULL) memset(p, (int)(i & 0xff), BLOCK);
-  return p;
-}
-
 NOINLINE size_t startup_alloc(void **keep, size_t n) {
   size_t got = 0;
   for (size_t i = 0; i < n; i++) {
-    keep[i] = startup_block(i);
-    got += keep[i] != NULL;
+    unsigned char *p = malloc(BLOCK);
+    if (p != NULL) memset(p, (int)(i & 0xff), BLOCK);
+    keep[i] = p;
+    got += p != NULL;
   }
   return got;
 }

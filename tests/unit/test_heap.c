@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -74,19 +75,21 @@ static bool log_says(const char *path, const char *what) {
   return strstr(buf, what) != NULL;
 }
 
-/* Start prog MODE with the library at `rate` bytes (NULL: its default),
- * wait for its "ready" and its control file, and follow it. */
-static void start(fixture_t *f, const char *prog, const char *mode, const char *rate) {
+/* Start argv (its last word the mode) with the library at `rate` bytes
+ * (NULL: its default; preload false: not through LD_PRELOAD), wait for its
+ * "ready" and its control file, and follow it. */
+static void start_argv(fixture_t *f, const char *const *argv, bool preload, const char *rate) {
   memset(f, 0, sizeof *f);
-  snprintf(f->log, sizeof f->log, EMBER_TEST_TMP "/heap-%s-%d.log", mode, (int)getpid());
+  snprintf(f->log, sizeof f->log, EMBER_TEST_TMP "/heap-%d.log", (int)getpid());
   unlink(f->log);
   char env_rate[64];
-  const char *env[3] = {PRELOAD, NULL, NULL};
+  const char *env[3] = {NULL, NULL, NULL};
+  int ne = 0;
+  if (preload) env[ne++] = PRELOAD;
   if (rate != NULL) {
     snprintf(env_rate, sizeof env_rate, "EMBER_HEAP_SAMPLE_BYTES=%s", rate);
-    env[1] = env_rate;
+    env[ne++] = env_rate;
   }
-  const char *argv[] = {prog, mode, NULL};
   f->pid = tu_spawn(argv, env, f->log);
   assert_true(f->pid > 0);
   for (int i = 0; i < 1000 && !(log_says(f->log, "ready") && ember__heapshm_present(f->pid)); i++)
@@ -103,6 +106,11 @@ static void start(fixture_t *f, const char *prog, const char *mode, const char *
   int rc = ember__heap_attach(f->heap, f->pid, err, sizeof err);
   if (rc != 0) fail_msg("attach: %d %s", rc, err);
   assert_true(ember__heap_follows(f->heap, f->pid));
+}
+
+static void start(fixture_t *f, const char *prog, const char *mode, const char *rate) {
+  const char *argv[] = {prog, mode, NULL};
+  start_argv(f, argv, true, rate);
 }
 
 static void finish(fixture_t *f) {
@@ -150,6 +158,24 @@ static sum_t through(fixture_t *f, ember__window_t *w, const char *fn) {
   return s;
 }
 
+/* Bytes of the stacks whose leaf frame is `fn` (the allocating function,
+ * not the allocator). */
+static double leaf_is(fixture_t *f, ember__window_t *w, const char *fn) {
+  double bytes = 0;
+  size_t n = 0;
+  const ember__window_stack_t *st = ember__window_sorted(w, &n);
+  for (size_t i = 0; i < n; i++) {
+    ember_frame_t frames[256];
+    size_t nf = 0;
+    if (st[i].nips == 1 && st[i].ips[0] == EMBER__HEAP_UNKNOWN_IP) continue;
+    assert_int_equal(
+        ember__symbolize(f->sym, f->pid, f->maps, st[i].ips, st[i].nips, frames, 256, &nf), 0);
+    if (nf > 0 && frames[0].function != NULL && strcmp(frames[0].function, fn) == 0)
+      bytes += (double)st[i].cpu_ns;
+  }
+  return bytes;
+}
+
 static ember__window_t *new_window(void) {
   ember__window_t *w = NULL;
   assert_int_equal(ember__window_new(&w), 0);
@@ -181,7 +207,7 @@ static void startup_case(const char *prog) {
                 prog, s.bytes / MIB, s.deep / MIB, s.all_bytes / MIB);
   assert_true(s.bytes >= 0.9 * 64 * MIB && s.bytes <= 1.1 * 64 * MIB);
   assert_true(s.deep >= 0.99 * s.bytes);
-  assert_true(through(&f, inuse, "startup_block").bytes >= 0.99 * s.bytes);
+  assert_true(leaf_is(&f, inuse, "startup_alloc") >= 0.99 * s.bytes);
   /* The allocations of the window: churn's, by far (the startup's were
    * made before the window was set, into no window). */
   sum_t c = through(&f, alloc, "churn");
@@ -231,6 +257,12 @@ static void leak_case(const char *prog) {
   double rate = (sb.bytes - sa.bytes) / secs / MIB;
   print_message("%s: leak_step %.2f -> %.2f MiB in %.1f s: %.3f MiB/s; steady %.3f -> %.3f MiB\n",
                 prog, sa.bytes / MIB, sb.bytes / MIB, secs, rate, qa.bytes / MIB, qb.bytes / MIB);
+  ember__heap_stats_t st;
+  ember__heap_stats(f.heap, &st);
+  print_message("records %llu lost %llu bad %llu unknown %llu untracked %llu stacks %llu\n",
+                (unsigned long long)st.records, (unsigned long long)st.lost,
+                (unsigned long long)st.bad, (unsigned long long)st.unknown,
+                (unsigned long long)st.live_dropped, (unsigned long long)st.stacks);
   assert_true(rate >= 0.8 && rate <= 1.2);
   assert_true(sb.deep >= 0.99 * sb.bytes);
   /* What steady allocates is freed again: it holds (almost) nothing. */
@@ -392,6 +424,65 @@ static void test_heap_one_reader(void **state) {
   finish(&f);
 }
 
+/* A container: the process has a /dev/shm of its own (a mount namespace
+ * with its own tmpfs), which the host's /dev/shm does not show. The file
+ * is found and read through /proc/PID/root. */
+static void test_heap_own_dev_shm(void **state) {
+  (void)state;
+  const char *argv[] = {"/usr/bin/unshare",
+                        "-m",
+                        "--propagation",
+                        "private",
+                        "sh",
+                        "-c",
+                        "mount -t tmpfs -o size=64m tmpfs /dev/shm && exec env \"$1\" \"$0\" "
+                        "startup",
+                        PROG_FP,
+                        PRELOAD,
+                        NULL};
+  /* Only the program is preloaded (unshare and sh would leave files of
+   * their own in the host's /dev/shm: exec runs no exit handler). */
+  fixture_t f;
+  start_argv(&f, argv, false, "65536");
+  char path[64];
+  file_of(f.pid, path, sizeof path);
+  assert_int_equal(access(path, F_OK), -1);
+  ember__window_t *inuse = new_window();
+  assert_int_equal(ember__heap_snapshot(f.heap, inuse, NULL, 0, NULL), 0);
+  sum_t s = through(&f, inuse, "startup_alloc");
+  assert_true(s.bytes >= 0.9 * 64 * MIB && s.bytes <= 1.1 * 64 * MIB);
+  ember__window_free(inuse);
+  finish(&f);
+}
+
+/* /etc/ld.so.preload (here bind-mounted in this test's own mount
+ * namespace): a program started without LD_PRELOAD has the library. */
+static void test_heap_ld_so_preload(void **state) {
+  (void)state;
+  if (tu_private_mounts() != 0) {
+    print_message("skipped: no private mount namespace (not root)\n");
+    return;
+  }
+  const char *list = EMBER_TEST_TMP "/ld.so.preload";
+  FILE *fp = fopen(list, "w");
+  assert_non_null(fp);
+  fprintf(fp, "%s/preload/libember_alloc.so\n", EMBER_BINARY_DIR);
+  fclose(fp);
+  int fd = open("/etc/ld.so.preload", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) close(fd);
+  assert_int_equal(mount(list, "/etc/ld.so.preload", NULL, MS_BIND, NULL), 0);
+  fixture_t f;
+  const char *argv[] = {PROG_FP, "startup", NULL};
+  start_argv(&f, argv, false, "65536");
+  ember__window_t *inuse = new_window();
+  assert_int_equal(ember__heap_snapshot(f.heap, inuse, NULL, 0, NULL), 0);
+  sum_t s = through(&f, inuse, "startup_alloc");
+  assert_true(s.bytes >= 0.9 * 64 * MIB && s.bytes <= 1.1 * 64 * MIB);
+  ember__window_free(inuse);
+  finish(&f);
+  assert_int_equal(umount2("/etc/ld.so.preload", 0), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_heap_startup),
@@ -402,6 +493,8 @@ int main(void) {
       cmocka_unit_test(test_heap_hostile_records),
       cmocka_unit_test(test_heap_hostile_headers),
       cmocka_unit_test(test_heap_one_reader),
+      cmocka_unit_test(test_heap_own_dev_shm),
+      cmocka_unit_test(test_heap_ld_so_preload),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
