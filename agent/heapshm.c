@@ -264,13 +264,15 @@ void ember__heapshm_set_rate(ember__heapshm_t *r, uint64_t sample_bytes) {
   put_word(r, offsetof(ember_alloc_shm_t, on), rate != 0 ? 1 : 0);
 }
 
-static int fault(ember__heapshm_t *r) {
+/* The file was cut or lies (`why` says how): count it and read no more;
+ * what was read stays. */
+static int fault(ember__heapshm_t *r, const char *why) {
   if (!r->broken) {
     atomic_fetch_add(&n_faults, 1);
     EMBER_WARN_LIMITED("heap",
-                       "process %d cut, resized or corrupted its allocation control file: no "
-                       "more heap data from it",
-                       (int)r->pid);
+                       "process %d cut, resized or corrupted its allocation control file (%s): "
+                       "no more heap data from it",
+                       (int)r->pid, why);
   }
   r->broken = true;
   return -EPROTO;
@@ -297,17 +299,19 @@ int ember__heapshm_drain(ember__heapshm_t *r,
                          void (*fn)(void *ctx, const ember__heapshm_rec_t *rec), void *ctx) {
   ember_alloc_shm_t h;
   if (r->broken) return -EPROTO;
-  if (!file_intact(r) || !get_header(r->fd, &h)) return fault(r);
+  if (!file_intact(r) || !get_header(r->fd, &h)) return fault(r, "its size changed");
   put_word(r, offsetof(ember_alloc_shm_t, heartbeat), ++r->heartbeat);
   uint64_t head = h.head;
   /* Counters only grow: one going backwards is a corrupt or hostile file. */
-  if ((int64_t)(head - r->tail) < 0 || h.dropped < r->dropped_base || head - r->tail > r->ncells)
-    return fault(r);
+  if ((int64_t)(head - r->tail) < 0 || h.dropped < r->dropped_base)
+    return fault(r, "a counter went backwards");
+  if (head - r->tail > r->ncells) return fault(r, "the ring's head is past what it holds");
   ember_alloc_rec_t *rec = (ember_alloc_rec_t *)(void *)r->rec;
   while (r->tail != head) {
     uint64_t cell = r->tail % r->ncells;
     uint64_t off = EMBER_ALLOC_SHM_RING_OFF + cell * EMBER_ALLOC_SHM_CELL;
-    if (ember__safe_pread(r->fd, rec, sizeof *rec, off) != (ssize_t)sizeof *rec) return fault(r);
+    if (ember__safe_pread(r->fd, rec, sizeof *rec, off) != (ssize_t)sizeof *rec)
+      return fault(r, "a record cannot be read");
     if (rec->seq != r->tail + 1) {
       /* Not published yet: wait for it, up to STUCK_POLLS polls; then its
        * writer is taken for dead and the rest of the ring with it (how
@@ -333,11 +337,12 @@ int ember__heapshm_drain(ember__heapshm_t *r,
     size_t len = (size_t)rec->nips * sizeof(uint64_t) + rec->stack_len;
     if (sample && len > 0 &&
         ember__safe_pread(r->fd, r->rec + sizeof *rec, len, off + sizeof *rec) != (ssize_t)len)
-      return fault(r);
+      return fault(r, "a record cannot be read");
     /* One pread copied seq and body in no defined order: read seq again
      * and take the copy only if the record was not rewritten meanwhile. */
     uint64_t seq2 = 0;
-    if (ember__safe_pread(r->fd, &seq2, sizeof seq2, off) != (ssize_t)sizeof seq2) return fault(r);
+    if (ember__safe_pread(r->fd, &seq2, sizeof seq2, off) != (ssize_t)sizeof seq2)
+      return fault(r, "a record cannot be read");
     r->tail += k;
     if (!sample) continue;
     if (seq2 != id) {
@@ -361,12 +366,12 @@ int ember__heapshm_live(ember__heapshm_t *r, void (*fn)(void *ctx, const ember_a
                         void *ctx) {
   ember_alloc_live_t batch[LIVE_BATCH];
   if (r->broken) return -EPROTO;
-  if (!file_intact(r)) return fault(r);
+  if (!file_intact(r)) return fault(r, "its size changed");
   for (uint32_t at = 0; at < EMBER_ALLOC_SHM_LIVE; at += LIVE_BATCH) {
     size_t bytes = sizeof batch;
     if (ember__safe_pread(r->fd, batch, bytes, EMBER_ALLOC_SHM_LIVE_OFF + at * sizeof *batch) !=
         (ssize_t)bytes)
-      return fault(r);
+      return fault(r, "its live table cannot be read");
     for (uint32_t i = 0; i < LIVE_BATCH; i++) {
       const ember_alloc_live_t *e = &batch[i];
       if (e->ptr <= EMBER_ALLOC_LIVE_BUSY) continue;

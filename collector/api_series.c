@@ -258,6 +258,7 @@ static unsigned h_targets(ember__req_t *r) {
         rc = ember__json_set(o, keys[k], ember__json_str(vals[k]));
     if (rc == 0) rc = ember__json_set(o, "pid", json_integer(t[i].pid));
     if (rc == 0) rc = ember__json_set(o, "seen_ms", json_integer(ember__req_ms(t[i].seen_ns)));
+    if (rc == 0) rc = ember__json_set(o, "heap", json_boolean(t[i].heap));
   }
   st = rc == 0 ? ember__req_answer_json(r, doc)
                : ember__req_fail_internal(r, "building the answer", rc);

@@ -161,6 +161,7 @@ int ember__registry_list(ember__registry_t *r, const ember_store_selector_t *sel
     d->pid = t->pid;
     d->start_ticks = t->start_ticks;
     d->seen_ns = t->seen_ns;
+    d->heap = t->heap;
   }
   pthread_rwlock_unlock(&r->lock);
   if (fail) {

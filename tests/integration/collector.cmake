@@ -80,3 +80,12 @@ add_dependencies(test_fleet ember-collector)
 set_tests_properties(test_fleet PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 300)
 set_property(TEST test_fleet APPEND PROPERTY
   ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
+
+# The in-use heap: agent, collector, CLI, API and go tool pprof on programs
+# built without frame pointers that run with libember_alloc.so (issue 15).
+ember_test(integration test_heap_e2e integration)
+add_dependencies(test_heap_e2e ember-collector ember_agent ember_cli ember_alloc_preload
+  prog_heapgrow_nofp)
+set_tests_properties(test_heap_e2e PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 900)
+set_property(TEST test_heap_e2e APPEND PROPERTY
+  ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
