@@ -167,6 +167,27 @@ for u in ember-agent ember-collector; do
   fi
 done
 
+# The heap drop-in (docs/heap.md): a service with it must verify, and the
+# environment it sets must name the library a build installs.
+heap_dropin=$deploy/systemd/service.d/ember-heap.conf
+{
+  printf '[Unit]\nDescription=a service profiled with the heap drop-in\n'
+  printf '[Service]\nExecStart=%s\n' "$agent"
+  grep -v '^\[Service\]' "$heap_dropin"
+} >"$units/heapdemo.service"
+if verify_unit "$units/heapdemo.service" >/dev/null; then
+  ok "systemd-analyze verify a service with service.d/ember-heap.conf"
+else
+  cat "$tmp/verify.out"
+  fail "systemd-analyze verify a service with service.d/ember-heap.conf"
+fi
+if grep -qx 'Environment=LD_PRELOAD=/usr/local/lib/libember_alloc.so' "$heap_dropin" &&
+  grep -q "DESTINATION lib" "$src/preload/CMakeLists.txt"; then
+  ok "service.d/ember-heap.conf preloads the library where the install puts it"
+else
+  fail "service.d/ember-heap.conf: no Environment=LD_PRELOAD=/usr/local/lib/libember_alloc.so"
+fi
+
 # ---- 4. the image's run-time packages ---------------------------------------
 
 # Each library a binary links directly, by the package that ships it here;
