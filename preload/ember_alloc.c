@@ -12,9 +12,14 @@
  * sampled allocation that is still live has an entry in the file's live
  * table until it is freed; in front of that lookup, free tests one byte
  * of a counting filter, so the free of an unsampled pointer costs one
- * load and one predictable branch. With EMBER_HEAP_SAMPLE_BYTES=0 the
- * library is dormant (one load and a branch per allocation) until an
- * agent session turns it on. Nothing here allocates on the sampling path
+ * load and one predictable branch. Each allocation costs one subtraction
+ * from a thread-local byte countdown and its borrow test: the countdown
+ * runs to the next sample point or the next check of the control file,
+ * whichever is nearer (at most CHECK_BYTES away), so rate changes and
+ * sessions are seen within CHECK_BYTES of a thread's allocations and no
+ * shared word is read per call. With EMBER_HEAP_SAMPLE_BYTES=0 the
+ * library is dormant (the countdown only runs to checks) until an agent
+ * session turns it on. Nothing here allocates on the sampling path
  * or blocks: a full ring drops the record (the allocation is still
  * tracked, its stack unknown) and counts it. See docs/internals/heap.md. */
 #include <dlfcn.h>
@@ -72,10 +77,21 @@ static free_fn real_free = first_free;
 static memalign_fn real_memalign, real_aligned_alloc;
 static posix_memalign_fn real_posix_memalign;
 
+/* How far apart, in a thread's allocated bytes, its countdown stops to
+ * look at the control file (on, generation) when no sample point comes
+ * first: a session's rate or `on` takes effect within this much. At the
+ * slow path's ~10 ns that is under 0.1 ns per KiB allocated. */
+#define CHECK_BYTES (256u * 1024u)
+
 TLS int t_resolving; /* this thread is inside dlsym */
 TLS int t_busy;      /* this thread is recording a sample */
-TLS int64_t t_left;  /* bytes until this thread's next sample */
-TLS uint64_t t_gen;  /* session generation t_left was drawn for */
+/* The hot word: bytes this thread may allocate before its slow path runs
+ * (at most CHECK_BYTES). Zero in a new thread, so its first allocation
+ * starts its countdown. */
+TLS uint64_t t_left;
+TLS uint64_t t_gap;  /* bytes from that stop to the sample point */
+TLS uint64_t t_mean; /* mean the sample point was drawn at; 0 = none drawn */
+TLS uint64_t t_gen;  /* session generation t_mean is of */
 TLS uint64_t t_rng;
 TLS uint32_t t_tid;
 TLS uintptr_t t_stack_lo, t_stack_hi;
@@ -85,7 +101,9 @@ TLS uintptr_t t_stack_lo, t_stack_hi;
  * entries that fall on it (saturating at 255, then never decremented).
  * Zero means "certainly not sampled". Neighbouring allocations share
  * cache lines of it, so a loop of malloc and free keeps hitting the same
- * line. Private memory: only this process's writes decide its frees. */
+ * line. Private memory: only this process's writes decide its frees. The
+ * granules of bootstrap allocations are set to 255 too, so free needs no
+ * test of its own for them. */
 #define FILTER_BITS 18
 static uint8_t g_filter[1u << FILTER_BITS];
 
@@ -104,6 +122,12 @@ static int64_t g_seen_at_ns;
 static _Alignas(16) unsigned char g_boot[64 * 1024];
 static size_t g_boot_used;
 
+/* Saturate the filter over [from, to) of the arena: see g_filter. */
+static void boot_mark(size_t from, size_t to) {
+  for (size_t at = from; at < to; at += 16)
+    __atomic_store_n(&g_filter[filter_index(g_boot + at)], 255, __ATOMIC_RELAXED);
+}
+
 static void *boot_alloc(size_t n) {
   if (n > sizeof g_boot) return NULL;
   size_t need = 16 + ((n + 15) & ~(size_t)15);
@@ -113,6 +137,7 @@ static void *boot_alloc(size_t n) {
     return NULL;
   }
   memcpy(g_boot + at, &n, sizeof n);
+  boot_mark(at, at + need);
   return g_boot + at + 16;
 }
 
@@ -430,54 +455,131 @@ static void publish_record(ember_alloc_shm_t *c, uint64_t id) {
   __atomic_store_n(&r->seq, id, __ATOMIC_RELEASE);
 }
 
-/* Out of line so the hooks stay small. */
-__attribute__((noinline)) static void maybe_sample(const void *p, size_t size, void *const *fp,
-                                                   uint64_t leaf) {
-  ember_alloc_shm_t *c = __atomic_load_n(&g_ctl, __ATOMIC_ACQUIRE);
-  if (t_busy) return;
-  uint64_t gen = __atomic_load_n(&c->generation, __ATOMIC_RELAXED);
-  if (UNLIKELY(t_gen != gen)) {
-    t_gen = gen;
-    t_left = draw_interval(__atomic_load_n(&c->sample_bytes, __ATOMIC_RELAXED));
+/* The slow path of the countdown: `size` bytes at `p` took this thread
+ * past its stop (t_left had fewer). Reads the control file, and either
+ * moves the stop on, or records the sample when the allocation covered
+ * the sample point. Out of line and cold so the hooks stay a subtraction
+ * and a branch. */
+__attribute__((noinline, cold)) static void sample_slow(const void *p, size_t size, void *const *fp,
+                                                        uint64_t leaf) {
+  /* The countdown wrapped (borrowed): what the allocation took past the
+   * stop, modulo 2^64. */
+  uint64_t over = 0 - t_left;
+  if (t_busy) {
+    /* An allocation of the recording itself (pthread_getattr_np): the
+     * outer call sets the countdown when it is done. */
+    t_left = 0;
+    return;
   }
-  t_left -= size > (size_t)INT64_MAX / 4 ? INT64_MAX / 4 : (int64_t)size;
-  if (t_left > 0) return;
-  /* One record however many sample points fell inside this allocation:
-   * the agent weighs it by the probability that at least one did. */
+  if (p == NULL) {
+    /* A failed allocation does not count (and a huge request must not
+     * push the sample point away). */
+    t_left = size - over;
+    return;
+  }
   t_busy = 1;
-  uint64_t mean = __atomic_load_n(&c->sample_bytes, __ATOMIC_RELAXED);
-  if (mean == 0) mean = 1;
-  while (t_left <= 0) t_left += draw_interval(mean);
-  if (t_tid == 0) t_tid = (uint32_t)syscall(SYS_gettid);
-  if (t_stack_hi == 0) stack_bounds();
-  if (agent_alive(c)) {
-    uint64_t id = write_record(c, p, size, mean, fp, leaf);
-    /* The entry first, then the record's seq: see the header's live
-     * table. */
-    if (c->heap_sample_bytes != 0) live_insert(c, p, size, mean, id);
-    if (id != 0) publish_record(c, id);
+  ember_alloc_shm_t *c = __atomic_load_n(&g_ctl, __ATOMIC_ACQUIRE);
+  uint64_t chunk = CHECK_BYTES;
+  if (__atomic_load_n(&c->on, __ATOMIC_RELAXED) == 0) {
+    /* Off: look again after CHECK_BYTES, with no sample point drawn. */
+    t_mean = 0;
+    t_gap = 0;
+    goto done;
   }
+  uint64_t gen = __atomic_load_n(&c->generation, __ATOMIC_RELAXED);
+  /* Bytes to the sample point after this allocation, negative once it
+   * covered the point. Allocations are below PTRDIFF_MAX, so int64_t holds
+   * these. */
+  int64_t left;
+  if (t_mean == 0 || t_gen != gen) {
+    /* A first draw (new thread, turned on, fork) or a new rate, in force
+     * from now: this allocation is the first of the new interval (the
+     * exponential's lack of memory lets the old interval end here). */
+    uint64_t mean = __atomic_load_n(&c->sample_bytes, __ATOMIC_RELAXED);
+    t_mean = mean != 0 ? mean : 1;
+    t_gen = gen;
+    left = draw_interval(t_mean) - (int64_t)size;
+  } else {
+    left = (int64_t)t_gap - (int64_t)over;
+  }
+  if (left < 0) {
+    /* One record however many sample points fell inside this allocation:
+     * the agent weighs it by the probability that at least one did, at
+     * the mean its point was drawn at. The next point is drawn at the
+     * rate in force now (an agent that closes its file restores the rate
+     * without a new generation). */
+    uint64_t mean = t_mean;
+    uint64_t now = __atomic_load_n(&c->sample_bytes, __ATOMIC_RELAXED);
+    t_mean = now != 0 ? now : 1;
+    while (left < 0) left += draw_interval(t_mean);
+    if (t_tid == 0) t_tid = (uint32_t)syscall(SYS_gettid);
+    if (t_stack_hi == 0) stack_bounds();
+    if (agent_alive(c)) {
+      uint64_t id = write_record(c, p, size, mean, fp, leaf);
+      /* The entry first, then the record's seq: see the header's live
+       * table. */
+      if (c->heap_sample_bytes != 0) live_insert(c, p, size, mean, id);
+      if (id != 0) publish_record(c, id);
+    }
+  }
+  chunk = (uint64_t)left < CHECK_BYTES ? (uint64_t)left : CHECK_BYTES;
+  t_gap = (uint64_t)left - chunk;
+done:
+  t_left = chunk;
   t_busy = 0;
 }
 
-static inline int sampling_on(void) {
-  return UNLIKELY(
-      __atomic_load_n(&__atomic_load_n(&g_ctl, __ATOMIC_RELAXED)->on, __ATOMIC_RELAXED) != 0);
+/* The hooks' sampling test: count `n` bytes down; true when they took the
+ * thread past its stop (then call sample_slow). The borrow of an unsigned
+ * subtraction catches any size, however large, in one sub and one jump. */
+static inline bool countdown(size_t n) {
+  uint64_t left;
+  bool past = __builtin_sub_overflow(t_left, (uint64_t)n, &left);
+  t_left = left;
+  return UNLIKELY(past);
 }
+
+/* The real functions are resolved before any hook calls through them (the
+ * first_* stand-ins resolve), and a stale first_* is still correct, so a
+ * plain load suffices. */
+#define REAL(fn) __atomic_load_n(&real_##fn, __ATOMIC_RELAXED)
 
 /* --- the interposed functions --- */
 
+/* malloc, calloc, realloc and free count down first and end in a call of
+ * the real function or of their slow path that the compiler makes a jump
+ * (sibling call): the hook adds no call, return or stack frame of its own
+ * to the allocation. The slow paths get the hook's frame address `fp`: if
+ * the hook jumped, the slow path's frame is at that same address with the
+ * same saved rbp and return address (the caller's), and if it called, the
+ * hook's frame is still there; either way fp[0] and fp[1] are the
+ * caller's. */
+__attribute__((noinline, cold)) static void *malloc_slow(size_t n, void *const *fp) {
+  void *p = REAL(malloc)(n);
+  sample_slow(p, n, fp, (uint64_t)(uintptr_t)&malloc);
+  return p;
+}
+
 API void *malloc(size_t n) {
-  void *p = __atomic_load_n(&real_malloc, __ATOMIC_ACQUIRE)(n);
-  if (sampling_on() && p != NULL)
-    maybe_sample(p, n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&malloc);
+  if (countdown(n)) return malloc_slow(n, __builtin_frame_address(0));
+  return REAL(malloc)(n);
+}
+
+__attribute__((noinline, cold)) static void *calloc_slow(size_t a, size_t b, void *const *fp) {
+  void *p = REAL(calloc)(a, b);
+  sample_slow(p, a * b, fp, (uint64_t)(uintptr_t)&calloc);
   return p;
 }
 
 API void *calloc(size_t a, size_t b) {
-  void *p = __atomic_load_n(&real_calloc, __ATOMIC_ACQUIRE)(a, b);
-  if (sampling_on() && p != NULL)
-    maybe_sample(p, a * b, __builtin_frame_address(0), (uint64_t)(uintptr_t)&calloc);
+  /* An overflowing a * b fails (p == NULL), which sample_slow undoes. */
+  if (countdown(a * b)) return calloc_slow(a, b, __builtin_frame_address(0));
+  return REAL(calloc)(a, b);
+}
+
+__attribute__((noinline, cold)) static void *realloc_slow(void *old, size_t n, void *const *fp) {
+  void *p = REAL(realloc)(old, n);
+  sample_slow(p, n, fp, (uint64_t)(uintptr_t)&realloc);
   return p;
 }
 
@@ -494,10 +596,8 @@ API void *realloc(void *old, size_t n) {
    * address (and sample it). A failed realloc leaves the old block live
    * and untracked, a small undercount on a rare path. */
   if (old != NULL) maybe_untrack(old);
-  void *p = __atomic_load_n(&real_realloc, __ATOMIC_ACQUIRE)(old, n);
-  if (sampling_on() && p != NULL && n != 0)
-    maybe_sample(p, n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&realloc);
-  return p;
+  if (countdown(n)) return realloc_slow(old, n, __builtin_frame_address(0));
+  return REAL(realloc)(old, n);
 }
 
 /* The aligned allocators. glibc's call none of the hooked functions inside,
@@ -512,8 +612,7 @@ API void *memalign(size_t align, size_t n) {
   memalign_fn fn = __atomic_load_n(&real_memalign, __ATOMIC_ACQUIRE);
   void *p = fn != NULL ? fn(align, n) : NULL;
   if (fn == NULL) errno = ENOMEM;
-  if (sampling_on() && p != NULL)
-    maybe_sample(p, n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&memalign);
+  if (countdown(n)) sample_slow(p, n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&memalign);
   return p;
 }
 
@@ -522,8 +621,8 @@ API void *aligned_alloc(size_t align, size_t n) {
   memalign_fn fn = __atomic_load_n(&real_aligned_alloc, __ATOMIC_ACQUIRE);
   void *p = fn != NULL ? fn(align, n) : NULL;
   if (fn == NULL) errno = ENOMEM;
-  if (sampling_on() && p != NULL)
-    maybe_sample(p, n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&aligned_alloc);
+  if (countdown(n))
+    sample_slow(p, n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&aligned_alloc);
   return p;
 }
 
@@ -531,15 +630,26 @@ API int posix_memalign(void **out, size_t align, size_t n) {
   ensure_resolved();
   posix_memalign_fn fn = __atomic_load_n(&real_posix_memalign, __ATOMIC_ACQUIRE);
   int rc = fn != NULL ? fn(out, align, n) : ENOMEM;
-  if (sampling_on() && rc == 0)
-    maybe_sample(*out, n, __builtin_frame_address(0), (uint64_t)(uintptr_t)&posix_memalign);
+  if (countdown(n))
+    sample_slow(rc == 0 ? *out : NULL, n, __builtin_frame_address(0),
+                (uint64_t)(uintptr_t)&posix_memalign);
   return rc;
 }
 
+/* free of a pointer the filter marks: a bootstrap allocation (never
+ * freed) or maybe a sampled one. */
+__attribute__((noinline, cold)) static void free_slow(void *p) {
+  if (is_boot(p)) return;
+  live_remove(p);
+  REAL(free)(p);
+}
+
 API void free(void *p) {
-  if (UNLIKELY(is_boot(p))) return;
-  maybe_untrack(p);
-  __atomic_load_n(&real_free, __ATOMIC_ACQUIRE)(p);
+  if (UNLIKELY(g_filter[filter_index(p)] != 0)) {
+    free_slow(p);
+    return;
+  }
+  REAL(free)(p);
 }
 
 /* --- the control file --- */
@@ -625,6 +735,10 @@ static void ctl_create(void) {
   c->on = rate != 0;
   __atomic_store_n(&c->magic, EMBER_ALLOC_SHM_MAGIC, __ATOMIC_RELEASE);
   __atomic_store_n(&g_ctl, c, __ATOMIC_RELEASE);
+  /* This thread's countdown ran against the placeholder header (off):
+   * start it again, so sampling starts with its next allocation. */
+  t_left = 0;
+  t_mean = 0;
 }
 
 /* The child of fork must not write into its parent's ring: it gets a file
@@ -636,7 +750,11 @@ static void on_fork_child(void) {
   __atomic_store_n(&g_ctl, &g_dummy, __ATOMIC_RELEASE);
   if (old != &g_dummy) munmap(old, EMBER_ALLOC_SHM_SIZE(g_ring_bytes));
   memset(g_filter, 0, sizeof g_filter);
+  boot_mark(0, g_boot_used < sizeof g_boot ? g_boot_used : sizeof g_boot);
   t_tid = 0;
+  t_left = 0;
+  t_gap = 0;
+  t_mean = 0;
   t_gen = 0;
   t_rng = 0;
   t_stack_lo = t_stack_hi = 0;

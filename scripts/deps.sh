@@ -38,6 +38,9 @@ test_packages=(
   chromium
   # test_deploy runs systemd-analyze verify on the units in deploy/systemd
   systemd
+  # bench/bench_heap.sh: jemalloc's own heap profiler is the peer of the
+  # preload library (Debian's build has --enable-prof)
+  libjemalloc2
 )
 packages=("${build_packages[@]}")
 [ "$mode" = all ] && packages+=("${test_packages[@]}")
