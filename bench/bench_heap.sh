@@ -26,7 +26,9 @@
 #      writing (nearly) all of them
 # Each repeat runs every configuration once, in turn (round-robin), so
 # load on the machine falls on all of them alike; the median of the
-# REPEATS is printed. Needs root for (f) (uprobes); without it (f) fails
+# REPEATS is printed, and the percentages are medians of the ratios within
+# each repeat (a configuration against (a) or (d) of the same round), which
+# cancels most of the drift of a shared machine. Needs root for (f) (uprobes); without it (f) fails
 # and is shown as such. Goals: (c) at most 3% slower than (a), and no
 # slower than (d).
 set -eu
@@ -86,6 +88,9 @@ run() {
   cat "$helper" >>"$TMP/$cfg.helper"
 }
 
+# ratio CFG BASE: the median over repeats of CFG's ns/pair over BASE's in
+# the same repeat (only repeats where both ran).
+ratio() { paste "$TMP/$1" "$TMP/$2" | awk 'NF == 2 && $2 > 0 {print $1 / $2}' | median; }
 median() { sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print ""}'; }
 # field NAME FILE: the median of "NAME value" over the helper's lines.
 field() { sed -n "s/.*$1 \\([0-9.]*\\).*/\\1/p" "$2" | median; }
@@ -101,7 +106,6 @@ done
 for cfg in $CONFIGS; do
   eval "m_$cfg=\$(median <\"\$TMP/$cfg\")"
 done
-A=$m_a D=$m_d
 
 name() {
   case $1 in
@@ -132,13 +136,15 @@ for cfg in $CONFIGS; do
     printf '%-40s %9s (failed: %s)\n' "$(name "$cfg")" - "$(head -1 "$TMP/$cfg.helper" 2>/dev/null)"
     continue
   fi
-  awk -v n="$(name "$cfg")" -v m="$m" -v a="$A" -v d="$D" -v cpu="$cpu" -v lost="$lost" \
+  va=$(ratio "$cfg" a) vd=$(ratio "$cfg" d)
+  eval "r_${cfg}_a=\$va r_${cfg}_d=\$vd"
+  awk -v n="$(name "$cfg")" -v m="$m" -v va="$va" -v vd="$vd" -v cpu="$cpu" -v lost="$lost" \
     -v runs="$(tr '\n' ' ' <"$TMP/$cfg")" \
-    'BEGIN {printf "%-40s %9.2f %+8.1f%% %+8.1f%% %9s %9s  %s\n", n, m, 100*(m/a-1), 100*(m/d-1), cpu, lost, runs}'
+    'BEGIN {printf "%-40s %9.2f %+8.1f%% %+8.1f%% %9s %9s  %s\n", n, m, 100*(va-1), 100*(vd-1), cpu, lost, runs}'
 done
 echo "  helper-cpu: heap_reader's own CPU over the run; lost: records lost / read (c, g),"
 echo "  samples lost / taken (f)"
-awk -v a="$A" -v c="$m_c" -v d="$D" 'BEGIN {
-  printf "goal (c) <= (a) + 3%%: %s (%+.1f%%)\n", (c <= a * 1.03) ? "met" : "NOT met", 100*(c/a-1)
-  printf "goal (c) <= (d):      %s (%+.1f%%)\n", (c <= d) ? "met" : "NOT met", 100*(c/d-1)
+awk -v ca="$r_c_a" -v cd="$r_c_d" 'BEGIN {
+  printf "goal (c) <= (a) + 3%%: %s (%+.1f%%)\n", (ca <= 1.03) ? "met" : "NOT met", 100*(ca-1)
+  printf "goal (c) <= (d):      %s (%+.1f%%)\n", (cd <= 1) ? "met" : "NOT met", 100*(cd-1)
 }'
