@@ -310,7 +310,14 @@ int ember__heapshm_drain(ember__heapshm_t *r,
   while (r->tail != head) {
     uint64_t cell = r->tail % r->ncells;
     uint64_t off = EMBER_ALLOC_SHM_RING_OFF + cell * EMBER_ALLOC_SHM_CELL;
-    if (ember__safe_pread(r->fd, rec, sizeof *rec, off) != (ssize_t)sizeof *rec)
+    /* The ring's last cell has 64 bytes before the file's end: a pad
+     * record there is one cell, shorter than a record's head. */
+    size_t hl = sizeof *rec;
+    if ((r->ncells - cell) * EMBER_ALLOC_SHM_CELL < hl) {
+      hl = (size_t)(r->ncells - cell) * EMBER_ALLOC_SHM_CELL;
+      memset(rec, 0, sizeof *rec);
+    }
+    if (ember__safe_pread(r->fd, rec, hl, off) != (ssize_t)hl)
       return fault(r, "a record cannot be read");
     if (rec->seq != r->tail + 1) {
       /* Not published yet: wait for it, up to STUCK_POLLS polls; then its
