@@ -359,6 +359,43 @@ static void test_heap_hostile_records(void **state) {
   finish(&f);
 }
 
+/* A one-cell pad record in the ring's last cell (64 bytes before the
+ * file's end, less than a record's head) is read as what it is, not as
+ * a short read of a lying file. */
+static void test_heap_pad_at_ring_end(void **state) {
+  (void)state;
+  fixture_t f;
+  start(&f, PROG_FP, "startup", "65536");
+  kill(f.pid, SIGSTOP);
+  ember__heap_detach(f.heap, f.pid);
+  char path[64], err[512];
+  file_of(f.pid, path, sizeof path);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  assert_true(fd >= 0);
+  ember_alloc_shm_t h;
+  assert_int_equal(pread(fd, &h, sizeof h, 0), (ssize_t)sizeof h);
+  uint64_t ncells = h.ring_bytes / EMBER_ALLOC_SHM_CELL;
+  uint64_t t = ncells * 4 - 1; /* the last cell, some laps on */
+  ember_alloc_rec_t pad = {.seq = t + 1, .ncells = 1, .kind = EMBER_ALLOC_REC_PAD};
+  assert_int_equal(pwrite(fd, &pad, EMBER_ALLOC_SHM_CELL,
+                          (off_t)(EMBER_ALLOC_SHM_RING_OFF + (ncells - 1) * EMBER_ALLOC_SHM_CELL)),
+                   (ssize_t)EMBER_ALLOC_SHM_CELL);
+  pwrite_u64(fd, (off_t)offsetof(ember_alloc_shm_t, tail), t);
+  pwrite_u64(fd, (off_t)offsetof(ember_alloc_shm_t, head), t + 1);
+  uint64_t faults = ember__heapshm_faults();
+  assert_int_equal(ember__heap_attach(f.heap, f.pid, err, sizeof err), 0);
+  ember__heap_poll(f.heap, 0);
+  assert_int_equal(ember__heapshm_faults(), faults);
+  assert_true(ember__heap_follows(f.heap, f.pid));
+  uint64_t tail = 0;
+  assert_int_equal(pread(fd, &tail, sizeof tail, (off_t)offsetof(ember_alloc_shm_t, tail)),
+                   (ssize_t)sizeof tail);
+  assert_int_equal(tail, t + 1);
+  close(fd);
+  kill(f.pid, SIGCONT);
+  finish(&f);
+}
+
 /* Headers that lie: a forged pid, another version, a ring size that is
  * not the file's; a cut file. None is opened, or read once cut. */
 static void test_heap_hostile_headers(void **state) {
@@ -493,6 +530,7 @@ int main(void) {
       cmocka_unit_test(test_heap_hostile_records),
       cmocka_unit_test(test_heap_hostile_headers),
       cmocka_unit_test(test_heap_one_reader),
+      cmocka_unit_test(test_heap_pad_at_ring_end),
       cmocka_unit_test(test_heap_own_dev_shm),
       cmocka_unit_test(test_heap_ld_so_preload),
   };
