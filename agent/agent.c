@@ -25,6 +25,7 @@
 #include "session.h"
 #include "symbolize.h"
 #include "unwtab.h"
+#include "array.h"
 #include "heap.h"
 #include "heapshm.h"
 #include "window.h"
@@ -343,18 +344,25 @@ static void ensure_maps(pidinfo_t *p, const ember__raw_sample_t *s) {
  * then the user frames unwound from the registers and the copy with the
  * process's maps, which are refreshed first if they miss the sampled pc
  * (a library loaded since). Into a->stack_ips; returns the length. */
+/* Unwind user frames of p from regs over a stack copy with its maps,
+ * refreshed first if they miss the pc (a library loaded since): CPU
+ * samples and heap records alike. a->unw must be set. */
+static size_t unwind_user(agent_t *a, pidinfo_t *p, const ember__unwind_regs_t *regs,
+                          const uint8_t *stack, size_t len, uint64_t *ips, size_t cap) {
+  if (p->maps == NULL || !ember__procmaps_covers(p->maps->maps, regs->ip))
+    refresh_maps_within(p, true);
+  return ember__unwtab_unwind(a->unw, p->maps ? p->maps->maps : NULL, regs, stack, len, ips, cap);
+}
+
 static uint32_t whole_stack(agent_t *a, pidinfo_t *p, const ember__raw_sample_t *s,
                             const uint64_t **ips) {
   *ips = s->ips;
   ember__unwind_regs_t regs;
   if (a->unw == NULL || !ember__perf_user_regs(s, &regs.ip, &regs.sp, &regs.bp)) return s->nips;
-  if (p->maps == NULL || !ember__procmaps_covers(p->maps->maps, regs.ip))
-    refresh_maps_within(p, true);
   uint32_t nk = s->nips < EMBER__PERF_MAX_CHAIN ? s->nips : EMBER__PERF_MAX_CHAIN;
   memcpy(a->stack_ips, s->ips, nk * sizeof *s->ips);
-  size_t nu =
-      ember__unwtab_unwind(a->unw, p->maps ? p->maps->maps : NULL, &regs, s->stack,
-                           (size_t)s->stack_size, a->stack_ips + nk, EMBER__UNWIND_MAX_DEPTH);
+  size_t nu = unwind_user(a, p, &regs, s->stack, (size_t)s->stack_size, a->stack_ips + nk,
+                          EMBER__UNWIND_MAX_DEPTH);
   *ips = a->stack_ips;
   return nk + (uint32_t)nu;
 }
@@ -411,10 +419,7 @@ static size_t heap_unwind(void *ctx, uint32_t pid, const ember__unwind_regs_t *r
   agent_t *a = ctx;
   if (a->unw == NULL) return 0;
   pidinfo_t *p = pidinfo_get(a, pid);
-  if (p == NULL) return 0;
-  if (p->maps == NULL || !ember__procmaps_covers(p->maps->maps, regs->ip))
-    refresh_maps_within(p, true);
-  return ember__unwtab_unwind(a->unw, p->maps ? p->maps->maps : NULL, regs, stack, len, ips, cap);
+  return p != NULL ? unwind_user(a, p, regs, stack, len, ips, cap) : 0;
 }
 
 /* How often a selected process without a followed heap is looked at
@@ -424,17 +429,17 @@ static size_t heap_unwind(void *ctx, uint32_t pid, const ember__unwind_regs_t *r
  * holds 128 records: 1.28 GB/s of allocation at 512 KiB). */
 #define HEAP_POLL_MS 100
 
-static void collect_selected(void *ctx, const ember__target_t *t) {
-  pid_list_t *l = ctx;
-  if (!t->selected || t->exited) return;
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 16;
-    uint32_t *np = ember_realloc(l->pids, cap * sizeof *np);
-    if (np == NULL) return; /* the next scan tries again */
-    l->pids = np;
-    l->cap = cap;
-  }
+/* Add a target's pid to the list; out of memory, it is left out (the
+ * next scan tries again). */
+static void pid_list_push(pid_list_t *l, const ember__target_t *t) {
+  uint32_t *np = ember__grow_array(l->pids, &l->cap, l->n + 1, sizeof *np);
+  if (np == NULL) return;
+  l->pids = np;
   l->pids[l->n++] = (uint32_t)t->pid;
+}
+
+static void collect_selected(void *ctx, const ember__target_t *t) {
+  if (t->selected && !t->exited) pid_list_push(ctx, t);
 }
 
 /* Follow the heap of every selected process that runs with the library. */
@@ -928,16 +933,7 @@ static void on_window_timer(uv_timer_t *t) {
 }
 
 static void collect_actor(void *ctx, const ember__target_t *t) {
-  pid_list_t *l = ctx;
-  if (!t->selected || t->exited || t->actor == NULL) return;
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 16;
-    uint32_t *np = ember_realloc(l->pids, cap * sizeof *np);
-    if (np == NULL) return; /* the next scan tries again */
-    l->pids = np;
-    l->cap = cap;
-  }
-  l->pids[l->n++] = (uint32_t)t->pid;
+  if (t->selected && !t->exited && t->actor != NULL) pid_list_push(ctx, t);
 }
 
 /* Actors are announced on ember.targets as soon as they are found, not when

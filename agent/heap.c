@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "array.h"
 #include "ember/ember.h"
 #include "heapshm.h"
 #include "htab.h"
@@ -100,14 +101,11 @@ static void set_free(hset_t *s) {
   memset(s, 0, sizeof *s);
 }
 
+/* ember__grow_array on *arr in place: 0 or -ENOMEM. */
 static int grow(void **arr, size_t *cap, size_t need, size_t size) {
-  if (need <= *cap) return 0;
-  size_t c = *cap ? *cap : 64;
-  while (c < need) c *= 2;
-  void *n = ember_realloc(*arr, c * size);
+  void *n = ember__grow_array(*arr, cap, need, size);
   if (n == NULL) return -ENOMEM;
   *arr = n;
-  *cap = c;
   return 0;
 }
 

@@ -304,6 +304,18 @@ static void file_of(pid_t pid, char *path, size_t n) {
   snprintf(path, n, "/dev/shm/ember-alloc.%d", (int)pid);
 }
 
+/* Stop the program and open its control file as the program could (to
+ * write lies into it); *h gets its header. Returns the descriptor. */
+static int open_stopped(const fixture_t *f, ember_alloc_shm_t *h) {
+  char path[64];
+  kill(f->pid, SIGSTOP);
+  file_of(f->pid, path, sizeof path);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  assert_true(fd >= 0);
+  assert_int_equal(pread(fd, h, sizeof *h, 0), (ssize_t)sizeof *h);
+  return fd;
+}
+
 static void pwrite_u64(int fd, off_t off, uint64_t v) {
   assert_int_equal(pwrite(fd, &v, sizeof v, off), (ssize_t)sizeof v);
 }
@@ -314,13 +326,8 @@ static void test_heap_hostile_records(void **state) {
   (void)state;
   fixture_t f;
   start(&f, PROG_FP, "startup", "65536");
-  kill(f.pid, SIGSTOP);
-  char path[64];
-  file_of(f.pid, path, sizeof path);
-  int fd = open(path, O_RDWR | O_CLOEXEC);
-  assert_true(fd >= 0);
   ember_alloc_shm_t h;
-  assert_int_equal(pread(fd, &h, sizeof h, 0), (ssize_t)sizeof h);
+  int fd = open_stopped(&f, &h);
   /* A live entry of size 0 and one of mean 0: refused. */
   ember_alloc_live_t bad[2] = {{0x7000001000ULL, 0, 65536, 0}, {0x7000002000ULL, 4096, 0, 0}};
   assert_int_equal(pwrite(fd, bad, sizeof bad, (off_t)(EMBER_ALLOC_SHM_LIVE_OFF + 8 * 32)),
@@ -366,14 +373,10 @@ static void test_heap_pad_at_ring_end(void **state) {
   (void)state;
   fixture_t f;
   start(&f, PROG_FP, "startup", "65536");
-  kill(f.pid, SIGSTOP);
   ember__heap_detach(f.heap, f.pid);
-  char path[64], err[512];
-  file_of(f.pid, path, sizeof path);
-  int fd = open(path, O_RDWR | O_CLOEXEC);
-  assert_true(fd >= 0);
+  char err[512];
   ember_alloc_shm_t h;
-  assert_int_equal(pread(fd, &h, sizeof h, 0), (ssize_t)sizeof h);
+  int fd = open_stopped(&f, &h);
   uint64_t ncells = h.ring_bytes / EMBER_ALLOC_SHM_CELL;
   uint64_t t = ncells * 4 - 1; /* the last cell, some laps on */
   ember_alloc_rec_t pad = {.seq = t + 1, .ncells = 1, .kind = EMBER_ALLOC_REC_PAD};
@@ -402,14 +405,10 @@ static void test_heap_hostile_headers(void **state) {
   (void)state;
   fixture_t f;
   start(&f, PROG_FP, "startup", "65536");
-  kill(f.pid, SIGSTOP);
   ember__heap_detach(f.heap, f.pid);
-  char path[64], err[512];
-  file_of(f.pid, path, sizeof path);
-  int fd = open(path, O_RDWR | O_CLOEXEC);
-  assert_true(fd >= 0);
+  char err[512];
   ember_alloc_shm_t h;
-  assert_int_equal(pread(fd, &h, sizeof h, 0), (ssize_t)sizeof h);
+  int fd = open_stopped(&f, &h);
   struct {
     size_t off;
     uint32_t v;
