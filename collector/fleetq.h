@@ -164,4 +164,8 @@ int ember__fleetq_timelines(const ember__fleetq_t *f, ember_store_t *store,
                             int64_t step_ns, size_t max_values, ember_store_timelines_t **out,
                             char *partial, size_t partial_size);
 
+/* Order of two label sets (worker, version, host, actor; NULL first):
+ * the order both series and gauge parts are merged in. */
+int ember__fleetq_labels_cmp(const ember_labels_t *x, const ember_labels_t *y);
+
 #endif

@@ -16,19 +16,6 @@
 /* The most parts one peer answer may hold: one per series. */
 #define GAUGE_MAX_PARTS (1u << 20)
 
-static int label_cmp(const char *a, const char *b) {
-  if (a == NULL || b == NULL) return (a != NULL) - (b != NULL);
-  return strcmp(a, b);
-}
-
-static int labels_cmp(const ember_labels_t *x, const ember_labels_t *y) {
-  int c = label_cmp(x->worker, y->worker);
-  if (c == 0) c = label_cmp(x->version, y->version);
-  if (c == 0) c = label_cmp(x->host, y->host);
-  if (c == 0) c = label_cmp(x->actor, y->actor);
-  return c;
-}
-
 int ember__fleetq_gauge_encode(ember_profile_t *const *parts, size_t n, ember_buf_t *out) {
   ember_buf_t one;
   ember_buf_init(&one, SIZE_MAX - 1);
@@ -111,7 +98,7 @@ typedef struct part_ref {
 
 static int part_cmp(const void *a, const void *b) {
   const part_ref_t *x = a, *y = b;
-  int c = labels_cmp(ember_profile_labels(x->p), ember_profile_labels(y->p));
+  int c = ember__fleetq_labels_cmp(ember_profile_labels(x->p), ember_profile_labels(y->p));
   if (c != 0) return c;
   /* Latest first within one label set. */
   return x->start > y->start ? -1 : x->start < y->start;
@@ -140,7 +127,7 @@ int ember__fleetq_gauge_sum(ember_profile_t *const *parts, size_t n,
   int64_t latest = 0;
   for (size_t i = 0; i < n && rc == 0; i++) {
     const ember_labels_t *l = ember_profile_labels(refs[i].p);
-    if (set == NULL || labels_cmp(set, l) != 0) {
+    if (set == NULL || ember__fleetq_labels_cmp(set, l) != 0) {
       set = l;
       latest = refs[i].start;
     }
@@ -346,7 +333,7 @@ static int peer_rows(const ember__fetch_t *f, grows_t *rows, char *why, size_t n
 
 static int grow_cmp(const void *a, const void *b) {
   const grow_t *x = a, *y = b;
-  int c = labels_cmp(&x->labels, &y->labels);
+  int c = ember__fleetq_labels_cmp(&x->labels, &y->labels);
   if (c != 0) return c;
   return (x->id == 0) - (y->id == 0);
 }
@@ -404,7 +391,7 @@ int ember__fleetq_gauge_timelines(const ember__fleetq_t *f, ember_store_t *store
   size_t k = 0;
   if (rc == 0 && rows.n > 1) qsort(rows.v, rows.n, sizeof *rows.v, grow_cmp);
   for (size_t i = 0; i < rows.n && rc == 0; i++) {
-    if (k > 0 && labels_cmp(&rows.v[k - 1].labels, &rows.v[i].labels) == 0) {
+    if (k > 0 && ember__fleetq_labels_cmp(&rows.v[k - 1].labels, &rows.v[i].labels) == 0) {
       grow_t *d = &rows.v[k - 1], *s = &rows.v[i];
       for (size_t b = 0; b < nb && rc == 0; b++) {
         if (s->at[b] > d->at[b]) {

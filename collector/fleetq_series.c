@@ -21,7 +21,7 @@ static int label_cmp(const char *a, const char *b) {
   return strcmp(a, b);
 }
 
-static int labels_cmp(const ember_labels_t *x, const ember_labels_t *y) {
+int ember__fleetq_labels_cmp(const ember_labels_t *x, const ember_labels_t *y) {
   int c = label_cmp(x->worker, y->worker);
   if (c == 0) c = label_cmp(x->version, y->version);
   if (c == 0) c = label_cmp(x->host, y->host);
@@ -79,7 +79,7 @@ static int vec_push(series_vec_t *s, const ember_store_series_t *x) {
 
 static int series_cmp(const void *a, const void *b) {
   const ember_store_series_t *x = a, *y = b;
-  int c = labels_cmp(&x->labels, &y->labels);
+  int c = ember__fleetq_labels_cmp(&x->labels, &y->labels);
   if (c != 0) return c;
   return (x->id == 0) - (y->id == 0); /* this store's own first */
 }
@@ -168,7 +168,7 @@ int ember__fleetq_series(const ember__fleetq_t *f, ember_store_t *store,
     qsort(all.v, all.n, sizeof *all.v, series_cmp);
     size_t k = 0;
     for (size_t i = 0; i < all.n; i++) {
-      if (k > 0 && labels_cmp(&all.v[k - 1].labels, &all.v[i].labels) == 0) {
+      if (k > 0 && ember__fleetq_labels_cmp(&all.v[k - 1].labels, &all.v[i].labels) == 0) {
         ember_store_series_t *d = &all.v[k - 1];
         if (all.v[i].first_ns < d->first_ns) d->first_ns = all.v[i].first_ns;
         if (all.v[i].last_ns > d->last_ns) d->last_ns = all.v[i].last_ns;
@@ -200,7 +200,7 @@ typedef struct tl_row {
 
 static int row_cmp(const void *a, const void *b) {
   const tl_row_t *x = a, *y = b;
-  int c = labels_cmp(&x->labels, &y->labels);
+  int c = ember__fleetq_labels_cmp(&x->labels, &y->labels);
   if (c != 0) return c;
   return (x->id == 0) - (y->id == 0);
 }
@@ -347,7 +347,7 @@ int ember__fleetq_timelines(const ember__fleetq_t *f, ember_store_t *store,
     qsort(rows.v, rows.n, sizeof *rows.v, row_cmp);
     size_t k = 0;
     for (size_t i = 0; i < rows.n && rc == 0; i++) {
-      if (k > 0 && labels_cmp(&rows.v[k - 1].labels, &rows.v[i].labels) == 0) {
+      if (k > 0 && ember__fleetq_labels_cmp(&rows.v[k - 1].labels, &rows.v[i].labels) == 0) {
         for (size_t b = 0; b < rows.nb && rc == 0; b++)
           rc = add_sat(&rows.v[k - 1].cpu[b], rows.v[i].cpu[b]);
         labels_free(&rows.v[i].labels);
