@@ -588,10 +588,21 @@ static void test_fleet_a_crash_before_the_commit_counts_once(void **state) {
   assert_true(lb0 == after);
   /* A comes back with its store: its uncommitted copies are undone. */
   start(&a, "a", "g", NULL);
+  /* A undoes at its first announcement after it has read B's: it must
+   * start, join the group, read ember.collectors from its beginning (every
+   * earlier test's collectors are there) and be assigned first, which under
+   * ASan beside a loaded machine has taken more than 30 s. */
   double undone = 0;
-  for (int t = 0; t < 300 && undone <= 0; t++) {
+  for (int t = 0; t < 1200 && undone <= 0; t++) {
     undone = tu_metric(a.port, "ember_collector_undone_windows_total");
     if (undone <= 0) usleep(100000);
+  }
+  if (undone <= 0) {
+    char lines[4096] = "";
+    snprintf(cmd, sizeof cmd, "grep -E 'undid|assigned|peer|announc|cannot' %s | tail -n 20",
+             a.log);
+    tu_sh(cmd, lines, sizeof lines);
+    print_message("a undid nothing within 120 s; its log says:\n%s\n", lines);
   }
   int64_t fa = -1, fb = -1, la = 0, lb = 0;
   for (int t = 0; t < 200; t++) {
