@@ -2,7 +2,8 @@
 # each for a fixed time (scripts/test.sh); the seed corpora are committed:
 # corpus/ for fuzz_codec, corpus_perfmap/, corpus_procmaps/, corpus_cfi/ and
 # corpus_debuginfo/ for the parsers of files a profiled process controls,
-# corpus_rules/ for alert rules (API bodies and rules files).
+# corpus_rules/ for alert rules (API bodies and rules files),
+# corpus_sourcemap/ for source maps.
 if(EMBER_FUZZ)
   add_executable(fuzz_codec ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_codec.c)
   target_link_libraries(fuzz_codec PRIVATE ember)
@@ -31,6 +32,11 @@ if(EMBER_FUZZ)
   target_link_libraries(fuzz_rules PRIVATE ember PkgConfig::JANSSON)
   target_link_options(fuzz_rules PRIVATE -fsanitize=fuzzer)
   ember_warnings(fuzz_rules)
+  # Source maps: what a script's deployer wrote (src/sourcemap.c is in ember).
+  add_executable(fuzz_sourcemap ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_sourcemap.c)
+  target_link_libraries(fuzz_sourcemap PRIVATE ember)
+  target_link_options(fuzz_sourcemap PRIVATE -fsanitize=fuzzer)
+  ember_warnings(fuzz_sourcemap)
   foreach(name fuzz_perfmap fuzz_procmaps fuzz_cfi fuzz_debuginfo)
     target_include_directories(${name} PRIVATE ${agent})
     target_link_libraries(${name} PRIVATE ember)
