@@ -34,7 +34,7 @@ test_packages=(
   # stripped, debuglink and MiniDebugInfo fixtures (objcopy, strip, nm, xz)
   binutils xz-utils
   # the dashboard's browser test drives Debian's chromium (/usr/bin/chromium)
-  # with playwright-core (scripts/browser-deps.sh)
+  # with playwright-core (scripts/npm-deps.sh)
   chromium
   # test_deploy runs systemd-analyze verify on the units in deploy/systemd
   systemd

@@ -37,8 +37,8 @@ done
 rm -rf "$jsdir"
 echo "node --check: web/*.js parse"
 
-step "browser test packages (tests/browser: npm ci)"
-./scripts/browser-deps.sh
+step "the tests' npm packages (tests/browser, tests/jsbundle: npm ci)"
+./scripts/npm-deps.sh
 
 step "Kafka broker jars"
 ./tests/kafka/broker.sh fetch

@@ -2,7 +2,7 @@
 # serving web/ and fed by a real ember-agent profiling real programs
 # through the real broker (one of them a spike that fires an alert),
 # driven by tests/browser/dashboard.test.mjs (playwright-core and Debian's
-# chromium: scripts/deps.sh and scripts/browser-deps.sh install them).
+# chromium: scripts/deps.sh and scripts/npm-deps.sh install them).
 # Screenshots of each view go to tmp/screenshots-<tag>/ in the build tree.
 # It keeps two burners, two versions of a program and a browser busy, so it
 # runs alone.

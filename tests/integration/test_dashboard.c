@@ -52,7 +52,7 @@ static void require_browser(char *node, size_t size) {
     fail_msg("%s is missing: run scripts/deps.sh (Debian's chromium package)", CHROMIUM);
   struct stat st;
   if (stat(BROWSER_DIR "/node_modules/playwright-core/package.json", &st) != 0)
-    fail_msg("%s/node_modules has no playwright-core: run scripts/browser-deps.sh", BROWSER_DIR);
+    fail_msg("%s/node_modules has no playwright-core: run scripts/npm-deps.sh", BROWSER_DIR);
   if (!tu_which("node", node, size)) fail_msg("node is not on PATH: run scripts/deps.sh");
 }
 
