@@ -50,6 +50,8 @@ const char *const ember__agent_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                 "unwind_table_memory",
                                                 "symbol_cache_memory",
                                                 "dwarf_debug_files",
+                                                "sourcemaps",
+                                                "sourcemap_memory",
                                                 "debug_dirs",
                                                 "max_stacks_per_window",
                                                 "wire_version",
@@ -157,10 +159,11 @@ typedef struct agent {
   ember__symbolizer_t *sym; /* close thread only */
   ember__sessions_t *sessions;
   ember__session_metrics_t sm;
-  ember__safe_metrics_t sf;   /* hostile files (agent/safefile.h) */
-  ember__unwtab_t *unw;       /* loop thread: unwind tables (unwind != fp) */
-  ember__heap_t *heap;        /* loop thread: the in-use heap (config heap) */
-  ember__window_t *heap_open; /* its allocations of the open window */
+  ember__safe_metrics_t sf;    /* hostile files (agent/safefile.h) */
+  ember__jsmaps_metrics_t jsm; /* source maps (agent/jsmap.h) */
+  ember__unwtab_t *unw;        /* loop thread: unwind tables (unwind != fp) */
+  ember__heap_t *heap;         /* loop thread: the in-use heap (config heap) */
+  ember__window_t *heap_open;  /* its allocations of the open window */
   uv_timer_t heap_timer;
   uint64_t stack_ips[EMBER__PERF_MAX_CHAIN + EMBER__UNWIND_MAX_DEPTH];
 
@@ -604,6 +607,9 @@ static void process_job(agent_t *a, job_t *j) {
   atomic_store(&a->sym_bytes, st.bytes);
   atomic_store(&a->debug_bytes, st.debug_bytes);
   atomic_store(&a->sym_evictions, st.evictions);
+  ember__jsmaps_stats_t js;
+  ember__symbolizer_jsmaps_stats(a->sym, &js);
+  ember__jsmaps_update_metrics(&a->jsm, &js);
   /* What the window's symbolization freed (evicted modules, libdw's line
    * tables, the frames) sits in malloc's free lists, in this thread's
    * arena: give whole free pages back to the kernel. A few ms per
@@ -1185,6 +1191,7 @@ static void register_metrics(agent_t *a) {
                                              "Unwind tables dropped for unwind_table_memory");
   ember__sessions_register_metrics(m, &a->sm);
   ember__safe_register_metrics(m, &a->sf);
+  ember__jsmaps_register_metrics(m, &a->jsm);
 }
 
 static int read_config(agent_t *a, const ember_config_t *cfg, char *err, size_t errsz) {
@@ -1321,6 +1328,12 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
   if (rc == 0) rc = ember_config_get_bool(cfg, "dwarf", true, &dwarf, err, sizeof err);
   if (rc == 0)
     rc = ember_config_get_bool(cfg, "dwarf_debug_files", false, &dwarf_files, err, sizeof err);
+  bool sourcemaps = true;
+  uint64_t sm_mem = 256u << 20;
+  if (rc == 0) rc = ember_config_get_bool(cfg, "sourcemaps", true, &sourcemaps, err, sizeof err);
+  if (rc == 0)
+    rc = ember_config_get_u64(cfg, "sourcemap_memory", 256u << 20, 1u << 20, 1ull << 36, &sm_mem,
+                              err, sizeof err);
   if (rc != 0) goto cleanup;
   ember__discovery_opts_t dopt = {
       .selector = ember_config_get(cfg, "selector"), .self = a->self, .netlink = netlink};
@@ -1330,7 +1343,9 @@ int ember__agent_run(const ember_config_t *cfg, ember_kafka_t *kafka) {
   ember__symbolizer_opts_t sopt = {.dwarf = dwarf,
                                    .max_bytes = sym_mem,
                                    .no_detached_dwarf = !dwarf_files,
-                                   .debug_dirs = ember_config_get(cfg, "debug_dirs")};
+                                   .debug_dirs = ember_config_get(cfg, "debug_dirs"),
+                                   .sourcemaps = sourcemaps,
+                                   .sourcemap_bytes = sm_mem};
   rc = ember__symbolizer_new(&sopt, &a->sym);
   if (rc == -EINVAL) {
     snprintf(err, sizeof err,

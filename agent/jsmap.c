@@ -27,11 +27,13 @@ typedef struct script {
   uint64_t dev, ino, size;
   int64_t mtime_ns;
   char *path;             /* the path V8 named it by, first seen */
+  char *base;             /* where the map's relative sources start: its directory */
   ember_sourcemap_t *map; /* NULL: none, refused, or evicted */
   size_t bytes;           /* memory of map */
   uint64_t used;          /* epoch of the last frame mapped through it */
   uint64_t seen;          /* epoch of the last check that found it */
   bool evicted;           /* had a map, dropped for the bound: decode again */
+  uint32_t gen;           /* bumped when the slot is reused for another script */
 } script_t;
 
 /* A script as one process names it, checked against the file once per
@@ -42,6 +44,7 @@ typedef struct ref {
   size_t len;
   uint64_t hash;
   uint32_t script; /* NONE: no file, refused, or no map */
+  uint32_t gen;    /* the script slot's gen when found */
   uint64_t epoch;  /* of the last check; 0 = never */
 } ref_t;
 
@@ -92,6 +95,7 @@ void ember__jsmaps_free(ember__jsmaps_t *m) {
   for (size_t i = 0; i < m->nscripts; i++) {
     ember_sourcemap_free(m->scripts[i].map);
     ember_free(m->scripts[i].path);
+    ember_free(m->scripts[i].base);
   }
   ember_free(m->scripts);
   for (size_t i = 0; i < m->nrefs; i++) ember_free(m->refs[i].name);
@@ -356,6 +360,16 @@ static int load_map(ember__jsmaps_t *m, const view_t *v, const char *path, int f
       goto done;
     }
   }
+  /* Relative sources start at the map's directory (the script's for an
+   * inline map). */
+  const char *at = have_file ? mpath : path;
+  const char *slash = strrchr(at, '/');
+  ember_free(s->base);
+  s->base = ember_strndup(at, slash > at ? (size_t)(slash - at) : 1);
+  if (s->base == NULL) {
+    rc = -ENOMEM;
+    goto done;
+  }
   ember_sourcemap_error_t err;
   rc = ember_sourcemap_parse(json, jsonlen, &m->lim, &s->map, &err);
   if (rc == -EINVAL) {
@@ -435,7 +449,8 @@ static int new_script(ember__jsmaps_t *m, uint32_t *idx) {
     m->st.held--;
   }
   ember_free(old->path); /* frames of this epoch name no script unseen in it */
-  *old = (script_t){0};
+  ember_free(old->base);
+  *old = (script_t){.gen = old->gen + 1};
   *idx = (uint32_t)(old - m->scripts);
   return 0;
 }
@@ -444,6 +459,7 @@ static int new_script(ember__jsmaps_t *m, uint32_t *idx) {
  * decode the script's map if it has none in memory. */
 static int check(ember__jsmaps_t *m, ref_t *r) {
   r->epoch = m->epoch;
+  uint32_t before = r->script;
   r->script = NONE;
   char path[PATH_MAX], tmp[PATH_MAX];
   if (!ember_jsname_script_path(r->name, r->len, path, sizeof path)) return 0;
@@ -457,7 +473,16 @@ static int check(ember__jsmaps_t *m, ref_t *r) {
   if (n < 0 || (size_t)n >= sizeof tmp) return 0;
   /* The root link is the kernel's; below it, everything is the process's. */
   v.rootfd = open(tmp, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (v.rootfd < 0) return 0;
+  if (v.rootfd < 0) {
+    /* The process is gone (its last window closes after it exits): the
+     * script it ran is what the last check found, if it found one, and
+     * the slot still holds it unless reused (then the identity is gone). */
+    if (before != NONE && m->scripts[before].gen == r->gen) {
+      r->script = before;
+      m->scripts[before].seen = m->epoch;
+    }
+    return 0;
+  }
   int rc = 0, fd = view_open(&v, path, 0, &st);
   if (fd < 0) {
     if (refused_open(fd)) {
@@ -503,6 +528,7 @@ static int check(ember__jsmaps_t *m, ref_t *r) {
     if (rc == 0) rc = trim(m);
   }
   r->script = idx;
+  r->gen = s->gen;
 done:
   if (fd >= 0) close(fd);
   close(v.rootfd);
@@ -528,13 +554,22 @@ int ember__jsmaps_frame(ember__jsmaps_t *m, pid_t pid, const char *name, ember__
     m->st.unmapped++;
     return 0;
   }
+  const char *file = pos.source;
+  if (ember_sourcemap_source_is_relative(file)) {
+    char joined[PATH_MAX];
+    int n = snprintf(joined, sizeof joined, "%s/%s", s->base, file);
+    if (n > 0 && (size_t)n < sizeof joined) {
+      normalize(joined);
+      file = ember__strarena_dup(&m->names, joined, strlen(joined));
+      if (file == NULL) return -ENOMEM;
+    }
+  }
   const char *fn = pos.name;
   if (fn == NULL)
     fn =
         j.function_len ? ember__strarena_dup(&m->names, j.function, j.function_len) : "(anonymous)";
   if (fn == NULL) return -ENOMEM;
-  *out =
-      (ember__jsframe_t){.function = fn, .file = pos.source, .line = pos.line, .script = s->path};
+  *out = (ember__jsframe_t){.function = fn, .file = file, .line = pos.line, .script = s->path};
   m->st.mapped++;
   return 1;
 }
@@ -572,4 +607,40 @@ void ember__jsmaps_forget(ember__jsmaps_t *m, pid_t pid) {
 void ember__jsmaps_stats(const ember__jsmaps_t *m, ember__jsmaps_stats_t *out) {
   if (m == NULL || out == NULL) return;
   *out = m->st;
+}
+
+void ember__jsmaps_register_metrics(ember_metrics_t *m, ember__jsmaps_metrics_t *out) {
+  *out = (ember__jsmaps_metrics_t){0};
+  out->frames = ember_metrics_counter(m, "ember_agent_sourcemap_frames_total",
+                                      "JavaScript frames named through their script's source map");
+  out->decoded = ember_metrics_counter(m, "ember_agent_sourcemap_decoded_total",
+                                       "Source maps read and decoded (again after an eviction)");
+  out->evictions =
+      ember_metrics_counter(m, "ember_agent_sourcemap_evictions_total",
+                            "Decoded source maps dropped for the memory bound (sourcemap_memory)");
+  out->bytes = ember_metrics_gauge(m, "ember_agent_sourcemap_bytes",
+                                   "Memory of the decoded source maps held");
+  static const char help[] = "Source maps not used, by reason (the map's frames keep their names)";
+  char name[96];
+  for (int r = 1; r < EMBER_SOURCEMAP_REASONS; r++) {
+    snprintf(name, sizeof name, "ember_agent_sourcemap_refused_total{reason=\"%s\"}",
+             ember_sourcemap_reason_name((ember_sourcemap_reason_t)r));
+    out->refused[r] = ember_metrics_counter(m, name, help);
+  }
+  out->unsafe =
+      ember_metrics_counter(m, "ember_agent_sourcemap_refused_total{reason=\"unsafe\"}", help);
+  out->unsupported =
+      ember_metrics_counter(m, "ember_agent_sourcemap_refused_total{reason=\"unsupported\"}", help);
+}
+
+void ember__jsmaps_update_metrics(const ember__jsmaps_metrics_t *mt,
+                                  const ember__jsmaps_stats_t *st) {
+  ember_metric_set(mt->frames, (double)st->mapped);
+  ember_metric_set(mt->decoded, (double)st->maps);
+  ember_metric_set(mt->evictions, (double)st->evictions);
+  ember_metric_set(mt->bytes, (double)st->bytes);
+  for (int r = 1; r < EMBER_SOURCEMAP_REASONS; r++)
+    ember_metric_set(mt->refused[r], (double)st->refused[r]);
+  ember_metric_set(mt->unsafe, (double)st->unsafe);
+  ember_metric_set(mt->unsupported, (double)st->unsupported);
 }

@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "ember/metrics.h"
 #include "ember/sourcemap.h"
 
 typedef struct ember__jsmaps ember__jsmaps_t;
@@ -51,7 +52,8 @@ typedef struct ember__jsmaps_opts {
 /* What a frame maps to. Strings are valid until the next forget. */
 typedef struct ember__jsframe {
   const char *function; /* the original name, else the generated one */
-  const char *file;     /* the original source */
+  const char *file;     /* the original source; a relative one resolved
+                           against the map's directory */
   uint32_t line;        /* in it, 1-based */
   const char *script;   /* the generated script's path (the frame's module) */
 } ember__jsframe_t;
@@ -85,5 +87,18 @@ int ember__jsmaps_frame(ember__jsmaps_t *m, pid_t pid, const char *name, ember__
 void ember__jsmaps_forget(ember__jsmaps_t *m, pid_t pid);
 
 void ember__jsmaps_stats(const ember__jsmaps_t *m, ember__jsmaps_stats_t *out);
+
+/* The agent's metrics of source maps: ember_agent_sourcemap_frames_total,
+ * _decoded_total, _evictions_total, _bytes, and _refused_total by reason
+ * (the decoder's, "unsafe" and "unsupported"). */
+typedef struct ember__jsmaps_metrics {
+  ember_metric_t *frames, *decoded, *evictions, *bytes, *unsafe, *unsupported;
+  ember_metric_t *refused[EMBER_SOURCEMAP_REASONS];
+} ember__jsmaps_metrics_t;
+/* Register them (at start, before any update). */
+void ember__jsmaps_register_metrics(ember_metrics_t *m, ember__jsmaps_metrics_t *out);
+/* Copy counts into them (any thread). */
+void ember__jsmaps_update_metrics(const ember__jsmaps_metrics_t *mt,
+                                  const ember__jsmaps_stats_t *st);
 
 #endif

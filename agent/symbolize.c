@@ -23,6 +23,7 @@
 #include "elfsym.h"
 #include "ember/ember.h"
 #include "ksyms.h"
+#include "jsmap.h"
 #include "perfmap.h"
 #include "strarena.h"
 
@@ -105,6 +106,8 @@ struct ember__symbolizer {
   pidmap_t *pids[PID_BUCKETS];
   ember__perfmap_limits_t perf_limits;
 
+  ember__jsmaps_t *jsmaps; /* source maps of JIT frames' scripts; NULL = off */
+
   ember__strarena_t names; /* special mapping names ("[vsyscall]"), interned */
   const char **name_list;
   size_t nnames, names_cap;
@@ -136,6 +139,10 @@ int ember__symbolizer_new(const ember__symbolizer_opts_t *opts, ember__symbolize
   s->perf_limits = o.perf_map;
   ember__debuginfo_opts_t dopt = {.debug_dirs = o.debug_dirs};
   int rc = ember__debuginfo_new(&dopt, &s->debuginfo);
+  if (rc == 0 && o.sourcemaps) {
+    ember__jsmaps_opts_t jo = {.proc_root = s->proc_root, .max_bytes = o.sourcemap_bytes};
+    rc = ember__jsmaps_new(&jo, &s->jsmaps);
+  }
   if (rc != 0) {
     ember__symbolizer_free(s);
     return rc;
@@ -172,6 +179,7 @@ void ember__symbolizer_free(ember__symbolizer_t *s) {
   grave_flush(s);
   ember__elfmod_free(s->vdso);
   ember__debuginfo_free(s->debuginfo);
+  ember__jsmaps_free(s->jsmaps);
   ember_free(s->aliases);
   ember__ksyms_free(s->ksyms);
   for (size_t b = 0; b < PID_BUCKETS; b++) {
@@ -204,6 +212,7 @@ void ember__symbolizer_forget(ember__symbolizer_t *s, pid_t pid) {
   }
   trim_to_budget(s, NULL);
   grave_flush(s);
+  ember__jsmaps_forget(s->jsmaps, pid);
 }
 
 void ember__symbolizer_stats(const ember__symbolizer_t *s, ember__symbolizer_stats_t *out) {
@@ -218,6 +227,12 @@ void ember__symbolizer_stats(const ember__symbolizer_t *s, ember__symbolizer_sta
   out->minidebug = d.minidebug;
   out->debug_refused = d.build_id_mismatch + d.crc_mismatch + d.bad_link + d.unsafe + d.not_elf +
                        d.minidebug_bad + d.minidebug_too_big;
+}
+
+void ember__symbolizer_jsmaps_stats(const ember__symbolizer_t *s, ember__jsmaps_stats_t *out) {
+  if (out == NULL) return;
+  *out = (ember__jsmaps_stats_t){0};
+  if (s != NULL) ember__jsmaps_stats(s->jsmaps, out);
 }
 
 void ember__symbolizer_debuginfo_stats(const ember__symbolizer_t *s,
@@ -667,6 +682,17 @@ static int resolve(call_t *c, uint64_t ip, uint64_t a) {
       f.function = j;
       f.module = ember__perfmap_path(c->pm->pm);
       f.address = 0;
+      /* A script with a source map: its author's name, file and line, the
+       * generated script as the module. */
+      ember__jsframe_t js;
+      rc = ember__jsmaps_frame(s->jsmaps, c->pid, j, &js);
+      if (rc < 0) return rc;
+      if (rc == 1) {
+        f.function = js.function;
+        f.file = js.file;
+        f.line = js.line;
+        f.module = js.script;
+      }
     }
     emit(c, &f);
     return 0;

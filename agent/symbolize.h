@@ -15,7 +15,9 @@
  *    PT_LOAD headers.
  *  - addresses in an anonymous executable mapping: /tmp/perf-PID.map (the
  *    perf map Node.js writes with --perf-basic-prof), re-read when an
- *    address misses (the file is append-only).
+ *    address misses (the file is append-only); a JavaScript function
+ *    whose script has a source map is named, filed and lined as its
+ *    author wrote it (jsmap.h), its module the generated script.
  *  - anything else, or a lookup that fails: a frame with module and
  *    module-relative address and no function, never an error.
  *
@@ -41,6 +43,7 @@
 
 #include "debuginfo.h"
 #include "ember/profile.h"
+#include "jsmap.h"
 #include "perfmap.h"
 #include "procmaps.h"
 
@@ -70,6 +73,11 @@ typedef struct ember__symbolizer_opts {
   bool no_demangle;
   /* Bounds of each pid's perf map (zeros: perfmap.h's defaults). */
   ember__perfmap_limits_t perf_map;
+  /* Map JIT frames of JavaScript through their scripts' source maps
+   * (jsmap.h), holding at most sourcemap_bytes of decoded maps (0 = its
+   * default). */
+  bool sourcemaps;
+  uint64_t sourcemap_bytes;
 } ember__symbolizer_opts_t;
 
 typedef struct ember__symbolizer ember__symbolizer_t;
@@ -113,6 +121,8 @@ int ember__symbolize(ember__symbolizer_t *s, pid_t pid, const ember__procmaps_t 
  * refreshed (on a miss) at most once between two calls. */
 void ember__symbolizer_forget(ember__symbolizer_t *s, pid_t pid);
 void ember__symbolizer_stats(const ember__symbolizer_t *s, ember__symbolizer_stats_t *out);
+/* The source maps' counts (all zero when they are off). */
+void ember__symbolizer_jsmaps_stats(const ember__symbolizer_t *s, ember__jsmaps_stats_t *out);
 /* The separate-debug-info counts, each refusal by its reason. */
 void ember__symbolizer_debuginfo_stats(const ember__symbolizer_t *s, ember__debuginfo_stats_t *out);
 

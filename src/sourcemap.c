@@ -425,6 +425,10 @@ bool ember_sourcemap_function(const ember_sourcemap_t *sm, uint32_t line, uint32
   return true;
 }
 
+bool ember_sourcemap_source_is_relative(const char *source) {
+  return source != NULL && source[0] != '/' && !has_scheme(source);
+}
+
 size_t ember_sourcemap_segments(const ember_sourcemap_t *sm) { return sm ? sm->nsegs : 0; }
 
 size_t ember_sourcemap_memory(const ember_sourcemap_t *sm) {

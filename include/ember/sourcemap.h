@@ -112,6 +112,11 @@ EMBER_API bool ember_sourcemap_find(const ember_sourcemap_t *sm, uint32_t line, 
 EMBER_API bool ember_sourcemap_function(const ember_sourcemap_t *sm, uint32_t line, uint32_t column,
                                         size_t name_len, ember_sourcemap_pos_t *out);
 
+/* Is a source (as `find` gives it) relative to the map's own location, as
+ * "../src/a.ts" is, and neither absolute nor a URL ("webpack://app/a.ts")?
+ * Readers that know where the map is resolve it against its directory. */
+EMBER_API bool ember_sourcemap_source_is_relative(const char *source);
+
 /* Segments held, and bytes of memory held, by the map. */
 EMBER_API size_t ember_sourcemap_segments(const ember_sourcemap_t *sm);
 EMBER_API size_t ember_sourcemap_memory(const ember_sourcemap_t *sm);

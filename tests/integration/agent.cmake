@@ -45,3 +45,12 @@ add_dependencies(test_agent_unwind ember_agent prog_nofp)
 set_tests_properties(test_agent_unwind PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 300)
 set_property(TEST test_agent_unwind APPEND PROPERTY
   ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
+
+# Source maps of a TypeScript service bundled by esbuild (issue 16): the
+# map linked, beside the bundle and inline, and three hostile maps. Needs
+# tests/jsbundle/node_modules (scripts/npm-deps.sh) and Node.js.
+ember_test(integration test_sourcemaps integration)
+add_dependencies(test_sourcemaps ember_agent)
+set_tests_properties(test_sourcemaps PROPERTIES FIXTURES_REQUIRED kafka_broker TIMEOUT 300)
+set_property(TEST test_sourcemaps APPEND PROPERTY
+  ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)

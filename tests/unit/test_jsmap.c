@@ -101,22 +101,31 @@ static ember__jsmaps_stats_t stats(const fx_t *f) {
  * new identity even within the file system's mtime granularity). */
 static void script_with(fx_t *f, const char *last_line) {
   static unsigned serial;
-  char text[4096];
+  char text[2 * PATH_MAX];
   snprintf(text, sizeof text, "function a(b){return b}const c=d=>d;\n// %u\n%s\n\n", serial++,
            last_line);
   put(f->script, text);
 }
 
+/* `file` is absolute, without "." or "..", and ends in `tail`. */
+static void resolved(const char *file, const char *tail) {
+  size_t n = strlen(file), t = strlen(tail);
+  if (file[0] != '/' || n < t || strcmp(file + n - t, tail) != 0 || strstr(file, "/.") != NULL)
+    fail_msg("source %s is not an absolute path ending in %s", file, tail);
+}
+
+/* The two functions of the script map to their sources, resolved against
+ * the map's directory. */
 static void mapped_hot(fx_t *f) {
   ember__jsframe_t j;
   assert_int_equal(frame(f, "a", 11, &j), 1);
   assert_string_equal(j.function, "hotLoop");
-  assert_string_equal(j.file, "../src/hot.ts");
+  resolved(j.file, "/src/hot.ts");
   assert_int_equal(j.line, 5);
   assert_string_equal(j.script, f->script);
   assert_int_equal(frame(f, "c", 32, &j), 1);
   assert_string_equal(j.function, "coldLoop");
-  assert_string_equal(j.file, "../src/cold.ts");
+  resolved(j.file, "/src/cold.ts");
   assert_int_equal(j.line, 1);
 }
 
@@ -131,17 +140,30 @@ static void test_external_map(void **state) {
   script_with(f, "//# sourceMappingURL=./maps/../maps/app.js.map");
   start(f, 0);
   mapped_hot(f);
+  ember__jsframe_t j;
+  assert_int_equal(frame(f, "a", 11, &j), 1);
+  char want[PATH_MAX + 16];
+  snprintf(want, sizeof want, "%s/src/hot.ts", f->dir); /* maps/../src/hot.ts */
+  assert_string_equal(j.file, want);
   /* Once per epoch per script: the same frames again read nothing. */
   ember__jsmaps_forget(f->m, 0);
   mapped_hot(f);
   ember__jsmaps_stats_t st = stats(f);
   assert_int_equal(st.scripts, 1);
   assert_int_equal(st.maps, 1);
-  assert_int_equal(st.mapped, 4);
+  assert_int_equal(st.mapped, 5);
+  assert_int_equal(stats(f).scripts, 1);
   assert_int_equal(st.held, 1);
   assert_true(st.bytes > 0);
+  /* The process exits; its last window closes after: the script it ran
+   * is the one found before. */
+  char root[PATH_MAX + 32];
+  snprintf(root, sizeof root, "%s/%d/root", f->proc, PID);
+  assert_int_equal(unlink(root), 0);
+  ember__jsmaps_forget(f->m, 0);
+  mapped_hot(f);
+  assert_int_equal(symlink("/", root), 0);
   /* A position of no segment keeps its name. */
-  ember__jsframe_t j;
   assert_int_equal(frame(f, "a", 3, &j), 0);
   assert_int_equal(stats(f).unmapped, 1);
   /* Not a script function: untouched. */

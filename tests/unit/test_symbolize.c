@@ -464,6 +464,59 @@ static void write_file(const char *path, const char *mode, const char *text) {
   assert_int_equal(fclose(f), 0);
 }
 
+/* A JIT frame of a script with a source map beside it is named, filed
+ * and lined as its author wrote it, its module the script; with source
+ * maps off it keeps V8's name. (agent/jsmap.c's own tests have the
+ * finding, caching and refusals.) */
+static void test_symbolize_js_source_map(void **state) {
+  state_t *st = *state;
+  start_one(st);
+  const fixture_t *fx = &st->fx[0];
+  const uint64_t jit = fx->v[K_JIT];
+  char script[PATH_MAX], map[PATH_MAX + 8], text[PATH_MAX + 64];
+  snprintf(script, sizeof script, "%s/sym-%d.min.js", EMBER_TEST_TMP, (int)getpid());
+  snprintf(map, sizeof map, "%s.map", script);
+  write_file(script, "w", "function a(b){return b}\n");
+  write_file(map, "w",
+             "{\"version\":3,\"sources\":[\"../src/hot.ts\"],\"names\":[\"hotLoop\"],"
+             "\"mappings\":\"SAIgBA\"}");
+  snprintf(st->perf_map, sizeof st->perf_map, "%s/perf-%d.map", EMBER_TEST_TMP, (int)fx->pid);
+  snprintf(text, sizeof text, "%llx 40 JS:*a %s:1:11\n", (unsigned long long)jit, script);
+  write_file(st->perf_map, "w", text);
+  for (int on = 0; on < 2; on++) {
+    ember__symbolizer_opts_t o = {.perf_map_dir = EMBER_TEST_TMP, .sourcemaps = on};
+    assert_int_equal(ember__symbolizer_new(&o, &st->sym), 0);
+    ember_frame_t fr[8];
+    uint64_t ips[2] = {jit + 0x10, fx->v[K_RET_GAMMA]};
+    size_t n = symbolize(st->sym, fx->pid, st->maps[0], ips, 2, fr, 8);
+    assert_int_equal(n, 2);
+    assert_int_equal(fr[0].kind, EMBER_FRAME_JIT);
+    assert_string_equal(fr[1].function, "main");
+    ember__jsmaps_stats_t js;
+    ember__symbolizer_jsmaps_stats(st->sym, &js);
+    if (on) {
+      assert_string_equal(fr[0].function, "hotLoop");
+      assert_true(ends_with(fr[0].file, "/src/hot.ts") && fr[0].file[0] == '/');
+      assert_int_equal(fr[0].line, 5);
+      assert_string_equal(fr[0].module, script);
+      assert_int_equal(js.mapped, 1);
+      assert_int_equal(js.maps, 1);
+    } else {
+      char v8[PATH_MAX + 32];
+      snprintf(v8, sizeof v8, "JS:*a %s:1:11", script);
+      assert_string_equal(fr[0].function, v8);
+      assert_null(fr[0].file);
+      assert_string_equal(fr[0].module, st->perf_map);
+      assert_int_equal(js.mapped, 0);
+    }
+    ember__symbolizer_forget(st->sym, fx->pid);
+    ember__symbolizer_free(st->sym);
+    st->sym = NULL;
+  }
+  unlink(map);
+  unlink(script);
+}
+
 static void test_symbolize_perf_map(void **state) {
   state_t *st = *state;
   start_one(st);
@@ -1553,6 +1606,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_symbolize_inline_frames, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_libc_function, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_perf_map, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_symbolize_js_source_map, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_kernel_fake_kallsyms, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_kernel_real_kallsyms, setup, teardown),
       cmocka_unit_test_setup_teardown(test_symbolize_unmapped_address, setup, teardown),
