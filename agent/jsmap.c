@@ -185,32 +185,6 @@ static int view_open(const view_t *v, const char *path, uint64_t max_size, struc
   return fd;
 }
 
-/* Make an absolute path lexical: no ".", "..", or repeated '/' (no link
- * is ever followed, so this is where the open will land); ".." stops at
- * the root. In place. */
-static void normalize(char *path) {
-  char *w = path;
-  for (const char *r = path; *r;) {
-    while (*r == '/') r++;
-    const char *e = strchr(r, '/');
-    size_t n = e ? (size_t)(e - r) : strlen(r);
-    if (n == 0) break;
-    if (n == 1 && r[0] == '.') {
-      /* nothing */
-    } else if (n == 2 && r[0] == '.' && r[1] == '.') {
-      while (w > path && *--w != '/') {
-      }
-    } else {
-      *w++ = '/';
-      memmove(w, r, n);
-      w += n;
-    }
-    r += n;
-  }
-  if (w == path) *w++ = '/';
-  *w = '\0';
-}
-
 /* The last non-blank line of the script (fd, `size` bytes), read from its
  * end: *line (owned by the caller) and *len; *line NULL if longer than
  * `cap` bytes. */
@@ -334,7 +308,7 @@ static int load_map(ember__jsmaps_t *m, const view_t *v, const char *path, int f
     have_file = true;
   }
   if (have_file) {
-    normalize(mpath);
+    ember_jsname_path_lexical(mpath);
     struct stat mst;
     int mfd = view_open(v, mpath, m->lim.max_bytes, &mst);
     if (mfd == -EFBIG) {
@@ -371,7 +345,7 @@ static int load_map(ember__jsmaps_t *m, const view_t *v, const char *path, int f
     goto done;
   }
   ember_sourcemap_error_t err;
-  rc = ember_sourcemap_parse(json, jsonlen, &m->lim, &s->map, &err);
+  rc = ember_sourcemap_parse_at(json, jsonlen, &m->lim, s->base, &s->map, &err);
   if (rc == -EINVAL) {
     m->st.refused[err.reason]++;
     EMBER_WARN_LIMITED("jsmap", "%s: source map refused (%s): %s", path,
@@ -463,7 +437,7 @@ static int check(ember__jsmaps_t *m, ref_t *r) {
   r->script = NONE;
   char path[PATH_MAX], tmp[PATH_MAX];
   if (!ember_jsname_script_path(r->name, r->len, path, sizeof path)) return 0;
-  normalize(path);
+  ember_jsname_path_lexical(path);
   view_t v = {.rootfd = -1, .uid = -1};
   struct stat pst, st;
   int n = snprintf(tmp, sizeof tmp, "%s/%d", m->proc_root, (int)r->pid);
@@ -555,15 +529,6 @@ int ember__jsmaps_frame(ember__jsmaps_t *m, pid_t pid, const char *name, ember__
     return 0;
   }
   const char *file = pos.source;
-  if (ember_sourcemap_source_is_relative(file)) {
-    char joined[PATH_MAX];
-    int n = snprintf(joined, sizeof joined, "%s/%s", s->base, file);
-    if (n > 0 && (size_t)n < sizeof joined) {
-      normalize(joined);
-      file = ember__strarena_dup(&m->names, joined, strlen(joined));
-      if (file == NULL) return -ENOMEM;
-    }
-  }
   const char *fn = pos.name;
   if (fn == NULL)
     fn =

@@ -86,3 +86,29 @@ bool ember_jsname_script_path(const char *script, size_t script_len, char *buf, 
     if (c[-1] == '/' && (c[2] == '/' || c[2] == '\0')) return false;
   return true;
 }
+
+/* Make an absolute path lexical: no ".", "..", or repeated '/' (no link
+ * is ever followed, so this is where the open will land); ".." stops at
+ * the root. In place. */
+void ember_jsname_path_lexical(char *path) {
+  char *w = path;
+  for (const char *r = path; *r;) {
+    while (*r == '/') r++;
+    const char *e = strchr(r, '/');
+    size_t n = e ? (size_t)(e - r) : strlen(r);
+    if (n == 0) break;
+    if (n == 1 && r[0] == '.') {
+      /* nothing */
+    } else if (n == 2 && r[0] == '.' && r[1] == '.') {
+      while (w > path && *--w != '/') {
+      }
+    } else {
+      *w++ = '/';
+      memmove(w, r, n);
+      w += n;
+    }
+    r += n;
+  }
+  if (w == path) *w++ = '/';
+  *w = '\0';
+}

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "ember/buf.h"
+#include "ember/jsname.h"
 #include "ember/sourcemap.h"
 
 #define NONE UINT32_MAX
@@ -49,6 +50,7 @@ const char *ember_sourcemap_reason_name(ember_sourcemap_reason_t reason) {
 typedef struct parse {
   ember_sourcemap_t *sm;
   ember_sourcemap_limits_t lim;
+  const char *base; /* relative sources start here; NULL: left relative */
   ember_sourcemap_error_t *err;
 } parse_t;
 
@@ -105,9 +107,22 @@ static int add_string(parse_t *p, const char *what, size_t i, const char *root, 
                   p->lim.max_string);
   *off = p->sm->blob.len;
   int rc = 0;
+  size_t start = p->sm->blob.len;
   if (rl > 0) rc = ember_buf_append(&p->sm->blob, root, rl);
   if (rc == 0 && slash) rc = ember_buf_append(&p->sm->blob, "/", 1);
   if (rc == 0) rc = ember_buf_append(&p->sm->blob, s, sl + 1); /* and its NUL */
+  if (rc != 0) return -ENOMEM;
+  const char *joined = p->sm->blob.data + start;
+  if (p->base == NULL || root == NULL || !ember_sourcemap_source_is_relative(joined)) return 0;
+  /* A source of a map whose place is known: from the map's directory. */
+  size_t bl = strlen(p->base), n = bl + 1 + total + 1;
+  char *abs = ember_malloc(n);
+  if (abs == NULL) return -ENOMEM;
+  snprintf(abs, n, "%s/%s", p->base, joined);
+  ember_jsname_path_lexical(abs);
+  p->sm->blob.len = start;
+  rc = ember_buf_append(&p->sm->blob, abs, strlen(abs) + 1);
+  ember_free(abs);
   return rc == 0 ? 0 : -ENOMEM;
 }
 
@@ -131,7 +146,7 @@ static int add_tables(parse_t *p, json_t *map) {
     json_t *s = json_array_get(sources, i);
     size_t off = SIZE_MAX;
     if (json_is_string(s)) {
-      int rc = add_string(p, "source", i, root, json_string_value(s), &off);
+      int rc = add_string(p, "source", i, root ? root : "", json_string_value(s), &off);
       if (rc != 0) return rc;
     } else if (!json_is_null(s)) {
       return refuse(p, EMBER_SOURCEMAP_BAD_FIELD, "source %zu is not a string", i);
@@ -302,10 +317,16 @@ static int seg_cmp(const void *a, const void *b) {
 
 int ember_sourcemap_parse(const char *data, size_t len, const ember_sourcemap_limits_t *limits,
                           ember_sourcemap_t **out, ember_sourcemap_error_t *err) {
-  if (out == NULL || (data == NULL && len > 0)) return -EINVAL;
+  return ember_sourcemap_parse_at(data, len, limits, NULL, out, err);
+}
+
+int ember_sourcemap_parse_at(const char *data, size_t len, const ember_sourcemap_limits_t *limits,
+                             const char *base, ember_sourcemap_t **out,
+                             ember_sourcemap_error_t *err) {
+  if (out == NULL || (data == NULL && len > 0) || (base != NULL && base[0] != '/')) return -EINVAL;
   *out = NULL;
   if (err != NULL) *err = (ember_sourcemap_error_t){0};
-  parse_t p = {.err = err};
+  parse_t p = {.err = err, .base = base};
   if (limits != NULL) p.lim = *limits;
   if (p.lim.max_bytes == 0) p.lim.max_bytes = EMBER_SOURCEMAP_MAX_BYTES;
   if (p.lim.max_segments == 0) p.lim.max_segments = EMBER_SOURCEMAP_MAX_SEGMENTS;

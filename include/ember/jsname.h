@@ -46,6 +46,11 @@ EMBER_API bool ember_jsname_parse(const char *name, ember_jsname_t *out);
 EMBER_API bool ember_jsname_script_path(const char *script, size_t script_len, char *buf,
                                         size_t size);
 
+/* Make an absolute path lexical, in place: no ".", ".." or repeated '/';
+ * ".." stops at the root. Where a path is opened without following any
+ * link (as every file of a profiled process is), this is where it lands. */
+EMBER_API void ember_jsname_path_lexical(char *path);
+
 #ifdef __cplusplus
 }
 #endif

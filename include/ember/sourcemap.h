@@ -82,6 +82,14 @@ typedef struct ember_sourcemap_error {
 EMBER_API int ember_sourcemap_parse(const char *data, size_t len,
                                     const ember_sourcemap_limits_t *limits, ember_sourcemap_t **out,
                                     ember_sourcemap_error_t *err);
+/* The same for a map whose place is known: `base` is its directory (an
+ * absolute path), and relative sources (after sourceRoot) are resolved
+ * against it and made lexical, as readers of maps resolve them:
+ * "../src/a.ts" of /srv/dist/app.js.map is /srv/src/a.ts. URLs and
+ * absolute sources stay as written. -EINVAL for a base not absolute. */
+EMBER_API int ember_sourcemap_parse_at(const char *data, size_t len,
+                                       const ember_sourcemap_limits_t *limits, const char *base,
+                                       ember_sourcemap_t **out, ember_sourcemap_error_t *err);
 /* NULL is a no-op. */
 EMBER_API void ember_sourcemap_free(ember_sourcemap_t *sm);
 
@@ -112,9 +120,8 @@ EMBER_API bool ember_sourcemap_find(const ember_sourcemap_t *sm, uint32_t line, 
 EMBER_API bool ember_sourcemap_function(const ember_sourcemap_t *sm, uint32_t line, uint32_t column,
                                         size_t name_len, ember_sourcemap_pos_t *out);
 
-/* Is a source (as `find` gives it) relative to the map's own location, as
- * "../src/a.ts" is, and neither absolute nor a URL ("webpack://app/a.ts")?
- * Readers that know where the map is resolve it against its directory. */
+/* Is a source relative to the map's own location, as "../src/a.ts" is,
+ * and neither absolute nor a URL ("webpack://app/a.ts")? */
 EMBER_API bool ember_sourcemap_source_is_relative(const char *source);
 
 /* Segments held, and bytes of memory held, by the map. */

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -84,8 +85,27 @@ static void test_script_paths(void **state) {
   assert_false(ember_jsname_script_path("/a", 2, tiny, sizeof tiny));
 }
 
+static void lexical(const char *in, const char *want) {
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s", in);
+  ember_jsname_path_lexical(buf);
+  assert_string_equal(buf, want);
+}
+
+static void test_lexical_paths(void **state) {
+  (void)state;
+  lexical("/a/b/../c", "/a/c");
+  lexical("/a/./b//c/", "/a/b/c");
+  lexical("/../../x", "/x");
+  lexical("/a/..", "/");
+  lexical("/", "/");
+  lexical("//", "/");
+  lexical("/a/...b/.c", "/a/...b/.c");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_names),
-                                     cmocka_unit_test(test_script_paths)};
+                                     cmocka_unit_test(test_script_paths),
+                                     cmocka_unit_test(test_lexical_paths)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

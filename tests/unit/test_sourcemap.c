@@ -137,6 +137,28 @@ static void test_source_root(void **state) {
   ember_sourcemap_free(sm);
 }
 
+/* A map whose place is known: relative sources from its directory. */
+static void test_sources_from_the_maps_directory(void **state) {
+  (void)state;
+  const char *json =
+      "{\"version\":3,\"sourceRoot\":\"../lib\",\"sources\":[\"./a.ts\",\"/abs/b.ts\","
+      "\"webpack://app/c.ts\",\"../../../../d.ts\"],\"mappings\":\"AAAA,CCAA,CCAA,CCAA\"}";
+  ember_sourcemap_t *sm = NULL;
+  assert_int_equal(ember_sourcemap_parse_at(json, strlen(json), NULL, "/srv/app/dist", &sm, NULL),
+                   0);
+  const char *want[] = {"/srv/app/lib/a.ts", "/abs/b.ts", "webpack://app/c.ts", "/d.ts"};
+  for (uint32_t c = 0; c < 4; c++) {
+    ember_sourcemap_pos_t p;
+    assert_true(ember_sourcemap_find(sm, 0, c, &p));
+    assert_string_equal(p.source, want[c]);
+  }
+  ember_sourcemap_free(sm);
+  assert_int_equal(ember_sourcemap_parse_at(json, strlen(json), NULL, "dist", &sm, NULL), -EINVAL);
+  assert_true(ember_sourcemap_source_is_relative("../a.ts"));
+  assert_false(ember_sourcemap_source_is_relative("/a.ts"));
+  assert_false(ember_sourcemap_source_is_relative("webpack://a.ts"));
+}
+
 static void test_index_map(void **state) {
   (void)state;
   /* Two sections: the second starts at line 1 column 10, so its first
@@ -379,6 +401,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_segments_and_tables),
       cmocka_unit_test(test_source_root),
+      cmocka_unit_test(test_sources_from_the_maps_directory),
       cmocka_unit_test(test_index_map),
       cmocka_unit_test(test_function_names),
       cmocka_unit_test(test_random_maps_round_trip),
