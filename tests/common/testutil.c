@@ -761,3 +761,17 @@ int tu_broker_teardown(void **state) {
   if (broker_halted) tu_broker("resume");
   return 0;
 }
+
+ember_profile_t *tu_merged_worker(ember_profile_t *const *ps, size_t n, const char *worker,
+                                  const ember_labels_t **labels) {
+  static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
+  ember_profile_t *m = NULL;
+  assert_int_equal(ember_profile_new(types, 2, &m), 0);
+  for (size_t i = 0; i < n; i++) {
+    const ember_labels_t *l = ember_profile_labels(ps[i]);
+    if (l->worker == NULL || strcmp(l->worker, worker) != 0) continue;
+    if (labels) *labels = l;
+    assert_int_equal(ember_profile_merge(m, ps[i]), 0);
+  }
+  return m;
+}

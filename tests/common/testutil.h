@@ -35,6 +35,11 @@ void tu_kill(pid_t pid);
  * do not decode are skipped (other tests put some there on purpose). */
 size_t tu_consume_profiles(const char *brokers, const char *host, int idle_ms, int max_ms,
                            ember_profile_t ***out);
+/* One CPU profile (samples, CPU ns) of every profile of `worker` among
+ * ps[0..n) merged; *labels (may be NULL) gets the labels of the last one
+ * (valid as ps). Caller frees. */
+ember_profile_t *tu_merged_worker(ember_profile_t *const *ps, size_t n, const char *worker,
+                                  const ember_labels_t **labels);
 /* The same, also giving each profile's Kafka message timestamp (ms since
  * the epoch, the producer's create time) in *ts_ms (caller frees). */
 size_t tu_consume_profiles_ts(const char *brokers, const char *host, int idle_ms, int max_ms,

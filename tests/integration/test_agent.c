@@ -64,21 +64,6 @@ static void stop_agent(pid_t agent) {
     fail_msg("the agent exited with status %d (log: %s)", status, log_path);
 }
 
-/* Merge every profile of `worker` into one. */
-static ember_profile_t *merged(ember_profile_t **ps, size_t n, const char *worker,
-                               const ember_labels_t **labels) {
-  static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
-  ember_profile_t *m = NULL;
-  assert_int_equal(ember_profile_new(types, 2, &m), 0);
-  for (size_t i = 0; i < n; i++) {
-    const ember_labels_t *l = ember_profile_labels(ps[i]);
-    if (l->worker == NULL || strcmp(l->worker, worker) != 0) continue;
-    if (labels) *labels = l;
-    assert_int_equal(ember_profile_merge(m, ps[i]), 0);
-  }
-  return m;
-}
-
 /* The agent's metrics port, from its log line "metrics on ... (port N)". */
 static unsigned agent_metrics_port(void) { return tu_logged_port(log_path, 5000); }
 
@@ -206,7 +191,7 @@ static void test_agent_profiles_real_programs(void **state) {
   /* The C program: both functions, 3:1 within 15% (over ~4,000 samples:
    * four sigma), labels from its env. */
   const ember_labels_t *bl = NULL;
-  ember_profile_t *b = merged(ps, n, "ember-it-burn", &bl);
+  ember_profile_t *b = tu_merged_worker(ps, n, "ember-it-burn", &bl);
   int64_t hot = tu_self(b, 0, "burn_hot"), cold = tu_self(b, 0, "burn_cold");
   print_message("burn: %lld samples, burn_hot %lld, burn_cold %lld\n",
                 (long long)ember_profile_total(b, 0), (long long)hot, (long long)cold);
@@ -237,7 +222,7 @@ static void test_agent_profiles_real_programs(void **state) {
   ember_profile_free(b);
 
   /* The process that exited mid-window is attributed and symbolized. */
-  ember_profile_t *s = merged(ps, n, "ember-it-short", NULL);
+  ember_profile_t *s = tu_merged_worker(ps, n, "ember-it-short", NULL);
   int64_t sw = tu_self(s, 0, "short_lived_work");
   print_message("shortlived: %lld samples, short_lived_work %lld\n",
                 (long long)ember_profile_total(s, 0), (long long)sw);
@@ -245,14 +230,14 @@ static void test_agent_profiles_real_programs(void **state) {
   assert_true(sw > AGENT_HZ * short_cpu / 2);
   ember_profile_free(s);
 
-  ember_profile_t *lp = merged(ps, n, "ember-it-late", NULL);
+  ember_profile_t *lp = tu_merged_worker(ps, n, "ember-it-late", NULL);
   print_message("late exec: %lld samples, burn_hot %lld\n", (long long)ember_profile_total(lp, 0),
                 (long long)tu_self(lp, 0, "burn_hot"));
   assert_true(tu_self(lp, 0, "burn_hot") > 0);
   ember_profile_free(lp);
 
   if (have_node) {
-    ember_profile_t *j = merged(ps, n, "ember-it-node", NULL);
+    ember_profile_t *j = tu_merged_worker(ps, n, "ember-it-node", NULL);
     int kind = tu_find_frame(j, "fibonacciRecursive");
     print_message("node: %lld samples, fibonacciRecursive kind %d, in %lld samples\n",
                   (long long)ember_profile_total(j, 0), kind,

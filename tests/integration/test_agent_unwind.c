@@ -76,18 +76,6 @@ static void stop_agent(pid_t agent) {
     fail_msg("the agent exited with status %d (log: %s)", status, log_path);
 }
 
-static ember_profile_t *merged(ember_profile_t **ps, size_t n, const char *worker) {
-  static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
-  ember_profile_t *m = NULL;
-  assert_int_equal(ember_profile_new(types, 2, &m), 0);
-  for (size_t i = 0; i < n; i++) {
-    const ember_labels_t *l = ember_profile_labels(ps[i]);
-    if (l->worker != NULL && strcmp(l->worker, worker) == 0)
-      assert_int_equal(ember_profile_merge(m, ps[i]), 0);
-  }
-  return m;
-}
-
 static bool is_entry(const char *fn) {
   return fn != NULL && (strcmp(fn, "main") == 0 || strcmp(fn, "__libc_start_call_main") == 0 ||
                         strncmp(fn, "__libc_start_main", 17) == 0);
@@ -470,11 +458,11 @@ static void test_unwind_programs_without_frame_pointers(void **state) {
   ember_profile_t **ps = NULL;
   size_t n = tu_consume_profiles(brokers, host_id, 5000, 60000, &ps);
   if (n == 0) fail_msg("no profile from host %s arrived (agent log: %s)", host_id, log_path);
-  ember_profile_t *p = merged(ps, n, "ember-it-nofp");
+  ember_profile_t *p = tu_merged_worker(ps, n, "ember-it-nofp", NULL);
   check_nofp(p);
   ember_profile_free(p);
   /* The corrupt one: sampled and named at the leaf, stacks partial. */
-  p = merged(ps, n, "ember-it-badcfi");
+  p = tu_merged_worker(ps, n, "ember-it-badcfi", NULL);
   int64_t bad_total = ember_profile_total(p, 0);
   int64_t bad_leaf = tu_self(p, 0, "chain_leaf") + tu_self(p, 0, "by_weight");
   int64_t bad_share_x1000 = 0;
@@ -488,14 +476,14 @@ static void test_unwind_programs_without_frame_pointers(void **state) {
   assert_true(bad_leaf > bad_total / 2);
   assert_true(no_cfi >= 1);
   ember_profile_free(p);
-  p = merged(ps, n, "ember-it-py");
+  p = tu_merged_worker(ps, n, "ember-it-py", NULL);
   compare_with_perf(p, perf, py_data, "python3");
   ember_profile_free(p);
-  p = merged(ps, n, "ember-it-xz");
+  p = tu_merged_worker(ps, n, "ember-it-xz", NULL);
   compare_with_perf(p, perf, xz_data, "xz");
   ember_profile_free(p);
   if (have_node) {
-    p = merged(ps, n, "ember-it-node");
+    p = tu_merged_worker(ps, n, "ember-it-node", NULL);
     int64_t total = 0;
     double share = entry_share(p, &total);
     int64_t js = tu_total_matching(p, 0, "fibonacciRecursive");

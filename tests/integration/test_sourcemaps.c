@@ -110,18 +110,6 @@ static pid_t start_agent(void) {
   return pid;
 }
 
-static ember_profile_t *merged(ember_profile_t **ps, size_t n, const char *worker) {
-  static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
-  ember_profile_t *m = NULL;
-  assert_int_equal(ember_profile_new(types, 2, &m), 0);
-  for (size_t i = 0; i < n; i++) {
-    const ember_labels_t *l = ember_profile_labels(ps[i]);
-    if (l->worker != NULL && strcmp(l->worker, worker) == 0)
-      assert_int_equal(ember_profile_merge(m, ps[i]), 0);
-  }
-  return m;
-}
-
 static bool ends_with(const char *s, const char *tail) {
   size_t n = s ? strlen(s) : 0, t = strlen(tail);
   return n >= t && strcmp(s + n - t, tail) == 0;
@@ -278,7 +266,7 @@ static void test_sourcemaps_real_bundle(void **state) {
   size_t n = tu_consume_profiles(tu_bootstrap(), tag, 5000, 60000, &ps);
   if (n == 0) fail_msg("no profile from host %s arrived (agent log: %s)", tag, log_path);
   for (size_t i = 0; i < nv; i++) {
-    ember_profile_t *p = merged(ps, n, vs[i].worker);
+    ember_profile_t *p = tu_merged_worker(ps, n, vs[i].worker, NULL);
     if (vs[i].good)
       check_good(&vs[i], p);
     else
