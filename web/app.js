@@ -227,7 +227,10 @@ function exploreView() {
       const heap = type.startsWith('inuse');
       const growthSel = { ...sel, version: versions.length === 1 ? versions[0] : null, from, to, limit: 50 };
       const [timelineData, tree, top, marks, growth] = await Promise.all([
-        api('/api/v1/timeline', { ...sel, from, to, limit: 50 }, { signal }),
+        // The in-use types draw the heap over time (a snapshot per bucket),
+        // the others CPU.
+        heap ? api('/api/v1/heap/timeline', { ...sel, version: versions, from, to, type, group_by: 'version' }, { signal })
+          : api('/api/v1/timeline', { ...sel, from, to, limit: 50 }, { signal }),
         api('/api/v1/profile', { ...psel, format: 'tree', max_nodes: MAX_NODES }, { signal }),
         api('/api/v1/profile', { ...psel, format: 'top', limit: 200, sort: sort.key === 'total' ? 'total' : 'self' }, { signal }),
         // The worker's alerts, marked on the timeline; without them the
@@ -239,7 +242,8 @@ function exploreView() {
         }),
         heap ? api('/api/v1/heap/growth', growthSel, { signal }) : null,
       ]);
-      tl.set(timelineData, versions);
+      if (heap) tl.setHeap(timelineData, versions);
+      else tl.set(timelineData, versions);
       tl.setAlerts(marks, (al) => openAlert(al.id));
       flame.show(tree, {
         zoom: params.get('zoom') || '', q: params.get('q') || '',

@@ -331,7 +331,17 @@ export function timeline(onBrush, hint = 'drag to pick a range, double-click to 
   const tip = h('div', { class: 'tip', hidden: true });
   const empty = h('div', { class: 'empty' }, 'Loading the timeline…');
   const wrap = h('div', { class: 'timeline-wrap' }, canvas, tip);
-  const el = h('section', { class: 'panel timeline', testid }, h('div', { class: 'toolbar' }, h('strong', {}, 'CPU'), h('span', { class: 'hint' }, ` cores, by version${hint ? ' · ' + hint : ''}`), alertLinks, h('span', { class: 'spacer' }), legend), empty, wrap);
+  // What the bands measure: CPU cores (set) or the in-use heap (setHeap).
+  const title = h('strong', {}, 'CPU');
+  const unitHint = h('span', { class: 'hint' });
+  const el = h('section', { class: 'panel timeline', testid }, h('div', { class: 'toolbar' }, title, unitHint, alertLinks, h('span', { class: 'spacer' }), legend), empty, wrap);
+  const CPU_UNIT = { name: 'cores', title: 'CPU', hint: ' cores, by version', axis: (v) => v.toFixed(v < 1 ? 2 : 1), tip: (v) => `${v.toFixed(2)} cores` };
+  const setUnit = (u) => {
+    title.textContent = u.title;
+    unitHint.textContent = `${u.hint}${hint ? ' · ' + hint : ''}`;
+    el.dataset.unit = u.name;
+  };
+  setUnit(CPU_UNIT);
   let data = null, drag = null, layout = null;
   let marks = []; // [{from, to (ms), color}]: ranges chosen elsewhere, shaded
   let threshold = null; // {value (cores), label}: a dashed line
@@ -372,7 +382,7 @@ export function timeline(onBrush, hint = 'drag to pick a range, double-click to 
     for (let k = 0; k <= 4; k++) {
       const v = (max * k) / 4, yy = Math.round(y(v)) + 0.5;
       g.beginPath(); g.moveTo(PAD.l, yy); g.lineTo(w - PAD.r, yy); g.stroke();
-      g.fillText(v.toFixed(v < 1 ? 2 : 1), 4, yy + 4);
+      g.fillText(data.unit.axis(v), 4, yy + 4);
     }
     // Stacked bands, as steps (each bucket is a 10 s+ aggregate).
     const base = new Float64Array(buckets);
@@ -494,7 +504,7 @@ export function timeline(onBrush, hint = 'drag to pick a range, double-click to 
     const t = layout.from + i * layout.step;
     tip.replaceChildren(h('div', {}, `${fmtDateTime.format(t)}`),
       ...(al ? [h('div', {}, `alert ${al.label} (${al.state}): click to open it`)] : []),
-      ...data.bands.filter((b) => b.cores[i] > 0).map((b) => h('div', {}, h('span', { class: 'swatch', style: `background:${b.color}` }), `${b.label}: ${b.cores[i].toFixed(2)} cores`)));
+      ...data.bands.filter((b) => b.cores[i] > 0).map((b) => h('div', {}, h('span', { class: 'swatch', style: `background:${b.color}` }), `${b.label}: ${data.unit.tip(b.cores[i])}`)));
     tip.hidden = false;
     tip.style.left = Math.min(xx + 12, wrap.clientWidth - 200) + 'px';
   });
@@ -509,6 +519,16 @@ export function timeline(onBrush, hint = 'drag to pick a range, double-click to 
   });
   canvas.addEventListener('dblclick', () => { if (onBrush) onBrush(null, null); });
   new ResizeObserver(() => draw()).observe(wrap);
+
+  function show(d, any, none) {
+    data = d;
+    setUnit(d.unit);
+    legend.replaceChildren(...d.bands.map((b) => h('span', { class: 'key' }, h('span', { class: 'swatch', style: `background:${b.color}` }), b.label)));
+    empty.textContent = none;
+    empty.hidden = any;
+    el.dataset.max = String(Math.max(0, ...d.bands.map((b) => Math.max(0, ...b.cores))));
+    draw();
+  }
 
   return {
     el,
@@ -563,12 +583,22 @@ export function timeline(onBrush, hint = 'drag to pick a range, double-click to 
         }
         bands.push({ label: 'other series', cores: other, color: '#bbb', dim: false });
       }
-      data = { buckets, bands, from: tl.from_ms, step: tl.step_ms };
-      legend.replaceChildren(...bands.map((b) => h('span', { class: 'key' }, h('span', { class: 'swatch', style: `background:${b.color}` }), b.label)));
-      const any = tl.total_cpu_ns.some((v) => v > 0);
-      empty.textContent = 'No CPU samples in this range.';
-      empty.hidden = any;
-      draw();
+      show({ buckets, bands, from: tl.from_ms, step: tl.step_ms, unit: CPU_UNIT }, tl.total_cpu_ns.some((v) => v > 0), 'No CPU samples in this range.');
+    },
+    // ht: the /api/v1/heap/timeline answer grouped by version: the in-use
+    // heap (bytes or objects) at each bucket, stacked by version. A
+    // snapshot per bucket, never a sum over windows.
+    setHeap(ht, versions = []) {
+      const objects = ht.type === 'inuse_objects';
+      const unit = objects
+        ? { name: 'objects', title: 'In-use objects', hint: ', by version', axis: (v) => formatValue(v, 'count'), tip: (v) => `${formatValue(v, 'count')} objects` }
+        : { name: 'bytes', title: 'In-use heap', hint: ' bytes, by version', axis: (v) => formatValue(v, 'bytes'), tip: (v) => formatValue(v, 'bytes') };
+      const groups = [...ht.groups].sort((a, b) => String(a.version ?? '(none)').localeCompare(String(b.version ?? '(none)')));
+      const bands = groups.map((g, i) => {
+        const k = g.version ?? '(none)';
+        return { label: k, cores: Float64Array.from(g.values), color: PALETTE[i % PALETTE.length], dim: versions.length > 0 && !versions.includes(k) };
+      });
+      show({ buckets: ht.total.length, bands, from: ht.from_ms, step: ht.step_ms, unit }, ht.total.some((v) => v > 0), 'No in-use heap in this range: the heap comes from processes running with libember_alloc.so (docs/heap.md).');
     },
   };
 }

@@ -27,7 +27,7 @@
 // saves DIR/failed-<step>.png and the run goes on with the next view (steps
 // that start from a failed one are skipped), so one run tells every broken
 // view. A full-page screenshot of each view goes to DIR (explore.png,
-// explore-zoom.png, explore-search.png, compare.png, session.png,
+// explore-zoom.png, explore-search.png, explore-heap.png, compare.png, session.png,
 // rules.png, alerts.png). Exit
 // status 0 only when every step passed and the page threw nothing.
 import assert from 'node:assert/strict';
@@ -42,9 +42,9 @@ const args = Object.fromEntries(
     return [m[1], m[2]];
   }),
 );
-for (const k of ['url', 'worker', 'app', 'actor', 'host', 'spike', 'rule', 'shots']) {
+for (const k of ['url', 'worker', 'app', 'actor', 'host', 'spike', 'rule', 'heap', 'shots']) {
   if (!args[k]) {
-    console.error(`usage: node dashboard.test.mjs --url= --worker= --app= --actor= --host= --spike= --rule= --shots= [--steps=] (missing --${k})`);
+    console.error(`usage: node dashboard.test.mjs --url= --worker= --app= --actor= --host= --spike= --rule= --heap= --shots= [--steps=] (missing --${k})`);
     process.exit(2);
   }
 }
@@ -421,6 +421,40 @@ await step('explore-versions', async () => {
 }, 'explore');
 
 // --- compare ---------------------------------------------------------------
+
+// --- the in-use heap (issue 15) -------------------------------------------
+
+await step('explore-heap', async () => {
+  // The leaking worker's in-use heap: the timeline draws bytes over time,
+  // the growth table puts the leaking function first, the flamegraph
+  // holds it.
+  await page.goto(base.href);
+  await page.locator(tid('nav-explore')).click();
+  await page.locator(tid('worker-search')).fill(args.heap);
+  const items = page.locator(`${tid('worker-list')} ${tid('worker-item')}`);
+  await poll(`worker-list to show ${args.heap}`, () => items.count(), (n) => n >= 1);
+  await items.filter({ hasText: args.heap }).first().click();
+  await waitOption('type-select', 'inuse_bytes');
+  await page.locator(tid('type-select')).selectOption('inuse_bytes');
+  await until('the hash to hold type=inuse_bytes', () => location.hash.includes('type=inuse_bytes'));
+  const tl = await until('the timeline to draw the in-use heap', (sel) => {
+    const el = document.querySelector(sel);
+    return el && el.dataset.unit === 'bytes' && Number(el.dataset.max) > 0 && el.textContent.includes('In-use heap')
+      ? { max: Number(el.dataset.max) } : false;
+  }, tid('timeline'));
+  log(`heap timeline: up to ${(tl.max / 1048576).toFixed(1)} MiB`);
+  await until('the growth table to list leak_step first', (sel) => {
+    const panel = document.querySelector(sel);
+    const row = panel && !panel.hidden && panel.querySelector('tbody tr');
+    return row ? row.cells[0].firstChild.textContent.trim() === 'leak_step' : false;
+  }, tid('growth-panel'));
+  await flameWith('flame', ['leak_step']);
+  await settled();
+  await shot('explore-heap.png');
+  // Back to CPU: the timeline says cores again.
+  await page.locator(tid('type-select')).selectOption('cpu');
+  await until('the timeline to draw CPU again', (sel) => document.querySelector(sel)?.dataset.unit === 'cores', tid('timeline'));
+});
 
 await step('compare', async () => {
   await page.locator(tid('nav-compare')).click();

@@ -7,7 +7,8 @@
 # It keeps two burners, two versions of a program and a browser busy, so it
 # runs alone.
 ember_test(integration test_dashboard integration)
-add_dependencies(test_dashboard ember-collector ember_agent prog_burn prog_versioned prog_spike)
+add_dependencies(test_dashboard ember-collector ember_agent prog_burn prog_versioned prog_spike
+  prog_heapgrow ember_alloc_preload)
 set_tests_properties(test_dashboard PROPERTIES FIXTURES_REQUIRED kafka_broker RUN_SERIAL TRUE
   TIMEOUT 420)
 set_property(TEST test_dashboard APPEND PROPERTY

@@ -3,8 +3,9 @@
  * windows at 199 Hz, selecting only this test's workers) profiles `burn`
  * (worker <tag>-burn, actor <tag>-room-1), two versions of `versioned`
  * (worker <tag>-app, versions 1.0 and 2.0) and `spike` (worker
- * <tag>-spike: idle, then three threads burning in spike_burn) through the
- * real broker. The collector's rules file holds <tag>-spike-hot, which
+ * <tag>-spike: idle, then three threads burning in spike_burn) and
+ * `heapgrow leak` under libember_alloc.so (worker <tag>-heap: leak_step
+ * leaking 1 MiB/s) through the real broker. The collector's rules file holds <tag>-spike-hot, which
  * fires on the spike and captures a session. Once the store holds each
  * worker, tests/browser/dashboard.test.mjs drives Debian's headless
  * chromium through the explore, compare, sessions and alerts views (a
@@ -33,7 +34,7 @@
 static char tag[96], log_path[600];
 /* Every process the test starts, so a failure half-way still ends them
  * (teardown); -1 once stopped or never started. */
-static pid_t col = -1, agent = -1, burn = -1, v1 = -1, v2 = -1, spike = -1;
+static pid_t col = -1, agent = -1, burn = -1, v1 = -1, v2 = -1, spike = -1, leak = -1;
 
 /* Does `port` answer `path` with 200 and a body holding every string in
  * `needles` (NULL-terminated)? */
@@ -141,6 +142,15 @@ static void test_dashboard_views(void **state) {
   const char *spike_argv[] = {EMBER_TEST_PROGRAMS "/spike", "idle:20", "burn:280x3", NULL};
   const char *spike_env[] = {e_spike, NULL};
   spike = tu_spawn(spike_argv, spike_env, NULL);
+  /* A slow leak under the in-use heap library (issue 15): the heap view's
+   * timeline and growth table. */
+  char heap_w[160], e_heap[200];
+  snprintf(heap_w, sizeof heap_w, "%s-heap", tag);
+  snprintf(e_heap, sizeof e_heap, "EMBER_WORKER=%s", heap_w);
+  const char *leak_argv[] = {EMBER_TEST_PROGRAMS "/heapgrow", "leak", NULL};
+  const char *leak_env[] = {e_heap, "EMBER_VERSION=3.0",
+                            "LD_PRELOAD=" EMBER_BINARY_DIR "/preload/libember_alloc.so", NULL};
+  leak = tu_spawn(leak_argv, leak_env, NULL);
 
   /* Wait until the store has every function the browser will look for,
    * so the page never races the first windows. */
@@ -157,10 +167,15 @@ static void test_dashboard_views(void **state) {
   const char *n_v1[] = {"\"shared_work\"", "\"old_path\"", NULL};
   const char *n_v2[] = {"\"shared_work\"", "\"new_path\"", NULL};
   const char *n_spike[] = {"\"idle_work\"", NULL};
+  char p_heap[400];
+  snprintf(p_heap, sizeof p_heap,
+           "/api/v1/profile?worker=%s&from=-5m&type=inuse_bytes&format=top&limit=100", heap_w);
+  const char *n_heap[] = {"\"leak_step\"", NULL};
   bool ready = false;
   for (int t = 0; t < 600 && !ready; t++) {
     ready = api_has(port, p_burn, n_burn) && api_has(port, p_v1, n_v1) &&
-            api_has(port, p_v2, n_v2) && api_has(port, p_spike, n_spike);
+            api_has(port, p_v2, n_v2) && api_has(port, p_spike, n_spike) &&
+            api_has(port, p_heap, n_heap);
     if (!ready) usleep(100000);
   }
   if (!ready) fail_msg("the store had no profiles of %s-* after 60 s (log %s)", tag, log_path);
@@ -171,8 +186,9 @@ static void test_dashboard_views(void **state) {
   char cmd[4096];
   snprintf(cmd, sizeof cmd,
            "cd %s && timeout -k 5 240 %s dashboard.test.mjs --url=http://127.0.0.1:%u/ "
-           "--worker=%s --app=%s --actor=%s --host=%s-host --spike=%s --rule=%s --shots=%s 2>&1",
-           BROWSER_DIR, node, port, burn_w, app_w, actor, tag, spike_w, rule, shots);
+           "--worker=%s --app=%s --actor=%s --host=%s-host --spike=%s --rule=%s --heap=%s "
+           "--shots=%s 2>&1",
+           BROWSER_DIR, node, port, burn_w, app_w, actor, tag, spike_w, rule, heap_w, shots);
   int64_t b0 = ember_time_now_ns();
   int rc = tu_sh(cmd, out, sizeof out);
   /* print_message truncates long text: the script's output goes whole. */
@@ -181,7 +197,7 @@ static void test_dashboard_views(void **state) {
   print_message("-> exit %d after %.1f s\n", rc, (double)(ember_time_now_ns() - b0) / 1e9);
   fflush(stdout);
 
-  pid_t *progs[] = {&burn, &v1, &v2, &spike};
+  pid_t *progs[] = {&burn, &v1, &v2, &spike, &leak};
   for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++) {
     tu_kill(*progs[i]);
     *progs[i] = -1;
@@ -198,7 +214,7 @@ static void test_dashboard_views(void **state) {
 
 static int teardown(void **state) {
   (void)state;
-  pid_t *all[] = {&burn, &v1, &v2, &spike, &agent, &col};
+  pid_t *all[] = {&burn, &v1, &v2, &spike, &leak, &agent, &col};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
     tu_kill(*all[i]);
     *all[i] = -1;
