@@ -503,6 +503,30 @@ int ember_codec_decode(const void *data, size_t len, const ember_codec_limits_t 
   return ember__codec_decode_v1(data, len, lim, out, errbuf, errbuf_size);
 }
 
+/* Take a v1 message in: the size checks, protobuf-c's unpack into
+ * `arena` (its first chunk `first` bytes) and validate(). Sets *m and
+ * *lens (the strings' lengths) on success; both readers call it. */
+static int unpack_v1(const void *data, size_t len, const ember_codec_limits_t *lim,
+                     ember__arena_t *arena, size_t first, wire_profile_t **m, uint32_t **lens,
+                     char *errbuf, size_t errbuf_size) {
+  if (len > lim->max_message)
+    return ember__codec_fail(EMBER_ETOOBIG, errbuf, errbuf_size,
+                             "message of %zu bytes (at most %zu)", len, lim->max_message);
+  if (len == 0) return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size, "empty message");
+  arena->next_size = first;
+  ProtobufCAllocator alloc = {ember__arena_alloc, ember__arena_free, arena};
+  *m = ember__wire__v1__profile__unpack(&alloc, len, data);
+  if (*m == NULL)
+    return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                             "not a valid ember.wire.v1.Profile message (%zu bytes)", len);
+  /* A table over the limit is refused by validate() before lens is used. */
+  bool want = (*m)->n_strings > 0 && (*m)->n_strings <= lim->max_strings;
+  *lens = want ? ember__arena_alloc(arena, (*m)->n_strings * sizeof **lens) : NULL;
+  if (want && *lens == NULL)
+    return ember__codec_fail(-ENOMEM, errbuf, errbuf_size, "out of memory while decoding");
+  return validate(*m, lim, *lens, errbuf, errbuf_size);
+}
+
 int ember__codec_decode_v1(const void *data, size_t len, const ember_codec_limits_t *lim,
                            ember_profile_t **out, char *errbuf, size_t errbuf_size) {
   if ((data == NULL && len > 0) || out == NULL) return -EINVAL;
@@ -511,30 +535,13 @@ int ember__codec_decode_v1(const void *data, size_t len, const ember_codec_limit
     ember_codec_limits_default(&dflt);
     lim = &dflt;
   }
-  if (len > lim->max_message)
-    return ember__codec_fail(EMBER_ETOOBIG, errbuf, errbuf_size,
-                             "message of %zu bytes (at most %zu)", len, lim->max_message);
-  if (len == 0) return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size, "empty message");
   /* The decoded message takes about as much memory as its encoding, plus
    * the structs; start there so most windows need one or two chunks. */
-  ember__arena_t arena = {.head = NULL, .next_size = len * 2 + 4096};
-  ProtobufCAllocator alloc = {ember__arena_alloc, ember__arena_free, &arena};
-  wire_profile_t *m = ember__wire__v1__profile__unpack(&alloc, len, data);
-  int rc;
-  if (m == NULL) {
-    rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
-                           "not a valid ember.wire.v1.Profile message (%zu bytes)", len);
-  } else {
-    /* A table over the limit is refused by validate() before lens is used. */
-    bool want = m->n_strings > 0 && m->n_strings <= lim->max_strings;
-    uint32_t *lens = want ? ember__arena_alloc(&arena, m->n_strings * sizeof *lens) : NULL;
-    if (want && lens == NULL) {
-      rc = ember__codec_fail(-ENOMEM, errbuf, errbuf_size, "out of memory while decoding");
-    } else {
-      rc = validate(m, lim, lens, errbuf, errbuf_size);
-      if (rc == 0) rc = build(m, lens, &arena, out, errbuf, errbuf_size);
-    }
-  }
+  ember__arena_t arena = {.head = NULL};
+  wire_profile_t *m = NULL;
+  uint32_t *lens = NULL;
+  int rc = unpack_v1(data, len, lim, &arena, len * 2 + 4096, &m, &lens, errbuf, errbuf_size);
+  if (rc == 0) rc = build(m, lens, &arena, out, errbuf, errbuf_size);
   /* No free_unpacked: the arena holds the whole message. */
   ember__arena_release(&arena);
   return rc;
@@ -663,32 +670,16 @@ static int v1_columns(const wire_profile_t *m, const uint32_t *lens, ember__aren
 
 int ember__codec_decode_v1_view(const void *data, size_t len, const ember_codec_limits_t *lim,
                                 ember_wire_t **out, char *errbuf, size_t errbuf_size) {
-  if (len > lim->max_message)
-    return ember__codec_fail(EMBER_ETOOBIG, errbuf, errbuf_size,
-                             "message of %zu bytes (at most %zu)", len, lim->max_message);
-  if (len == 0) return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size, "empty message");
   v1_view_t *v = ember_calloc(1, sizeof *v);
   if (v == NULL) return ember__codec_fail(-ENOMEM, errbuf, errbuf_size, "out of memory");
   v->mem.release = v1_view_release;
   v->w.priv = &v->mem;
-  v->arena.next_size = len * 3 + 4096;
-  ProtobufCAllocator alloc = {ember__arena_alloc, ember__arena_free, &v->arena};
-  wire_profile_t *m = ember__wire__v1__profile__unpack(&alloc, len, data);
-  int rc;
-  if (m == NULL) {
-    rc = ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
-                           "not a valid ember.wire.v1.Profile message (%zu bytes)", len);
-  } else {
-    bool want = m->n_strings > 0 && m->n_strings <= lim->max_strings;
-    uint32_t *lens = want ? ember__arena_alloc(&v->arena, m->n_strings * sizeof *lens) : NULL;
-    if (want && lens == NULL) {
-      rc = ember__codec_fail(-ENOMEM, errbuf, errbuf_size, "out of memory while decoding");
-    } else {
-      rc = validate(m, lim, lens, errbuf, errbuf_size);
-      if (rc == 0 && (rc = v1_columns(m, lens, &v->arena, &v->w)) != 0)
-        ember__codec_fail(rc, errbuf, errbuf_size, "out of memory while decoding");
-    }
-  }
+  /* The columns come on top of the message: a larger first chunk. */
+  wire_profile_t *m = NULL;
+  uint32_t *lens = NULL;
+  int rc = unpack_v1(data, len, lim, &v->arena, len * 3 + 4096, &m, &lens, errbuf, errbuf_size);
+  if (rc == 0 && (rc = v1_columns(m, lens, &v->arena, &v->w)) != 0)
+    ember__codec_fail(rc, errbuf, errbuf_size, "out of memory while decoding");
   if (rc != 0) {
     v1_view_release(&v->mem);
     return rc;
