@@ -775,3 +775,50 @@ ember_profile_t *tu_merged_worker(ember_profile_t *const *ps, size_t n, const ch
   }
   return m;
 }
+
+ember_profile_t *tu_sample_profile(bool more) {
+  static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(types, 2, &p), 0);
+  ember_labels_t l = {"api", "1.4.2", "host-a", "room-7", 4242};
+  assert_int_equal(ember_profile_set_labels(p, &l), 0);
+  assert_int_equal(ember_profile_set_window(p, 1700000000000000000, 1700000010000000000), 0);
+  ember_profile_set_period(p, 52631578);
+  assert_int_equal(ember_profile_set_origin(p, "agent-7", 99, NULL), 0);
+  ember_frame_t main_f = {.function = "main",
+                          .file = "prog.c",
+                          .line = 10,
+                          .module = "/usr/bin/prog",
+                          .build_id = "0123456789ab"};
+  ember_frame_t hot = {.function = "hot",
+                       .file = "prog.c",
+                       .line = 20,
+                       .module = "/usr/bin/prog",
+                       .build_id = "0123456789ab"};
+  ember_frame_t cold = {.function = "cold", .module = "/usr/bin/prog", .build_id = "0123456789ab"};
+  ember_frame_t unresolved = {.module = "/usr/lib/x86_64-linux-gnu/libc.so.6", .address = 0x29d90};
+  ember_frame_t kernel = {
+      .function = "do_syscall_64", .module = "[kernel]", .kind = EMBER_FRAME_KERNEL};
+  ember_frame_t jit = {
+      .function = "JS:*fib file.js:1:13", .module = "/tmp/perf-1.map", .kind = EMBER_FRAME_JIT};
+  ember_frame_t nothing = {0};
+  ember_frame_t s1[] = {hot, main_f};
+  ember_frame_t s2[] = {cold, main_f};
+  ember_frame_t s3[] = {kernel, unresolved, main_f};
+  ember_frame_t s4[] = {jit, jit, nothing};
+  int64_t v1[] = {30, 30 * 52631578LL}, v2[] = {10, 10 * 52631578LL}, v3[] = {2, 2}, v4[] = {1, 0};
+  assert_int_equal(ember_profile_add(p, s1, 2, v1), 0);
+  assert_int_equal(ember_profile_add(p, s2, 2, v2), 0);
+  assert_int_equal(ember_profile_add(p, s3, 3, v3), 0);
+  assert_int_equal(ember_profile_add(p, s4, 3, v4), 0);
+  if (!more) return p;
+  ember_frame_t file_only = {.file = "gen.c", .line = 3};
+  ember_frame_t s5[] = {file_only, main_f};
+  int64_t v5[] = {4, 7};
+  assert_int_equal(ember_profile_add(p, s5, 2, v5), 0);
+  /* A frame no stack uses: not sent. */
+  ember_frame_t unused = {.function = "unused"};
+  uint32_t id;
+  assert_int_equal(ember_profile_intern_frame(p, &unused, &id), 0);
+  return p;
+}

@@ -35,6 +35,10 @@ void tu_kill(pid_t pid);
  * do not decode are skipped (other tests put some there on purpose). */
 size_t tu_consume_profiles(const char *brokers, const char *host, int idle_ms, int max_ms,
                            ember_profile_t ***out);
+/* The codec tests' sample window (labels, window, period, origin; main,
+ * hot, cold, an unresolved, a kernel and a JIT frame, a frame of nothing).
+ * `more` adds a file-only frame's stack and a frame no stack uses. */
+ember_profile_t *tu_sample_profile(bool more);
 /* One CPU profile (samples, CPU ns) of every profile of `worker` among
  * ps[0..n) merged; *labels (may be NULL) gets the labels of the last one
  * (valid as ps). Caller frees. */
