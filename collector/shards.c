@@ -220,6 +220,23 @@ static bool in_store(const ember_store_run_t *own, size_t n, const ember__foreig
   return false;
 }
 
+/* Undo this store's pending windows of `partition` at [from, to), which
+ * collector `who` holds (`why`); counted into *total. */
+static int undo(ember__shards_t *s, int32_t partition, int64_t from, int64_t to, const char *who,
+                const char *why, uint64_t *total) {
+  uint64_t k = 0;
+  int rc = ember_store_undo(s->store, partition, from, to, &k);
+  if (rc == 0 && k > 0) {
+    *total += k;
+    ember_metric_add(s->undone, (double)k);
+    EMBER_INFO("collector",
+               "undid %" PRIu64 " pending windows of partition %" PRId32 " at [%" PRId64
+               ", %" PRId64 "): collector %s's run %s",
+               k, partition, from, to, who, why);
+  }
+  return rc;
+}
+
 int ember__shards_reconcile(ember__shards_t *s, const ember__foreign_run_t *runs, size_t n,
                             uint64_t *undone) {
   if (undone) *undone = 0;
@@ -245,17 +262,18 @@ int ember__shards_reconcile(ember__shards_t *s, const ember__foreign_run_t *runs
           strcmp(f->collector, s->self) == 0 || in_store(own, count, f))
         continue;
       int64_t from = f->start > lo ? f->start : lo, to = f->stored_end < hi ? f->stored_end : hi;
-      if (from >= to || !ember__shards_wins(f, &me)) continue;
-      uint64_t k = 0;
-      rc = ember_store_undo(s->store, r->partition, from, to, &k);
-      if (rc == 0 && k > 0) {
-        total += k;
-        ember_metric_add(s->undone, (double)k);
-        EMBER_INFO("collector",
-                   "undid %" PRIu64 " pending windows of partition %" PRId32 " at [%" PRId64
-                   ", %" PRId64 "): collector %s's later run holds them",
-                   k, r->partition, from, to, f->collector);
+      if (from >= to) continue;
+      /* What the foreign run committed is final there: our pending copy
+       * goes, whichever run started first (a run that began at
+       * auto.offset.reset's earliest starts below an earlier run that
+       * never committed). */
+      int64_t cut = f->committed < to ? f->committed : to;
+      if (cut > from) {
+        rc = undo(s, r->partition, from, cut, f->collector, "committed them", &total);
+        from = cut;
       }
+      if (rc == 0 && from < to && ember__shards_wins(f, &me))
+        rc = undo(s, r->partition, from, to, f->collector, "started later", &total);
     }
   }
   ember_store_runs_free(own);

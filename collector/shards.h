@@ -10,12 +10,18 @@
  *
  * Duplicates between stores arise only when a collector stored a batch and
  * died before committing its offsets: the next owner of the partition reads
- * the batch again from the committed offset. Rule: of two copies of one
- * (partition, offset), the one in the run that started later is kept (ties:
- * the run that committed past its start, then the later wall-clock start,
- * then the larger collector id); the other copy is necessarily still
- * pending (never committed by its collector, since a later run starts at or
- * above every earlier commit), and its collector undoes it
+ * the batch again from the committed offset. Two committed copies never
+ * meet (a run starts at or above every commit of its group), so of two
+ * copies of one (partition, offset) at least one is pending. Rule: a
+ * pending copy goes when the other is committed (below its run's
+ * `committed`); of two pending copies, the one in the run that started
+ * later (the higher start offset) is kept (ties: the run that committed
+ * past its start, then the later wall-clock start, then the larger
+ * collector id). The first clause is not implied by the second: where the
+ * group has no commit for a partition, a run starts where
+ * auto.offset.reset says (earliest: below an earlier run that died before
+ * its first commit), so start offsets alone would keep the pending copy and
+ * the committed one both. Each collector undoes its own losing copies
  * (ember__shards_reconcile against the runs its peers announce; runs a
  * collector sharing this store file announces are recognised as this
  * store's own and skipped).

@@ -151,6 +151,47 @@ static void test_shards_runs_of_our_own_store_are_not_copies(void **state) {
   drop(a, pa);
 }
 
+/* The case CI met: the group had no commit for the partition. A's run
+ * began at its first message (100: nothing of the partition before), stored
+ * 100..119 and died before its first commit; B, starting at
+ * auto.offset.reset=earliest, read 0..149 and committed up to b_commit.
+ * B's run starts lower, yet what it committed is final: A's copies of it
+ * go. Of the copies pending in both, A's run started later: B's go. */
+static void committed_vs_start(int64_t b_commit, uint64_t a_undoes, uint64_t b_undoes) {
+  char pa[600], pb[600];
+  ember_store_t *a = fresh("ca", pa, sizeof pa), *b = fresh("cb", pb, sizeof pb);
+  ember_metrics_t *m = NULL;
+  assert_int_equal(ember_metrics_new(&m), 0);
+  write_windows(a, 100, 120, 100, 1000);
+  write_windows(b, 0, 150, 0, 2000);
+  assert_int_equal(ember_store_committed(b, 0, 0, b_commit), 0);
+  ember__shards_t *sa = NULL, *sb = NULL;
+  assert_int_equal(ember__shards_new(a, m, "collector-a", &sa), 0);
+  assert_int_equal(ember__shards_new(b, m, "collector-b", &sb), 0);
+  ember__foreign_run_t fa[8], fb[8];
+  size_t na = foreign(a, "collector-a", fa, 8), nb = foreign(b, "collector-b", fb, 8);
+  uint64_t undone = 99;
+  assert_int_equal(ember__shards_reconcile(sb, fa, na, &undone), 0);
+  assert_int_equal(undone, b_undoes);
+  assert_int_equal(ember__shards_reconcile(sa, fb, nb, &undone), 0);
+  assert_int_equal(undone, a_undoes);
+  int64_t wa, wb;
+  samples(a, &wa);
+  samples(b, &wb);
+  assert_int_equal(wa + wb, 150); /* every window once */
+  ember__shards_free(sa);
+  ember__shards_free(sb);
+  ember_metrics_free(m);
+  drop(a, pa);
+  drop(b, pb);
+}
+
+static void test_shards_a_committed_copy_beats_a_later_start(void **state) {
+  (void)state;
+  committed_vs_start(150, 20, 0);  /* B committed it all: A's 20 go */
+  committed_vs_start(110, 10, 10); /* 100..109 committed in B; 110..119 A's */
+}
+
 static void test_shards_rule_and_its_ties(void **state) {
   (void)state;
   ember__foreign_run_t x = {.collector = "a", .start = 10, .committed = 10, .started_ns = 5};
@@ -176,6 +217,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shards_a_crash_leaves_each_window_in_one_store),
       cmocka_unit_test(test_shards_runs_of_our_own_store_are_not_copies),
+      cmocka_unit_test(test_shards_a_committed_copy_beats_a_later_start),
       cmocka_unit_test(test_shards_rule_and_its_ties),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
