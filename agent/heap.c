@@ -101,22 +101,14 @@ static void set_free(hset_t *s) {
   memset(s, 0, sizeof *s);
 }
 
-/* ember__grow_array on *arr in place: 0 or -ENOMEM. */
-static int grow(void **arr, size_t *cap, size_t need, size_t size) {
-  void *n = ember__grow_array(*arr, cap, need, size);
-  if (n == NULL) return -ENOMEM;
-  *arr = n;
-  return 0;
-}
-
 /* The index of stack ips[0..n) in s, added if new; -1 out of memory. */
 static int64_t set_stack(hset_t *s, const uint64_t *ips, uint32_t n) {
   uint64_t h = ember__hash_bytes(ips, n * sizeof *ips, 0x57ac);
   skey_t k = {s, ips, n};
   int64_t at = ember__htab_find(&s->sidx, h, stack_eq, &k);
   if (at >= 0) return at;
-  if (grow((void **)&s->ips, &s->capips, s->nips + n, sizeof *s->ips) != 0 ||
-      grow((void **)&s->stacks, &s->capstacks, s->nstacks + 1, sizeof *s->stacks) != 0)
+  if (ember__grow(&s->ips, &s->capips, s->nips + n, sizeof *s->ips) != 0 ||
+      ember__grow(&s->stacks, &s->capstacks, s->nstacks + 1, sizeof *s->stacks) != 0)
     return -1;
   memcpy(s->ips + s->nips, ips, n * sizeof *ips);
   s->stacks[s->nstacks] = (hstack_t){(uint32_t)s->nips, n, h};
@@ -128,7 +120,7 @@ static int64_t set_stack(hset_t *s, const uint64_t *ips, uint32_t n) {
 static int set_ref(hset_t *s, uint64_t id, uint32_t stack) {
   rkey_t k = {s, id};
   if (ember__htab_find(&s->ridx, ref_hash(id), ref_eq, &k) >= 0) return 0;
-  if (grow((void **)&s->refs, &s->caprefs, s->nrefs + 1, sizeof *s->refs) != 0) return -ENOMEM;
+  if (ember__grow(&s->refs, &s->caprefs, s->nrefs + 1, sizeof *s->refs) != 0) return -ENOMEM;
   s->refs[s->nrefs] = (href_t){id, stack};
   if (ember__htab_insert(&s->ridx, ref_hash(id), (uint32_t)s->nrefs, ref_rehash, &k) != 0)
     return -ENOMEM;
@@ -169,7 +161,7 @@ static void drop(ember__heap_t *h, proc_t *p) {
 }
 
 static int open_proc(ember__heap_t *h, pid_t pid, proc_t **out, char *err, size_t n) {
-  if (grow((void **)&h->procs, &h->capprocs, h->nprocs + 1, sizeof *h->procs) != 0) return -ENOMEM;
+  if (ember__grow(&h->procs, &h->capprocs, h->nprocs + 1, sizeof *h->procs) != 0) return -ENOMEM;
   proc_t *p = ember_calloc(1, sizeof *p);
   if (p == NULL) return -ENOMEM;
   int rc = ember__heapshm_open(pid, &p->shm, err, n);

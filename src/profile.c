@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "ember/profile.h"
 #include "htab.h"
 
@@ -69,21 +70,6 @@ struct ember_profile {
   size_t nids, capids;
   ember__htab_t stack_index;
 };
-
-/* Grow `*arr` (of `*cap` elements of `elem` bytes) to hold `need`. */
-static int grow(void *arr, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return 0;
-  size_t ncap = *cap ? *cap : 16;
-  while (ncap < need) {
-    if (ncap > SIZE_MAX / 2 / elem) return -ENOMEM;
-    ncap *= 2;
-  }
-  void *p = ember_realloc(*(void **)arr, ncap * elem);
-  if (p == NULL) return -ENOMEM;
-  *(void **)arr = p;
-  *cap = ncap;
-  return 0;
-}
 
 const char *ember_value_type_name(ember_value_type_t vt) {
   switch (vt) {
@@ -311,7 +297,7 @@ static int intern_len(ember_profile_t *p, const char *s, size_t len, const char 
     *out = p->strs[found].s;
     return 0;
   }
-  if (grow(&p->strs, &p->capstrs, p->nstrs + 1, sizeof *p->strs) != 0) return -ENOMEM;
+  if (ember__grow(&p->strs, &p->capstrs, p->nstrs + 1, sizeof *p->strs) != 0) return -ENOMEM;
   /* Header, bytes and NUL, rounded up so the next header is aligned. */
   size_t need = (sizeof(str_hdr_t) + len + 1 + 7) & ~(size_t)7;
   char *c = arena_alloc(p, need);
@@ -395,9 +381,10 @@ static int intern_frame(ember_profile_t *p, const ember_frame_t *c, uint32_t *id
   }
   if (p->nframes >= UINT32_MAX - 1) return -ENOMEM;
   size_t cap = p->capframes;
-  if (grow(&p->frames, &cap, p->nframes + 1, sizeof *p->frames) != 0) return -ENOMEM;
+  if (ember__grow(&p->frames, &cap, p->nframes + 1, sizeof *p->frames) != 0) return -ENOMEM;
   cap = p->capframes;
-  if (grow(&p->frame_hashes, &cap, p->nframes + 1, sizeof *p->frame_hashes) != 0) return -ENOMEM;
+  if (ember__grow(&p->frame_hashes, &cap, p->nframes + 1, sizeof *p->frame_hashes) != 0)
+    return -ENOMEM;
   p->capframes = cap;
   p->frames[p->nframes] = *c;
   p->frame_hashes[p->nframes] = h;
@@ -478,11 +465,12 @@ int ember_profile_add_ids(ember_profile_t *p, const uint32_t *frame_ids, size_t 
   }
   if (p->nstacks >= UINT32_MAX - 1) return -ENOMEM;
   size_t cap = p->capstacks;
-  if (grow(&p->stacks, &cap, p->nstacks + 1, sizeof *p->stacks) != 0) return -ENOMEM;
+  if (ember__grow(&p->stacks, &cap, p->nstacks + 1, sizeof *p->stacks) != 0) return -ENOMEM;
   cap = p->capstacks;
-  if (grow(&p->values, &cap, p->nstacks + 1, p->ntypes * sizeof *p->values) != 0) return -ENOMEM;
+  if (ember__grow(&p->values, &cap, p->nstacks + 1, p->ntypes * sizeof *p->values) != 0)
+    return -ENOMEM;
   p->capstacks = cap;
-  if (grow(&p->ids, &p->capids, p->nids + depth, sizeof *p->ids) != 0) return -ENOMEM;
+  if (ember__grow(&p->ids, &p->capids, p->nids + depth, sizeof *p->ids) != 0) return -ENOMEM;
   memcpy(p->ids + p->nids, frame_ids, depth * sizeof *frame_ids);
   p->stacks[p->nstacks] = (stack_entry_t){p->nids, (uint32_t)depth, h};
   memcpy(&p->values[p->nstacks * p->ntypes], values, p->ntypes * sizeof *values);
@@ -519,24 +507,24 @@ int ember_profile_reserve(ember_profile_t *p, size_t nstrings, size_t nframes, s
   frame_key_t fk = {p, NULL};
   stack_key_t kk = {p, NULL, 0};
   size_t cap2;
-  if (grow(&p->strs, &p->capstrs, p->nstrs + nstrings, sizeof *p->strs) != 0 ||
+  if (ember__grow(&p->strs, &p->capstrs, p->nstrs + nstrings, sizeof *p->strs) != 0 ||
       ember__htab_reserve(&p->str_index, p->nstrs + nstrings, str_hash, &sk) != 0)
     return -ENOMEM;
   cap2 = p->capframes;
-  if (grow(&p->frames, &cap2, p->nframes + nframes, sizeof *p->frames) != 0) return -ENOMEM;
+  if (ember__grow(&p->frames, &cap2, p->nframes + nframes, sizeof *p->frames) != 0) return -ENOMEM;
   cap2 = p->capframes;
-  if (grow(&p->frame_hashes, &cap2, p->nframes + nframes, sizeof *p->frame_hashes) != 0)
+  if (ember__grow(&p->frame_hashes, &cap2, p->nframes + nframes, sizeof *p->frame_hashes) != 0)
     return -ENOMEM;
   p->capframes = cap2;
   if (ember__htab_reserve(&p->frame_index, p->nframes + nframes, frame_rehash, &fk) != 0)
     return -ENOMEM;
   cap2 = p->capstacks;
-  if (grow(&p->stacks, &cap2, p->nstacks + nstacks, sizeof *p->stacks) != 0) return -ENOMEM;
+  if (ember__grow(&p->stacks, &cap2, p->nstacks + nstacks, sizeof *p->stacks) != 0) return -ENOMEM;
   cap2 = p->capstacks;
-  if (grow(&p->values, &cap2, p->nstacks + nstacks, p->ntypes * sizeof *p->values) != 0)
+  if (ember__grow(&p->values, &cap2, p->nstacks + nstacks, p->ntypes * sizeof *p->values) != 0)
     return -ENOMEM;
   p->capstacks = cap2;
-  if (grow(&p->ids, &p->capids, p->nids + nids, sizeof *p->ids) != 0 ||
+  if (ember__grow(&p->ids, &p->capids, p->nids + nids, sizeof *p->ids) != 0 ||
       ember__htab_reserve(&p->stack_index, p->nstacks + nstacks, stack_rehash, &kk) != 0)
     return -ENOMEM;
   return 0;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "ember/buf.h"
 #include "ember/jsname.h"
 #include "ember/sourcemap.h"
@@ -64,18 +65,6 @@ __attribute__((format(printf, 3, 4))) static int refuse(parse_t *p, ember_source
     va_end(ap);
   }
   return -EINVAL;
-}
-
-/* Grow an array of `*cap` elements of `size` to hold one more. */
-static int grow(void **v, size_t *cap, size_t n, size_t size) {
-  if (n < *cap) return 0;
-  size_t c = *cap ? *cap * 2 : 64;
-  if (c > SIZE_MAX / size) return -ENOMEM;
-  void *nv = ember_realloc(*v, c * size);
-  if (nv == NULL) return -ENOMEM;
-  *v = nv;
-  *cap = c;
-  return 0;
 }
 
 /* --- tables --- */
@@ -151,7 +140,7 @@ static int add_tables(parse_t *p, json_t *map) {
     } else if (!json_is_null(s)) {
       return refuse(p, EMBER_SOURCEMAP_BAD_FIELD, "source %zu is not a string", i);
     }
-    if (grow((void **)&sm->src_off, &sm->capsrc, sm->nsrc, sizeof *sm->src_off) != 0)
+    if (ember__grow(&sm->src_off, &sm->capsrc, sm->nsrc + 1, sizeof *sm->src_off) != 0)
       return -ENOMEM;
     sm->src_off[sm->nsrc++] = off;
   }
@@ -162,7 +151,7 @@ static int add_tables(parse_t *p, json_t *map) {
     size_t off;
     int rc = add_string(p, "name", i, NULL, json_string_value(s), &off);
     if (rc != 0) return rc;
-    if (grow((void **)&sm->name_off, &sm->capname, sm->nname, sizeof *sm->name_off) != 0)
+    if (ember__grow(&sm->name_off, &sm->capname, sm->nname + 1, sizeof *sm->name_off) != 0)
       return -ENOMEM;
     sm->name_off[sm->nname++] = off;
   }
@@ -258,7 +247,7 @@ static int decode(parse_t *p, const char *s, size_t len, int64_t line0, int64_t 
     }
     if (sm->nsegs >= p->lim.max_segments)
       return refuse(p, EMBER_SOURCEMAP_TOO_MANY, "over %zu segments", p->lim.max_segments);
-    if (grow((void **)&sm->segs, &sm->capsegs, sm->nsegs, sizeof *sm->segs) != 0) return -ENOMEM;
+    if (ember__grow(&sm->segs, &sm->capsegs, sm->nsegs + 1, sizeof *sm->segs) != 0) return -ENOMEM;
     if (sm->nsegs > 0) {
       const seg_t *last = &sm->segs[sm->nsegs - 1];
       if (last->line > g.line || (last->line == g.line && last->col > g.col)) sm->sorted = false;
