@@ -48,6 +48,19 @@ typedef struct ref {
   uint64_t epoch;  /* of the last check; 0 = never */
 } ref_t;
 
+/* A process's filesystem view: its root (O_PATH; -1 when it is gone) and
+ * its owner (-1 unknown), opened once per pid per epoch, not once per
+ * script it names. */
+typedef struct view {
+  int rootfd; /* <proc>/PID/root */
+  int64_t uid;
+  pid_t pid;
+  uint64_t epoch; /* 0: empty */
+} view_t;
+
+/* Views held open: a direct-mapped cache by pid, emptied at every epoch. */
+#define VIEWS 16u
+
 struct ember__jsmaps {
   char *proc_root;
   uint64_t max_bytes;
@@ -61,8 +74,16 @@ struct ember__jsmaps {
   size_t ngrave, capgrave;
   ember__strarena_t names; /* generated names handed out in this epoch */
   uint64_t epoch;
+  view_t views[VIEWS];
   ember__jsmaps_stats_t st;
 };
+
+static void views_close(ember__jsmaps_t *m) {
+  for (unsigned i = 0; i < VIEWS; i++) {
+    if (m->views[i].epoch != 0 && m->views[i].rootfd >= 0) close(m->views[i].rootfd);
+    m->views[i] = (view_t){.rootfd = -1, .uid = -1};
+  }
+}
 
 int ember__jsmaps_new(const ember__jsmaps_opts_t *opts, ember__jsmaps_t **out) {
   if (out == NULL) return -EINVAL;
@@ -78,6 +99,7 @@ int ember__jsmaps_new(const ember__jsmaps_opts_t *opts, ember__jsmaps_t **out) {
   if (opts != NULL) m->lim = opts->limits;
   if (m->lim.max_bytes == 0) m->lim.max_bytes = EMBER_SOURCEMAP_MAX_BYTES;
   ember__htab_init(&m->reftab);
+  views_close(m);
   m->epoch = 1;
   *out = m;
   return 0;
@@ -90,6 +112,7 @@ static void grave_flush(ember__jsmaps_t *m) {
 
 void ember__jsmaps_free(ember__jsmaps_t *m) {
   if (m == NULL) return;
+  views_close(m);
   grave_flush(m);
   ember_free(m->grave);
   for (size_t i = 0; i < m->nscripts; i++) {
@@ -167,11 +190,6 @@ static bool refused_open(int rc) {
 }
 
 /* The process's view of the files. */
-typedef struct view {
-  int rootfd; /* <proc>/PID/root */
-  int64_t uid;
-} view_t;
-
 /* Open absolute `path` inside the process's root under the rules. */
 static int view_open(const view_t *v, const char *path, uint64_t max_size, struct stat *st) {
   while (*path == '/') path++;
@@ -429,24 +447,35 @@ static int new_script(ember__jsmaps_t *m, uint32_t *idx) {
   return 0;
 }
 
+/* The view of `pid` in this epoch, opened if it is not held. */
+static const view_t *view_of(ember__jsmaps_t *m, pid_t pid) {
+  view_t *v = &m->views[(uint32_t)pid % VIEWS];
+  if (v->epoch == m->epoch && v->pid == pid) return v;
+  if (v->epoch != 0 && v->rootfd >= 0) close(v->rootfd);
+  *v = (view_t){.rootfd = -1, .uid = -1, .pid = pid, .epoch = m->epoch};
+  char tmp[PATH_MAX];
+  struct stat pst;
+  int n = snprintf(tmp, sizeof tmp, "%s/%d", m->proc_root, (int)pid);
+  if (n < 0 || (size_t)n >= sizeof tmp) return v;
+  if (stat(tmp, &pst) == 0) v->uid = (int64_t)pst.st_uid;
+  n = snprintf(tmp, sizeof tmp, "%s/%d/root", m->proc_root, (int)pid);
+  if (n < 0 || (size_t)n >= sizeof tmp) return v;
+  /* The root link is the kernel's; below it, everything is the process's. */
+  v->rootfd = open(tmp, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  return v;
+}
+
 /* Check `r` against the file it names: find or make its script, and
  * decode the script's map if it has none in memory. */
 static int check(ember__jsmaps_t *m, ref_t *r) {
   r->epoch = m->epoch;
   uint32_t before = r->script;
   r->script = NONE;
-  char path[PATH_MAX], tmp[PATH_MAX];
+  char path[PATH_MAX];
   if (!ember_jsname_script_path(r->name, r->len, path, sizeof path)) return 0;
   ember_jsname_path_lexical(path);
-  view_t v = {.rootfd = -1, .uid = -1};
-  struct stat pst, st;
-  int n = snprintf(tmp, sizeof tmp, "%s/%d", m->proc_root, (int)r->pid);
-  if (n < 0 || (size_t)n >= sizeof tmp) return 0;
-  if (stat(tmp, &pst) == 0) v.uid = (int64_t)pst.st_uid;
-  n = snprintf(tmp, sizeof tmp, "%s/%d/root", m->proc_root, (int)r->pid);
-  if (n < 0 || (size_t)n >= sizeof tmp) return 0;
-  /* The root link is the kernel's; below it, everything is the process's. */
-  v.rootfd = open(tmp, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  const view_t v = *view_of(m, r->pid);
+  struct stat st;
   if (v.rootfd < 0) {
     /* The process is gone (its last window closes after it exits): the
      * script it ran is what the last check found, if it found one, and
@@ -505,7 +534,6 @@ static int check(ember__jsmaps_t *m, ref_t *r) {
   r->gen = s->gen;
 done:
   if (fd >= 0) close(fd);
-  close(v.rootfd);
   return rc;
 }
 
@@ -542,6 +570,7 @@ int ember__jsmaps_frame(ember__jsmaps_t *m, pid_t pid, const char *name, ember__
 void ember__jsmaps_forget(ember__jsmaps_t *m, pid_t pid) {
   if (m == NULL) return;
   m->epoch++;
+  views_close(m);
   grave_flush(m);
   ember__strarena_free(&m->names);
   if (pid == 0) return;

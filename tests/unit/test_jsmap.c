@@ -5,6 +5,7 @@
  * broken and huge maps), each refused and counted with the frame keeping
  * its generated name. A fake proc root gives the "process" its owner; its
  * root is the real one. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -350,6 +351,61 @@ static void test_bad_maps(void **state) {
   assert_true((t1.tv_sec - t0.tv_sec) < 5);
 }
 
+/* Open descriptors of this process. */
+static int open_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  assert_non_null(d);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
+  closedir(d);
+  return n - 1; /* the directory's own */
+}
+
+/* A process's root is opened once per epoch, however many scripts it
+ * names (a second script is found through the view held even after the
+ * process's /proc entry went), and closed when the epoch ends; a second
+ * process whose pid takes the same slot of the view cache replaces it. */
+static void test_views_once_per_process(void **state) {
+  fx_t *f = *state;
+  make_proc(f, 0);
+  char p[PATH_MAX + 16], q[3 * PATH_MAX + 64], name[PATH_MAX + 64];
+  snprintf(p, sizeof p, "%s/%d", f->proc, PID + 16);
+  assert_int_equal(mkdir(p, 0555), 0);
+  snprintf(p, sizeof p, "%s/%d/root", f->proc, PID + 16);
+  assert_int_equal(symlink("/", p), 0);
+  script_with(f, "//# sourceMappingURL=app.min.js.map");
+  snprintf(p, sizeof p, "%s.map", f->script);
+  put(p, MAP);
+  /* The same script and map again as two.min.js. */
+  snprintf(q, sizeof q, "cp %s %s/two.min.js && cp %s %s/two.min.js.map", f->script, f->dir, p,
+           f->dir);
+  assert_int_equal(system(q), 0);
+  start(f, 0);
+  const int base = open_fds();
+  ember__jsframe_t j;
+  mapped_hot(f);
+  for (int i = 0; i < 40; i++) {
+    snprintf(name, sizeof name, "JS:*f%d %s/s%d.js:1:1", i, f->dir, i);
+    assert_int_equal(ember__jsmaps_frame(f->m, i % 2 ? PID : PID + 16, name, &j), 0);
+    assert_true(open_fds() <= base + 1);
+  }
+  mapped_hot(f); /* PID's view opened again after PID + 16 took its slot */
+  snprintf(p, sizeof p, "%s/%d", f->proc, PID);
+  snprintf(q, sizeof q, "%s/gone", f->proc);
+  assert_int_equal(rename(p, q), 0);
+  snprintf(name, sizeof name, "JS:*a %s/two.min.js:1:11", f->dir);
+  assert_int_equal(ember__jsmaps_frame(f->m, PID, name, &j), 1);
+  assert_string_equal(j.function, "hotLoop");
+  ember__jsmaps_forget(f->m, 0);
+  assert_int_equal(open_fds(), base);
+  /* The next epoch opens the view again: the process is gone now. A new
+   * name of it finds nothing; the scripts it was seen running stay. */
+  snprintf(name, sizeof name, "JS:*a %s/three.min.js:1:11", f->dir);
+  assert_int_equal(ember__jsmaps_frame(f->m, PID, name, &j), 0);
+  assert_int_equal(frame(f, "a", 11, &j), 1);
+  assert_int_equal(open_fds(), base);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_external_map, setup, teardown),
@@ -358,6 +414,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_memory_bound, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hostile_files, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_maps, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_views_once_per_process, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
