@@ -189,7 +189,6 @@ static bool refused_open(int rc) {
   return rc == -ELOOP || rc == -ENODEV || rc == -EPERM || rc == -EFBIG;
 }
 
-/* The process's view of the files. */
 /* Open absolute `path` inside the process's root under the rules. */
 static int view_open(const view_t *v, const char *path, uint64_t max_size, struct stat *st) {
   while (*path == '/') path++;
