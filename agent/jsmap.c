@@ -561,7 +561,11 @@ int ember__jsmaps_frame(ember__jsmaps_t *m, pid_t pid, const char *name, ember__
     fn =
         j.function_len ? ember__strarena_dup(&m->names, j.function, j.function_len) : "(anonymous)";
   if (fn == NULL) return -ENOMEM;
-  *out = (ember__jsframe_t){.function = fn, .file = file, .line = pos.line, .script = s->path};
+  *out = (ember__jsframe_t){.function = fn,
+                            .file = file,
+                            .line = pos.line,
+                            .script = s->path,
+                            .generated = j.function + (j.function_len == 0)};
   m->st.mapped++;
   return 1;
 }

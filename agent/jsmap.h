@@ -56,6 +56,10 @@ typedef struct ember__jsframe {
                            against the map's directory */
   uint32_t line;        /* in it, 1-based */
   const char *script;   /* the generated script's path (the frame's module) */
+  /* V8's name of it without the tag and tier marker, "a /app/dist/app.js:
+   * 1:4711" (an anonymous function's is its position alone): ember_frame_t's
+   * `generated`. Points into the name passed in. */
+  const char *generated;
 } ember__jsframe_t;
 
 typedef struct ember__jsmaps_stats {

@@ -692,6 +692,7 @@ static int resolve(call_t *c, uint64_t ip, uint64_t a) {
         f.file = js.file;
         f.line = js.line;
         f.module = js.script;
+        f.generated = js.generated;
       }
     }
     emit(c, &f);

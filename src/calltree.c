@@ -201,6 +201,10 @@ static json_t *node_json(const ember__calltree_t *t, size_t i, const ember__ctop
     rc = ember__json_set(o, "name", ember__json_str(f.name));
     if (rc == 0 && f.module != NULL) rc = ember__json_set(o, "module", ember__json_str(f.module));
     if (rc == 0) rc = ember__json_set(o, "kind", json_string(kind_name(f.kind)));
+    if (rc == 0 && f.file != NULL) rc = ember__json_set(o, "file", ember__json_str(f.file));
+    if (rc == 0 && f.line != 0) rc = ember__json_set(o, "line", json_integer(f.line));
+    if (rc == 0 && f.generated != NULL)
+      rc = ember__json_set(o, "generated", ember__json_str(f.generated));
   }
   if (rc == 0) rc = ops->values(ctx, nd, o);
   if (rc != 0) {

@@ -69,6 +69,9 @@ typedef struct ember__ctfn {
   const char *name;   /* never NULL; must outlive ember__calltree_json */
   const char *module; /* may be NULL */
   ember_frame_kind_t kind;
+  const char *file;      /* the source file; NULL = none or not one */
+  uint32_t line;         /* where it starts; 0 = unknown or not one */
+  const char *generated; /* ember_frame_t's; NULL = none or not one */
 } ember__ctfn_t;
 
 typedef struct ember__ctops {
@@ -82,10 +85,10 @@ typedef struct ember__ctops {
 
 /* Append "nodes" (how many were kept), "truncated" and "root" to `doc`
  * (borrowed), the root being the kept tree as nested JSON objects built
- * bottom-up without recursion: {"name", ["module",] "kind", <values>,
- * "children": [...]}, siblings by largest weight, then name, module and
- * age. Returns 0 or -ENOMEM (then `doc` may hold some of the fields). Only
- * after ember__calltree_cap. */
+ * bottom-up without recursion: {"name", ["module",] "kind", ["file",]
+ * ["line",] ["generated",] <values>, "children": [...]}, siblings by largest weight, then name,
+ * module and age. Returns 0 or -ENOMEM (then `doc` may hold some of the fields). Only after
+ * ember__calltree_cap. */
 int ember__calltree_json(const ember__calltree_t *t, const ember__ctops_t *ops, const void *ctx,
                          json_t *doc);
 

@@ -56,7 +56,7 @@ static int enc_str(encoder_t *e, const char *s, uint32_t *idx) {
     *idx = 0;
     return 0;
   }
-  return ember__ptrtab_get(&e->strings, s, NULL, idx);
+  return ember__ptrtab_get(&e->strings, s, NULL, NULL, idx);
 }
 
 int ember_codec_encode(const ember_profile_t *p, ember_buf_t *out) {
@@ -85,7 +85,7 @@ int ember_codec_encode(const ember_profile_t *p, ember_buf_t *out) {
   ember__wire__v1__labels__init(&labels);
 
   /* Entry 0 of the string table is "". */
-  if (ember__ptrtab_get(&e.strings, "", NULL, &(uint32_t){0}) != 0) goto cleanup;
+  if (ember__ptrtab_get(&e.strings, "", NULL, NULL, &(uint32_t){0}) != 0) goto cleanup;
 
   if (nframes > 0) {
     locs = ember_calloc(nframes, sizeof *locs);
@@ -96,18 +96,19 @@ int ember_codec_encode(const ember_profile_t *p, ember_buf_t *out) {
     const ember_frame_t *f = ember_profile_frame(p, i);
     ember__wire__v1__location__init(&locs[i]);
     loc_ptrs[i] = &locs[i];
-    uint32_t a, b, idx;
+    uint32_t a, b, c, idx;
     if (f->module != NULL || f->build_id != NULL) {
       if (enc_str(&e, f->module, &a) != 0 || enc_str(&e, f->build_id, &b) != 0 ||
-          ember__ptrtab_get(&e.modules, f->module, f->build_id, &idx) != 0)
+          ember__ptrtab_get(&e.modules, f->module, f->build_id, NULL, &idx) != 0)
         goto cleanup;
       locs[i].module = idx + 1;
     }
     /* A frame may have a file and no function name (the wire allows a
-     * function entry whose name is ""), so either one makes an entry. */
-    if (f->function != NULL || f->file != NULL) {
+     * function entry whose name is ""), so any one makes an entry. */
+    if (f->function != NULL || f->file != NULL || f->generated != NULL) {
       if (enc_str(&e, f->function, &a) != 0 || enc_str(&e, f->file, &b) != 0 ||
-          ember__ptrtab_get(&e.functions, f->function, f->file, &idx) != 0)
+          enc_str(&e, f->generated, &c) != 0 ||
+          ember__ptrtab_get(&e.functions, f->function, f->file, f->generated, &idx) != 0)
         goto cleanup;
       locs[i].function = idx + 1;
     }
@@ -124,15 +125,16 @@ int ember_codec_encode(const ember_profile_t *p, ember_buf_t *out) {
   for (size_t i = 0; i < e.modules.n; i++) {
     ember__wire__v1__module__init(&mods[i]);
     /* Already in the string table, so these lookups cannot allocate. */
-    if (enc_str(&e, e.modules.keys[2 * i], &mods[i].name) != 0 ||
-        enc_str(&e, e.modules.keys[2 * i + 1], &mods[i].build_id) != 0)
+    if (enc_str(&e, ember__ptrtab_key(&e.modules, i, 0), &mods[i].name) != 0 ||
+        enc_str(&e, ember__ptrtab_key(&e.modules, i, 1), &mods[i].build_id) != 0)
       goto cleanup;
     mod_ptrs[i] = &mods[i];
   }
   for (size_t i = 0; i < e.functions.n; i++) {
     ember__wire__v1__function__init(&fns[i]);
-    if (enc_str(&e, e.functions.keys[2 * i], &fns[i].name) != 0 ||
-        enc_str(&e, e.functions.keys[2 * i + 1], &fns[i].file) != 0)
+    if (enc_str(&e, ember__ptrtab_key(&e.functions, i, 0), &fns[i].name) != 0 ||
+        enc_str(&e, ember__ptrtab_key(&e.functions, i, 1), &fns[i].file) != 0 ||
+        enc_str(&e, ember__ptrtab_key(&e.functions, i, 2), &fns[i].generated) != 0)
       goto cleanup;
     fn_ptrs[i] = &fns[i];
   }
@@ -158,7 +160,8 @@ int ember_codec_encode(const ember_profile_t *p, ember_buf_t *out) {
 
   strings = ember_calloc(e.strings.n, sizeof *strings);
   if (strings == NULL) goto cleanup;
-  for (size_t i = 0; i < e.strings.n; i++) strings[i] = (char *)(uintptr_t)e.strings.keys[2 * i];
+  for (size_t i = 0; i < e.strings.n; i++)
+    strings[i] = (char *)(uintptr_t)ember__ptrtab_key(&e.strings, i, 0);
 
   const ember_labels_t *l = ember_profile_labels(p);
   labels.worker = (char *)(uintptr_t)(l->worker ? l->worker : "");
@@ -332,6 +335,8 @@ static int validate(const wire_profile_t *m, const ember_codec_limits_t *lim, ui
     if ((rc = check_str_index(m->functions[i]->name, m->n_strings, "function", i, errbuf,
                               errbuf_size)) ||
         (rc = check_str_index(m->functions[i]->file, m->n_strings, "function", i, errbuf,
+                              errbuf_size)) ||
+        (rc = check_str_index(m->functions[i]->generated, m->n_strings, "function", i, errbuf,
                               errbuf_size)))
       return rc;
   }
@@ -452,7 +457,8 @@ static int build(const wire_profile_t *m, const uint32_t *lens, ember__arena_t *
     if (l->function > 0) {
       const Ember__Wire__V1__Function *fn = m->functions[l->function - 1];
       if ((rc = str_at(&b, fn->name, &f.function)) != 0 ||
-          (rc = str_at(&b, fn->file, &f.file)) != 0)
+          (rc = str_at(&b, fn->file, &f.file)) != 0 ||
+          (rc = str_at(&b, fn->generated, &f.generated)) != 0)
         goto cleanup;
     }
     if (l->module > 0) {
@@ -596,9 +602,16 @@ static int v1_columns(const wire_profile_t *m, const uint32_t *lens, ember__aren
     mn[i] = m->modules[i]->name;
     mb[i] = m->modules[i]->build_id;
   }
+  /* Generated names are rare: a column only when some function has one. */
+  uint32_t *fng = NULL;
   for (size_t i = 0; i < nf; i++) {
     fnn[i] = m->functions[i]->name;
     fnf[i] = m->functions[i]->file;
+    if (m->functions[i]->generated != 0 && fng == NULL) {
+      if ((fng = cols(a, nf, 4)) == NULL) return -ENOMEM;
+      memset(fng, 0, nf * sizeof *fng);
+    }
+    if (fng != NULL) fng[i] = m->functions[i]->generated;
   }
   for (size_t i = 0; i < nl; i++) {
     const wire_location_t *l = m->locations[i];
@@ -607,12 +620,17 @@ static int v1_columns(const wire_profile_t *m, const uint32_t *lens, ember__aren
     la[i] = l->address;
     ll[i] = l->line;
     lk[i] = (uint32_t)l->kind;
-    uint32_t idx[4] = {l->function ? fnn[l->function - 1] : 0,
-                       l->function ? fnf[l->function - 1] : 0, l->module ? mn[l->module - 1] : 0,
-                       l->module ? mb[l->module - 1] : 0};
-    uint64_t h[4];
-    for (int k = 0; k < 4; k++) h[k] = idx[k] == 0 || lens[idx[k]] == 0 ? empty : strh[idx[k]];
-    lh[i] = ember_wire_location_hash(la[i], ll[i], lk[i], h);
+    uint32_t idx[EMBER_WIRE_LOC_STRINGS] = {
+        l->function ? fnn[l->function - 1] : 0, l->function ? fnf[l->function - 1] : 0,
+        l->module ? mn[l->module - 1] : 0, l->module ? mb[l->module - 1] : 0,
+        l->function && fng ? fng[l->function - 1] : 0};
+    uint64_t h[EMBER_WIRE_LOC_STRINGS];
+    bool none[EMBER_WIRE_LOC_STRINGS];
+    for (int k = 0; k < EMBER_WIRE_LOC_STRINGS; k++) {
+      none[k] = idx[k] == 0 || lens[idx[k]] == 0;
+      h[k] = none[k] ? empty : strh[idx[k]];
+    }
+    lh[i] = ember_wire_location_hash(la[i], ll[i], lk[i], h, !none[EMBER_WIRE_LOC_GENERATED]);
   }
   at = 0;
   uint64_t stack[EMBER_MAX_STACK_DEPTH];
@@ -650,6 +668,7 @@ static int v1_columns(const wire_profile_t *m, const uint32_t *lens, ember__aren
   w->nmodules = nm;
   w->fn_name = fnn;
   w->fn_file = fnf;
+  w->fn_generated = fng;
   w->nfunctions = nf;
   w->loc_function = lf;
   w->loc_module = lm;

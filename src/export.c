@@ -140,6 +140,7 @@ static uint64_t group_hash(const group_ctx_t *c, uint32_t frame) {
   if (c->by & EMBER__BY_MODULE) h = ember__hash_mix(h, (uint64_t)(uintptr_t)f->module);
   if (c->by & EMBER__BY_FILE) h = ember__hash_mix(h, (uint64_t)(uintptr_t)f->file);
   if (c->by & EMBER__BY_BUILD_ID) h = ember__hash_mix(h, (uint64_t)(uintptr_t)f->build_id);
+  if (c->by & EMBER__BY_GENERATED) h = ember__hash_mix(h, (uint64_t)(uintptr_t)f->generated);
   return h;
 }
 
@@ -150,6 +151,7 @@ static bool group_eq(const void *ctx, uint32_t g) {
   if ((c->by & EMBER__BY_MODULE) && fa->module != fb->module) return false;
   if ((c->by & EMBER__BY_FILE) && fa->file != fb->file) return false;
   if ((c->by & EMBER__BY_BUILD_ID) && fa->build_id != fb->build_id) return false;
+  if ((c->by & EMBER__BY_GENERATED) && fa->generated != fb->generated) return false;
   if ((c->by & EMBER__BY_NAME) && strcmp(c->names->name[a], c->names->name[b]) != 0) return false;
   return true;
 }
@@ -194,4 +196,25 @@ cleanup:
   ember_free(hashes);
   ember__htab_free(&index);
   return rc;
+}
+
+int ember__group_common(const ember_profile_t *p, const uint32_t *group_of,
+                        const uint32_t *first_of, size_t ngroups, ember__group_common_t **out) {
+  ember__group_common_t *c = ember_malloc((ngroups ? ngroups : 1) * sizeof *c);
+  if (c == NULL) return -ENOMEM;
+  for (size_t g = 0; g < ngroups; g++) {
+    const ember_frame_t *f = ember_profile_frame(p, first_of[g]);
+    c[g] = (ember__group_common_t){f->file, f->generated, f->line};
+  }
+  /* Interned strings: equal ones are one pointer. */
+  size_t n = ember_profile_nframes(p);
+  for (size_t i = 0; i < n; i++) {
+    const ember_frame_t *f = ember_profile_frame(p, (uint32_t)i);
+    ember__group_common_t *g = &c[group_of[i]];
+    if (g->file != f->file) g->file = NULL;
+    if (g->generated != f->generated) g->generated = NULL;
+    if (g->line != f->line) g->line = 0;
+  }
+  *out = c;
+  return 0;
 }

@@ -26,10 +26,11 @@ int ember__names_build(const ember_profile_t *p, ember__names_t *out);
 void ember__names_free(ember__names_t *names);
 
 /* Which frame fields make two frames one group in ember__group_frames. */
-#define EMBER__BY_NAME     0x1u /* display name */
-#define EMBER__BY_MODULE   0x2u /* frame->module */
-#define EMBER__BY_FILE     0x4u /* frame->file */
-#define EMBER__BY_BUILD_ID 0x8u /* frame->build_id */
+#define EMBER__BY_NAME      0x1u  /* display name */
+#define EMBER__BY_MODULE    0x2u  /* frame->module */
+#define EMBER__BY_FILE      0x4u  /* frame->file */
+#define EMBER__BY_BUILD_ID  0x8u  /* frame->build_id */
+#define EMBER__BY_GENERATED 0x10u /* frame->generated */
 
 /* Group the frames of `p` by the fields in `by` (EMBER__BY_*; names is
  * needed only with EMBER__BY_NAME). Groups are numbered 0, 1, ... in order
@@ -39,6 +40,19 @@ void ember__names_free(ember__names_t *names);
  * or -ENOMEM. */
 int ember__group_frames(const ember_profile_t *p, const ember__names_t *names, unsigned by,
                         uint32_t *group_of, uint32_t *first_of, size_t *ngroups);
+
+/* What every frame of a group has in common: its file, generated name
+ * and line where they all agree, else NULL and 0. Sampled frames carry the
+ * line of the sampled instruction, so a function's line is given only
+ * when it is the same everywhere (a mapped JavaScript function's, which
+ * is where it starts); splitting a group by it would split its flamegraph
+ * box. *out has ngroups entries (ember_free). Returns 0 or -ENOMEM. */
+typedef struct ember__group_common {
+  const char *file, *generated;
+  uint32_t line;
+} ember__group_common_t;
+int ember__group_common(const ember_profile_t *p, const uint32_t *group_of,
+                        const uint32_t *first_of, size_t ngroups, ember__group_common_t **out);
 
 /* Adds that stick at INT64_MAX. Stack values are each >= 0 and fit, but a
  * sum over many stacks may not. */

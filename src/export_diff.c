@@ -89,7 +89,8 @@ static int diff_add(ember__calltree_t *t, fns_t *d, const ember_profile_t *p,
 
 static void diff_fn_info(const void *ctx, uint32_t fn, ember__ctfn_t *out) {
   const fns_t *d = ctx;
-  *out = (ember__ctfn_t){d->fns[fn].name, d->fns[fn].module, d->fns[fn].kind};
+  *out = (ember__ctfn_t){
+      .name = d->fns[fn].name, .module = d->fns[fn].module, .kind = d->fns[fn].kind};
 }
 
 static int diff_values(const void *ctx, const ember__ctnode_t *nd, json_t *o) {

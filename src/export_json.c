@@ -22,30 +22,23 @@ static const char *speedscope_unit(ember_value_type_t vt) {
   return "none";
 }
 
-/* shared.frames: one per distinct (name, module, file). The line is given
- * only when every frame of the group has the same one: sampled frames
- * carry the line of the sampled instruction, and splitting a function into
- * one speedscope frame per line would split its flamegraph box too. */
+/* shared.frames: one per distinct (name, module, file), with the line
+ * where the group's frames agree on one (ember__group_common). */
 static int speedscope_frames(const ember_profile_t *p, const ember__names_t *names,
                              const uint32_t *group_of, const uint32_t *first_of, size_t ngroups,
                              json_t *frames) {
-  int rc = 0;
-  uint32_t *line = ember_malloc(ngroups * sizeof *line);
-  if (line == NULL) return -ENOMEM;
-  for (size_t g = 0; g < ngroups; g++) line[g] = ember_profile_frame(p, first_of[g])->line;
-  for (size_t i = 0; i < names->n; i++) {
-    uint32_t g = group_of[i];
-    if (line[g] != ember_profile_frame(p, (uint32_t)i)->line) line[g] = 0;
-  }
+  ember__group_common_t *common = NULL;
+  int rc = ember__group_common(p, group_of, first_of, ngroups, &common);
   for (size_t g = 0; g < ngroups && rc == 0; g++) {
     const ember_frame_t *f = ember_profile_frame(p, first_of[g]);
     json_t *fr = json_object();
     rc = ember__json_push(frames, fr);
     if (rc == 0) rc = ember__json_set(fr, "name", ember__json_str(names->name[first_of[g]]));
     if (rc == 0 && f->file != NULL) rc = ember__json_set(fr, "file", ember__json_str(f->file));
-    if (rc == 0 && line[g] != 0) rc = ember__json_set(fr, "line", json_integer(line[g]));
+    if (rc == 0 && common[g].line != 0)
+      rc = ember__json_set(fr, "line", json_integer(common[g].line));
   }
-  ember_free(line);
+  ember_free(common);
   return rc;
 }
 
@@ -165,18 +158,21 @@ cleanup:
 /* --- tree --- */
 
 /* Functions are frame groups (display name + module); a group is described
- * by its first frame. */
+ * by its first frame, and by the file, line and generated name its frames
+ * agree on. */
 typedef struct tree_ctx {
   const ember_profile_t *p;
   const ember__names_t *names;
   const uint32_t *first_of;
+  const ember__group_common_t *common;
 } tree_ctx_t;
 
 static void tree_fn_info(const void *ctx, uint32_t fn, ember__ctfn_t *out) {
   const tree_ctx_t *c = ctx;
   uint32_t f = c->first_of[fn];
   const ember_frame_t *fr = ember_profile_frame(c->p, f);
-  *out = (ember__ctfn_t){c->names->name[f], fr->module, fr->kind};
+  const ember__group_common_t *g = &c->common[fn];
+  *out = (ember__ctfn_t){c->names->name[f], fr->module, fr->kind, g->file, g->line, g->generated};
 }
 
 static int tree_values(const void *ctx, const ember__ctnode_t *nd, json_t *o) {
@@ -194,6 +190,7 @@ int ember_export_tree(const ember_profile_t *p, const ember_tree_opts_t *opts, e
   size_t nframes = ember_profile_nframes(p);
   ember__names_t names = {NULL, NULL, 0};
   uint32_t *group_of = NULL, *first_of = NULL;
+  ember__group_common_t *common = NULL;
   json_t *doc = NULL;
   ember__calltree_t t;
 
@@ -211,6 +208,8 @@ int ember_export_tree(const ember_profile_t *p, const ember_tree_opts_t *opts, e
   rc = ember__group_frames(p, &names, EMBER__BY_NAME | EMBER__BY_MODULE, group_of, first_of,
                            &ngroups);
   if (rc != 0) goto cleanup;
+  rc = ember__group_common(p, group_of, first_of, ngroups, &common);
+  if (rc != 0) goto cleanup;
   rc = ember__calltree_add(&t, 0, p, opts->vi, group_of);
   if (rc != 0) goto cleanup;
   rc = ember__calltree_cap(&t, opts->max_nodes);
@@ -226,7 +225,7 @@ int ember_export_tree(const ember_profile_t *p, const ember_tree_opts_t *opts, e
   if (rc == 0) rc = ember__json_set(doc, "type", json_string(ember_value_type_name(vt)));
   if (rc == 0) rc = ember__json_set(doc, "unit", json_string(ember_value_type_unit(vt)));
   if (rc == 0) rc = ember__json_set(doc, "total", json_integer(t.nodes[0].total[0]));
-  tree_ctx_t ctx = {p, &names, first_of};
+  tree_ctx_t ctx = {p, &names, first_of, common};
   const ember__ctops_t ops = {tree_fn_info, tree_values};
   if (rc == 0) rc = ember__calltree_json(&t, &ops, &ctx, doc);
   if (rc == 0) rc = ember__json_dump(doc, out);
@@ -235,6 +234,7 @@ cleanup:
   if (rc != 0) ember__buf_truncate(out, start);
   json_decref(doc);
   ember__calltree_free(&t);
+  ember_free(common);
   ember_free(first_of);
   ember_free(group_of);
   ember__names_free(&names);

@@ -237,7 +237,8 @@ int ember_export_pprof(const ember_profile_t *p, ember_buf_t *out) {
 
   /* Functions. */
   size_t nfns = 0;
-  rc = ember__group_frames(p, &names, EMBER__BY_NAME | EMBER__BY_FILE, fn_of, fn_first, &nfns);
+  rc = ember__group_frames(p, &names, EMBER__BY_NAME | EMBER__BY_FILE | EMBER__BY_GENERATED, fn_of,
+                           fn_first, &nfns);
   if (rc != 0) goto cleanup;
   fns = ember_malloc(nfns * sizeof *fns);
   fn_ptrs = ember_malloc(nfns * sizeof *fn_ptrs);
@@ -251,8 +252,11 @@ int ember_export_pprof(const ember_profile_t *p, ember_buf_t *out) {
     fns[g].id = g + 1;
     rc = strtab_intern(&strs, names.name[fn_first[g]], &fns[g].name);
     if (rc == 0) rc = strtab_intern(&strs, f->file, &fns[g].filename);
-    if (rc != 0) goto cleanup;
+    /* The name where the code runs: a mapped frame's generated one. */
     fns[g].system_name = fns[g].name;
+    if (rc == 0 && f->generated != NULL)
+      rc = strtab_intern(&strs, f->generated, &fns[g].system_name);
+    if (rc != 0) goto cleanup;
     fn_ptrs[g] = &fns[g];
   }
   prof.n_function = nfns;

@@ -351,6 +351,7 @@ static uint64_t frame_hash_of(const ember_frame_t *f) {
   h = ember__hash_mix(h, str_hash_or_0(f->file));
   h = ember__hash_mix(h, str_hash_or_0(f->module));
   h = ember__hash_mix(h, str_hash_or_0(f->build_id));
+  if (f->generated != NULL) h = ember__hash_mix(h, str_hash_or_0(f->generated));
   h = ember__hash_mix(h, f->address);
   h = ember__hash_mix(h, ((uint64_t)f->line << 8) | (uint64_t)f->kind);
   return h;
@@ -361,8 +362,8 @@ static bool frame_eq(const void *ctx, uint32_t idx) {
   const ember_frame_t *a = &k->p->frames[idx], *b = k->f;
   /* Interned strings compare by pointer. */
   return a->function == b->function && a->file == b->file && a->module == b->module &&
-         a->build_id == b->build_id && a->address == b->address && a->line == b->line &&
-         a->kind == b->kind;
+         a->build_id == b->build_id && a->generated == b->generated && a->address == b->address &&
+         a->line == b->line && a->kind == b->kind;
 }
 
 static uint64_t frame_rehash(const void *ctx, uint32_t idx) {
@@ -399,7 +400,8 @@ int ember_profile_intern_frame(ember_profile_t *p, const ember_frame_t *f, uint3
     return -EINVAL;
   ember_frame_t c = *f;
   if (intern_str(p, f->function, &c.function) != 0 || intern_str(p, f->file, &c.file) != 0 ||
-      intern_str(p, f->module, &c.module) != 0 || intern_str(p, f->build_id, &c.build_id) != 0)
+      intern_str(p, f->module, &c.module) != 0 || intern_str(p, f->build_id, &c.build_id) != 0 ||
+      intern_str(p, f->generated, &c.generated) != 0)
     return -ENOMEM;
   return intern_frame(p, &c, id);
 }

@@ -1,4 +1,4 @@
-/* Pointer-pair tables (ptrtab.h). */
+/* Pointer-triple tables (ptrtab.h). */
 #include "ptrtab.h"
 
 #include <errno.h>
@@ -8,21 +8,24 @@
 
 typedef struct ptr_key {
   const ember__ptrtab_t *t;
-  const void *a, *b;
+  const void *k[3];
 } ptr_key_t;
 
-static uint64_t ptr_hash(const void *a, const void *b) {
-  return ember__hash_mix(ember__hash_mix(0x7ab1e, (uint64_t)(uintptr_t)a), (uint64_t)(uintptr_t)b);
+static uint64_t ptr_hash(const void *const k[3]) {
+  uint64_t h = 0x7ab1e;
+  for (int i = 0; i < 3; i++) h = ember__hash_mix(h, (uint64_t)(uintptr_t)k[i]);
+  return h;
 }
 
 static bool ptr_eq(const void *ctx, uint32_t idx) {
   const ptr_key_t *k = ctx;
-  return k->t->keys[2 * idx] == k->a && k->t->keys[2 * idx + 1] == k->b;
+  const void *const *e = &k->t->keys[3 * (size_t)idx];
+  return e[0] == k->k[0] && e[1] == k->k[1] && e[2] == k->k[2];
 }
 
 static uint64_t ptr_rehash(const void *ctx, uint32_t idx) {
   const ptr_key_t *k = ctx;
-  return ptr_hash(k->t->keys[2 * idx], k->t->keys[2 * idx + 1]);
+  return ptr_hash(&k->t->keys[3 * (size_t)idx]);
 }
 
 void ember__ptrtab_free(ember__ptrtab_t *t) {
@@ -30,9 +33,10 @@ void ember__ptrtab_free(ember__ptrtab_t *t) {
   ember__htab_free(&t->index);
 }
 
-int ember__ptrtab_get(ember__ptrtab_t *t, const void *a, const void *b, uint32_t *idx) {
-  ptr_key_t key = {t, a, b};
-  uint64_t h = ptr_hash(a, b);
+int ember__ptrtab_get(ember__ptrtab_t *t, const void *a, const void *b, const void *c,
+                      uint32_t *idx) {
+  ptr_key_t key = {t, {a, b, c}};
+  uint64_t h = ptr_hash(key.k);
   int64_t found = ember__htab_find(&t->index, h, ptr_eq, &key);
   if (found >= 0) {
     *idx = (uint32_t)found;
@@ -40,13 +44,12 @@ int ember__ptrtab_get(ember__ptrtab_t *t, const void *a, const void *b, uint32_t
   }
   if (t->n == t->cap) {
     size_t cap = t->cap ? t->cap * 2 : 64;
-    const void **k = ember_realloc(t->keys, cap * 2 * sizeof *k);
+    const void **k = ember_realloc(t->keys, cap * 3 * sizeof *k);
     if (k == NULL) return -ENOMEM;
     t->keys = k;
     t->cap = cap;
   }
-  t->keys[2 * t->n] = a;
-  t->keys[2 * t->n + 1] = b;
+  for (int i = 0; i < 3; i++) t->keys[3 * t->n + (size_t)i] = key.k[i];
   if (ember__htab_insert(&t->index, h, (uint32_t)t->n, ptr_rehash, &key) != 0) return -ENOMEM;
   *idx = (uint32_t)t->n++;
   return 0;

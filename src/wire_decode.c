@@ -133,6 +133,9 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
   if (m->n_function_name != m->n_function_file)
     return FAIL(EMBER_ECORRUPT, "%zu function names for %zu files", m->n_function_name,
                 m->n_function_file);
+  if (m->n_function_generated != 0 && m->n_function_generated != m->n_function_name)
+    return FAIL(EMBER_ECORRUPT, "%zu function names for %zu generated names", m->n_function_name,
+                m->n_function_generated);
   uint32_t *fnn = ember__arena_alloc(a, (m->n_function_name ? m->n_function_name : 1) * 4);
   if (fnn == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
   size_t bad = undelta32(m->function_name, m->n_function_name, fnn);
@@ -143,13 +146,16 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
       return rc;
   for (size_t i = 0; i < m->n_function_name; i++)
     if ((rc = check_index(fnn[i], ns, "function", i, errbuf, errbuf_size)) ||
-        (rc = check_index(m->function_file[i], ns, "function", i, errbuf, errbuf_size)))
+        (rc = check_index(m->function_file[i], ns, "function", i, errbuf, errbuf_size)) ||
+        (m->n_function_generated != 0 &&
+         (rc = check_index(m->function_generated[i], ns, "function", i, errbuf, errbuf_size))))
       return rc;
   w->mod_name = m->module_name;
   w->mod_build_id = m->module_build_id;
   w->nmodules = m->n_module_name;
   w->fn_name = fnn;
   w->fn_file = m->function_file;
+  w->fn_generated = m->n_function_generated != 0 ? m->function_generated : NULL;
   w->nfunctions = m->n_function_name;
 
   /* Locations. */
@@ -323,11 +329,11 @@ int ember_wire_to_profile(const ember_wire_t *w, ember_profile_t **out, char *er
   ember_profile_set_period(p, w->period_ns);
   for (size_t i = 0; i < w->nlocations; i++) {
     if ((rc = ember_wire_check_location(w, i, errbuf, errbuf_size)) != 0) goto cleanup;
-    const char *s[4];
-    size_t n[4];
+    const char *s[EMBER_WIRE_LOC_STRINGS];
+    size_t n[EMBER_WIRE_LOC_STRINGS];
     ember_wire_location_strings(w, i, s, n);
-    const char *in[4];
-    for (int k = 0; k < 4; k++) {
+    const char *in[EMBER_WIRE_LOC_STRINGS];
+    for (int k = 0; k < EMBER_WIRE_LOC_STRINGS; k++) {
       in[k] = NULL;
       if (s[k] == NULL) continue;
       rc = ember_profile_intern_string(p, s[k], n[k], &in[k]);
@@ -336,10 +342,11 @@ int ember_wire_to_profile(const ember_wire_t *w, ember_profile_t **out, char *er
         goto cleanup;
       }
     }
-    ember_frame_t f = {.function = in[0],
-                       .file = in[1],
-                       .module = in[2],
-                       .build_id = in[3],
+    ember_frame_t f = {.function = in[EMBER_WIRE_LOC_FUNCTION],
+                       .file = in[EMBER_WIRE_LOC_FILE],
+                       .module = in[EMBER_WIRE_LOC_MODULE],
+                       .build_id = in[EMBER_WIRE_LOC_BUILD_ID],
+                       .generated = in[EMBER_WIRE_LOC_GENERATED],
                        .address = w->loc_address[i],
                        .line = w->loc_line[i],
                        .kind = (ember_frame_kind_t)w->loc_kind[i]};

@@ -19,7 +19,7 @@ typedef struct built {
   ember__wire_mem_t mem;
   ember_wire_t w;
   char *blob;
-  uint32_t *str_off, *str_len, *mod_name, *mod_build_id, *fn_name, *fn_file;
+  uint32_t *str_off, *str_len, *mod_name, *mod_build_id, *fn_name, *fn_file, *fn_generated;
   uint32_t *loc_function, *loc_module, *loc_line, *loc_kind;
   uint64_t *loc_address, *loc_hash;
   uint32_t *depth, *stack_off, *locs;
@@ -29,10 +29,10 @@ typedef struct built {
 
 static void built_release(ember__wire_mem_t *m) {
   built_t *b = (built_t *)m;
-  void *arrays[] = {b->blob,     b->str_off,     b->str_len,      b->mod_name,   b->mod_build_id,
-                    b->fn_name,  b->fn_file,     b->loc_function, b->loc_module, b->loc_line,
-                    b->loc_kind, b->loc_address, b->loc_hash,     b->depth,      b->stack_off,
-                    b->locs,     b->values,      b->stack_hash};
+  void *arrays[] = {b->blob,      b->str_off,  b->str_len,      b->mod_name,     b->mod_build_id,
+                    b->fn_name,   b->fn_file,  b->fn_generated, b->loc_function, b->loc_module,
+                    b->loc_line,  b->loc_kind, b->loc_address,  b->loc_hash,     b->depth,
+                    b->stack_off, b->locs,     b->values,       b->stack_hash};
   for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) ember_free(arrays[i]);
   ember_free(b);
 }
@@ -49,7 +49,7 @@ static int str_idx(ember__ptrtab_t *t, const char *s, uint32_t *idx) {
     *idx = 0;
     return 0;
   }
-  return ember__ptrtab_get(t, s, NULL, idx);
+  return ember__ptrtab_get(t, s, NULL, NULL, idx);
 }
 
 static int build(const ember_profile_t *p, built_t *b) {
@@ -82,7 +82,7 @@ static int build(const ember_profile_t *p, built_t *b) {
   }
 
   /* Tables: strings (entry 0 is ""), modules, functions. */
-  if (ember__ptrtab_get(&strings, "", NULL, &(uint32_t){0}) != 0) goto cleanup;
+  if (ember__ptrtab_get(&strings, "", NULL, NULL, &(uint32_t){0}) != 0) goto cleanup;
   b->loc_function = alloc_n(nused, sizeof *b->loc_function);
   b->loc_module = alloc_n(nused, sizeof *b->loc_module);
   b->loc_line = alloc_n(nused, sizeof *b->loc_line);
@@ -92,21 +92,26 @@ static int build(const ember_profile_t *p, built_t *b) {
   if (!b->loc_function || !b->loc_module || !b->loc_line || !b->loc_kind || !b->loc_address ||
       !b->loc_hash)
     goto cleanup;
+  bool generated = false; /* whether any function has a generated name */
   for (size_t i = 0; i < nused; i++) {
     const ember_frame_t *f = ember_profile_frame(p, frame_of[i]);
-    uint32_t x, y, idx;
+    uint32_t x, y, z, idx;
     b->loc_module[i] = 0;
     b->loc_function[i] = 0;
     if ((f->module && f->module[0]) || (f->build_id && f->build_id[0])) {
       if (str_idx(&strings, f->module, &x) || str_idx(&strings, f->build_id, &y) ||
-          ember__ptrtab_get(&modules, f->module, f->build_id, &idx))
+          ember__ptrtab_get(&modules, f->module, f->build_id, NULL, &idx))
         goto cleanup;
       b->loc_module[i] = idx + 1;
     }
-    if ((f->function && f->function[0]) || (f->file && f->file[0])) {
+    if ((f->function && f->function[0]) || (f->file && f->file[0]) ||
+        (f->generated && f->generated[0])) {
       if (str_idx(&strings, f->function, &x) || str_idx(&strings, f->file, &y) ||
-          ember__ptrtab_get(&functions, f->function, f->file, &idx))
+          str_idx(&strings, f->generated, &z))
         goto cleanup;
+      const char *g = z != 0 ? f->generated : NULL;
+      generated |= g != NULL;
+      if (ember__ptrtab_get(&functions, f->function, f->file, g, &idx)) goto cleanup;
       b->loc_function[i] = idx + 1;
     }
     b->loc_address[i] = f->address;
@@ -120,13 +125,14 @@ static int build(const ember_profile_t *p, built_t *b) {
   b->mod_build_id = alloc_n(nm, sizeof *b->mod_build_id);
   b->fn_name = alloc_n(nf, sizeof *b->fn_name);
   b->fn_file = alloc_n(nf, sizeof *b->fn_file);
+  if (generated) b->fn_generated = alloc_n(nf, sizeof *b->fn_generated);
   shash = alloc_n(ns, sizeof *shash);
   if (!b->str_off || !b->str_len || !b->mod_name || !b->mod_build_id || !b->fn_name ||
-      !b->fn_file || !shash)
+      !b->fn_file || (generated && !b->fn_generated) || !shash)
     goto cleanup;
   size_t blen = 0;
   for (size_t i = 0; i < ns; i++) {
-    const char *s = strings.keys[2 * i];
+    const char *s = ember__ptrtab_key(&strings, i, 0);
     size_t n = i == 0 ? 0 : ember_profile_string_len(s);
     b->str_off[i] = (uint32_t)blen; /* profile strings are at most EMBER_MAX_STRING */
     b->str_len[i] = (uint32_t)n;
@@ -139,18 +145,19 @@ static int build(const ember_profile_t *p, built_t *b) {
   b->blob = alloc_n(blen, 1);
   if (b->blob == NULL) goto cleanup;
   for (size_t i = 0; i < ns; i++) {
-    const char *s = strings.keys[2 * i];
+    const char *s = ember__ptrtab_key(&strings, i, 0);
     if (b->str_len[i]) memcpy(b->blob + b->str_off[i], s, b->str_len[i]);
     shash[i] = ember_wire_string_hash(b->blob + b->str_off[i], b->str_len[i]);
   }
   /* Already in the string table, so these lookups cannot allocate. */
   for (size_t i = 0; i < nm; i++)
-    if (str_idx(&strings, modules.keys[2 * i], &b->mod_name[i]) ||
-        str_idx(&strings, modules.keys[2 * i + 1], &b->mod_build_id[i]))
+    if (str_idx(&strings, ember__ptrtab_key(&modules, i, 0), &b->mod_name[i]) ||
+        str_idx(&strings, ember__ptrtab_key(&modules, i, 1), &b->mod_build_id[i]))
       goto cleanup;
   for (size_t i = 0; i < nf; i++)
-    if (str_idx(&strings, functions.keys[2 * i], &b->fn_name[i]) ||
-        str_idx(&strings, functions.keys[2 * i + 1], &b->fn_file[i]))
+    if (str_idx(&strings, ember__ptrtab_key(&functions, i, 0), &b->fn_name[i]) ||
+        str_idx(&strings, ember__ptrtab_key(&functions, i, 1), &b->fn_file[i]) ||
+        (generated && str_idx(&strings, ember__ptrtab_key(&functions, i, 2), &b->fn_generated[i])))
       goto cleanup;
 
   w->blob = b->blob;
@@ -162,6 +169,7 @@ static int build(const ember_profile_t *p, built_t *b) {
   w->nmodules = nm;
   w->fn_name = b->fn_name;
   w->fn_file = b->fn_file;
+  w->fn_generated = b->fn_generated;
   w->nfunctions = nf;
   w->loc_function = b->loc_function;
   w->loc_module = b->loc_module;
@@ -173,11 +181,13 @@ static int build(const ember_profile_t *p, built_t *b) {
 
   for (size_t i = 0; i < nused; i++) {
     uint32_t f = b->loc_function[i], m = b->loc_module[i];
-    uint32_t idx[4] = {f ? b->fn_name[f - 1] : 0, f ? b->fn_file[f - 1] : 0,
-                       m ? b->mod_name[m - 1] : 0, m ? b->mod_build_id[m - 1] : 0};
-    uint64_t h[4];
-    for (int k = 0; k < 4; k++) h[k] = shash[idx[k]]; /* string 0 is "" */
-    b->loc_hash[i] = ember_wire_location_hash(b->loc_address[i], b->loc_line[i], b->loc_kind[i], h);
+    uint32_t idx[EMBER_WIRE_LOC_STRINGS] = {
+        f ? b->fn_name[f - 1] : 0, f ? b->fn_file[f - 1] : 0, m ? b->mod_name[m - 1] : 0,
+        m ? b->mod_build_id[m - 1] : 0, f && generated ? b->fn_generated[f - 1] : 0};
+    uint64_t h[EMBER_WIRE_LOC_STRINGS];
+    for (int k = 0; k < EMBER_WIRE_LOC_STRINGS; k++) h[k] = shash[idx[k]]; /* string 0 is "" */
+    b->loc_hash[i] = ember_wire_location_hash(b->loc_address[i], b->loc_line[i], b->loc_kind[i], h,
+                                              idx[EMBER_WIRE_LOC_GENERATED] != 0);
   }
 
   b->depth = alloc_n(nstacks, sizeof *b->depth);
@@ -255,6 +265,11 @@ static void delta32(const uint32_t *a, size_t n, int32_t *d) {
 
 static char *wire_text(const char *s) { return (char *)(uintptr_t)(s ? s : ""); }
 
+/* Field 30 (fixed32) = EMBER__WIRE_END_MARK: its key (30 << 3 | 5, as a
+ * varint) and the value, little-endian. */
+static const char end_mark[6] = {(char)0xf5, 0x01, 0x52, 0x42, 0x4d, 0x45};
+_Static_assert(EMBER__WIRE_END_MARK == 0x454d4252u, "end_mark's bytes");
+
 int ember_codec_encode_v2(const ember_profile_t *p, ember_buf_t *out) {
   if (p == NULL || out == NULL) return -EINVAL;
   ember_wire_t *w = NULL;
@@ -288,6 +303,10 @@ int ember_codec_encode_v2(const ember_profile_t *p, ember_buf_t *out) {
   m.module_build_id = (uint32_t *)(uintptr_t)w->mod_build_id;
   m.n_function_name = m.n_function_file = w->nfunctions;
   m.function_file = (uint32_t *)(uintptr_t)w->fn_file;
+  if (w->fn_generated != NULL) {
+    m.n_function_generated = w->nfunctions;
+    m.function_generated = (uint32_t *)(uintptr_t)w->fn_generated;
+  }
   m.n_location_function = m.n_location_module = m.n_location_address = m.n_location_line =
       m.n_location_kind = m.n_location_hash = w->nlocations;
   m.location_module = (uint32_t *)(uintptr_t)w->loc_module;
@@ -300,7 +319,8 @@ int ember_codec_encode_v2(const ember_profile_t *p, ember_buf_t *out) {
   m.n_sample_locations = w->nlocs;
   m.n_sample_values = w->nsamples * w->ntypes;
   m.sample_values = (int64_t *)(uintptr_t)w->values;
-  m.end_mark = EMBER__WIRE_END_MARK;
+  /* end_mark stays 0, so protobuf-c leaves it out: it goes after field 31,
+   * below. */
   /* The delta columns. */
   int32_t *dfn = alloc_n(w->nfunctions, sizeof *dfn), *dlf = alloc_n(w->nlocations, sizeof *dlf);
   int32_t *dlocs = alloc_n(w->nlocs, sizeof *dlocs);
@@ -319,8 +339,12 @@ int ember_codec_encode_v2(const ember_profile_t *p, ember_buf_t *out) {
   m.sample_locations = dlocs;
   m.location_address = daddr;
   char *at;
-  rc = ember_buf_extend(out, ember__wire__v2__profile__get_packed_size(&m), &at);
-  if (rc == 0) ember__wire__v2__profile__pack(&m, (uint8_t *)at);
+  size_t n = ember__wire__v2__profile__get_packed_size(&m);
+  rc = ember_buf_extend(out, n + sizeof end_mark, &at);
+  if (rc == 0) {
+    ember__wire__v2__profile__pack(&m, (uint8_t *)at);
+    memcpy(at + n, end_mark, sizeof end_mark);
+  }
 cleanup:
   ember_free(dfn);
   ember_free(dlf);

@@ -90,13 +90,15 @@ static void put_le(unsigned char *p, uint64_t v, int bytes) {
 }
 
 uint64_t ember_wire_location_hash(uint64_t address, uint32_t line, uint32_t kind,
-                                  const uint64_t string_hashes[4]) {
-  unsigned char b[48];
+                                  const uint64_t string_hashes[EMBER_WIRE_LOC_STRINGS],
+                                  bool generated) {
+  unsigned char b[56];
   put_le(b, address, 8);
   put_le(b + 8, line, 4);
   put_le(b + 12, kind, 4);
-  for (int i = 0; i < 4; i++) put_le(b + 16 + 8 * i, string_hashes[i], 8);
-  return ember__xxh64(b, sizeof b, 0);
+  int n = generated ? EMBER_WIRE_LOC_STRINGS : EMBER_WIRE_LOC_GENERATED;
+  for (int i = 0; i < n; i++) put_le(b + 16 + 8 * i, string_hashes[i], 8);
+  return ember__xxh64(b, 16 + 8 * (size_t)n, 0);
 }
 
 uint64_t ember_wire_stack_hash(const uint64_t *location_hashes, size_t depth) {
@@ -109,18 +111,21 @@ uint64_t ember_wire_stack_hash(const uint64_t *location_hashes, size_t depth) {
   return ember__xxh64(buf, 8 * depth, 0);
 }
 
-void ember_wire_location_strings(const ember_wire_t *w, size_t i, const char *p[4], size_t n[4]) {
-  uint32_t idx[4] = {0, 0, 0, 0};
+void ember_wire_location_strings(const ember_wire_t *w, size_t i,
+                                 const char *p[EMBER_WIRE_LOC_STRINGS],
+                                 size_t n[EMBER_WIRE_LOC_STRINGS]) {
+  uint32_t idx[EMBER_WIRE_LOC_STRINGS] = {0};
   uint32_t f = w->loc_function[i], m = w->loc_module[i];
   if (f != 0) {
-    idx[0] = w->fn_name[f - 1];
-    idx[1] = w->fn_file[f - 1];
+    idx[EMBER_WIRE_LOC_FUNCTION] = w->fn_name[f - 1];
+    idx[EMBER_WIRE_LOC_FILE] = w->fn_file[f - 1];
+    if (w->fn_generated != NULL) idx[EMBER_WIRE_LOC_GENERATED] = w->fn_generated[f - 1];
   }
   if (m != 0) {
-    idx[2] = w->mod_name[m - 1];
-    idx[3] = w->mod_build_id[m - 1];
+    idx[EMBER_WIRE_LOC_MODULE] = w->mod_name[m - 1];
+    idx[EMBER_WIRE_LOC_BUILD_ID] = w->mod_build_id[m - 1];
   }
-  for (int k = 0; k < 4; k++) {
+  for (int k = 0; k < EMBER_WIRE_LOC_STRINGS; k++) {
     /* Index 0, and an empty string anywhere, is "none". */
     if (idx[k] == 0 || w->str_len[idx[k]] == 0) {
       p[k] = NULL;
@@ -132,14 +137,15 @@ void ember_wire_location_strings(const ember_wire_t *w, size_t i, const char *p[
   }
 }
 
-static const char *const string_names[4] = {"function name", "file", "module", "build id"};
+static const char *const string_names[EMBER_WIRE_LOC_STRINGS] = {"function name", "file", "module",
+                                                                 "build id", "generated name"};
 
 int ember_wire_check_location(const ember_wire_t *w, size_t i, char *errbuf, size_t errbuf_size) {
-  const char *p[4];
-  size_t n[4];
-  uint64_t h[4];
+  const char *p[EMBER_WIRE_LOC_STRINGS];
+  size_t n[EMBER_WIRE_LOC_STRINGS];
+  uint64_t h[EMBER_WIRE_LOC_STRINGS];
   ember_wire_location_strings(w, i, p, n);
-  for (int k = 0; k < 4; k++) {
+  for (int k = 0; k < EMBER_WIRE_LOC_STRINGS; k++) {
     if (n[k] > EMBER_MAX_STRING)
       return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
                                "location %zu: %s of %zu bytes (at most %u)", i, string_names[k],
@@ -152,7 +158,8 @@ int ember_wire_check_location(const ember_wire_t *w, size_t i, char *errbuf, siz
                                "location %zu: %s is not valid UTF-8", i, string_names[k]);
     h[k] = ember_wire_string_hash(p[k] ? p[k] : "", n[k]);
   }
-  uint64_t want = ember_wire_location_hash(w->loc_address[i], w->loc_line[i], w->loc_kind[i], h);
+  uint64_t want = ember_wire_location_hash(w->loc_address[i], w->loc_line[i], w->loc_kind[i], h,
+                                           p[EMBER_WIRE_LOC_GENERATED] != NULL);
   if (want != w->loc_hash[i])
     return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
                              "location %zu: hash %016llx does not match its content (%016llx)", i,

@@ -139,14 +139,17 @@ int ember__dict_series(ember__dict_t *d, const ember_labels_t *l, uint32_t *sid)
 
 /* Encode location i of w as its frame is stored into d->buf: kind, be32
  * line, be64 address, then per string 0x00 (none) or 0x01, the bytes and
- * a NUL (ember__out_str). One copy of ~100 bytes, then one memcmp per
- * candidate: cheaper than comparing the four strings in place. */
+ * a NUL (ember__out_str): function, file, module, build id, and the
+ * generated name only when there is one (so every frame stored before
+ * generated names existed keeps its bytes). One copy of ~100 bytes, then
+ * one memcmp per candidate: cheaper than comparing the strings in place. */
 static int loc_encode(ember__dict_t *d, const ember_wire_t *w, size_t i) {
-  const char *str[4];
-  size_t len[4];
+  const char *str[EMBER_WIRE_LOC_STRINGS];
+  size_t len[EMBER_WIRE_LOC_STRINGS];
   ember_wire_location_strings(w, i, str, len);
+  int nstr = str[EMBER_WIRE_LOC_GENERATED] ? EMBER_WIRE_LOC_STRINGS : EMBER_WIRE_LOC_GENERATED;
   size_t n = 13;
-  for (int j = 0; j < 4; j++) n += str[j] ? len[j] + 2 : 1;
+  for (int j = 0; j < nstr; j++) n += str[j] ? len[j] + 2 : 1;
   int rc = ember__grow(&d->buf.data, &d->buf.cap, n, 1);
   if (rc < 0) return rc;
   uint8_t *o = d->buf.data;
@@ -154,7 +157,7 @@ static int loc_encode(ember__dict_t *d, const ember_wire_t *w, size_t i) {
   ember__put_be32(o + 1, w->loc_line[i]);
   ember__put_be64(o + 5, w->loc_address[i]);
   o += 13;
-  for (int j = 0; j < 4; j++) {
+  for (int j = 0; j < nstr; j++) {
     *o++ = str[j] != NULL;
     if (str[j] == NULL) continue;
     memcpy(o, str[j], len[j]);

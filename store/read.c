@@ -159,6 +159,11 @@ static bool decode_frame(const MDB_val *v, ember_frame_t *f) {
   ember__in_str(&in, &f->file);
   ember__in_str(&in, &f->module);
   ember__in_str(&in, &f->build_id);
+  /* The generated name is there only when the frame has one (intern.c). */
+  if (in.ok && in.p != in.end) {
+    ember__in_str(&in, &f->generated);
+    in.ok = in.ok && f->generated != NULL;
+  }
   return in.ok && in.p == in.end && kind <= EMBER_FRAME_KIND_MAX;
 }
 

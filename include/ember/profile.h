@@ -71,8 +71,15 @@ typedef struct ember_frame {
   const char *file;     /* source file */
   const char *module;   /* the mapped object: ELF path, "[kernel]", perf map */
   const char *build_id; /* hex GNU build-id of the module */
-  uint64_t address;     /* module-relative address (for unresolved frames) */
-  uint32_t line;        /* source line, 0 when unknown */
+  /* The name the code has where it runs, when `function` is what its
+   * author called it: a minified JavaScript function given its original
+   * name through a source map keeps V8's name here ("a /app/dist/app.js:
+   * 1:4711": the function, script, line and column, without V8's tag and
+   * tier marker). NULL (the usual case) = the same as `function`. Part of
+   * the frame's identity; pprof's Function.system_name. */
+  const char *generated;
+  uint64_t address; /* module-relative address (for unresolved frames) */
+  uint32_t line;    /* source line, 0 when unknown */
   ember_frame_kind_t kind;
 } ember_frame_t;
 

@@ -64,6 +64,9 @@ typedef struct ember_wire {
   const uint32_t *mod_name, *mod_build_id; /* string indices */
   size_t nmodules;
   const uint32_t *fn_name, *fn_file; /* string indices */
+  /* String indices of the functions' generated names (ember_frame_t's
+   * `generated`; 0 = none), or NULL when no function has one. */
+  const uint32_t *fn_generated;
   size_t nfunctions;
 
   const uint32_t *loc_function, *loc_module, *loc_line, *loc_kind;
@@ -117,22 +120,38 @@ EMBER_API int ember_codec_encode_v2(const ember_profile_t *p, ember_buf_t *out);
 /* XXH64 (seed 0) of s[0..n): the hash of one string. */
 EMBER_API uint64_t ember_wire_string_hash(const void *s, size_t n);
 
+/* The strings of a location, in the order of its hash. */
+enum {
+  EMBER_WIRE_LOC_FUNCTION,  /* function name */
+  EMBER_WIRE_LOC_FILE,      /* function file */
+  EMBER_WIRE_LOC_MODULE,    /* module name */
+  EMBER_WIRE_LOC_BUILD_ID,  /* module build id */
+  EMBER_WIRE_LOC_GENERATED, /* the function's generated name */
+  EMBER_WIRE_LOC_STRINGS
+};
+
 /* A location's hash: XXH64 (seed 0) of the 48 bytes
  *   u64 address | u32 line | u32 kind | u64 h(function name) |
  *   u64 h(function file) | u64 h(module name) | u64 h(module build id)
+ * and, only when the function has a generated name, 8 bytes more:
+ *   u64 h(generated name)
  * all little-endian, where h is ember_wire_string_hash and a missing
- * string hashes as "". */
+ * string hashes as "". A location without a generated name hashes as it
+ * did before generated names existed. `string_hashes` in the order
+ * above; the last is read only when `generated`. */
 EMBER_API uint64_t ember_wire_location_hash(uint64_t address, uint32_t line, uint32_t kind,
-                                            const uint64_t string_hashes[4]);
+                                            const uint64_t string_hashes[EMBER_WIRE_LOC_STRINGS],
+                                            bool generated);
 
 /* A stack's hash: XXH64 (seed 0) of its location hashes, leaf first, as
  * little-endian u64s. */
 EMBER_API uint64_t ember_wire_stack_hash(const uint64_t *location_hashes, size_t depth);
 
-/* The strings of location `i` of `w`: function name, file, module name,
- * build id (p[k] NULL with n[k] 0 when missing). */
-EMBER_API void ember_wire_location_strings(const ember_wire_t *w, size_t i, const char *p[4],
-                                           size_t n[4]);
+/* The strings of location `i` of `w`, in the order above (p[k] NULL with
+ * n[k] 0 when missing). */
+EMBER_API void ember_wire_location_strings(const ember_wire_t *w, size_t i,
+                                           const char *p[EMBER_WIRE_LOC_STRINGS],
+                                           size_t n[EMBER_WIRE_LOC_STRINGS]);
 
 /* Check what ember_wire_decode left about location `i`: its strings are
  * UTF-8 without NUL, at most EMBER_MAX_STRING bytes, and its hash is its

@@ -248,7 +248,8 @@ static bool str_eq_null(const char *a, const char *b) {
 static bool frames_equal(const ember_frame_t *a, const ember_frame_t *b) {
   return str_eq_null(a->function, b->function) && str_eq_null(a->file, b->file) &&
          str_eq_null(a->module, b->module) && str_eq_null(a->build_id, b->build_id) &&
-         a->address == b->address && a->line == b->line && a->kind == b->kind;
+         str_eq_null(a->generated, b->generated) && a->address == b->address &&
+         a->line == b->line && a->kind == b->kind;
 }
 
 void tu_assert_profiles_equal(const ember_profile_t *a, const ember_profile_t *b) {

@@ -42,20 +42,49 @@
 
 /* ------------------------------------------------------------ fixture -- */
 
-static const ember_frame_t F_MAIN = {"main", "/src/app/main.c", "/usr/bin/app", "abc123", 0x1000,
-                                     10,     EMBER_FRAME_NATIVE};
-static const ember_frame_t F_WORK = {"work", "/src/app/main.c", "/usr/bin/app", "abc123", 0x1100,
-                                     20,     EMBER_FRAME_NATIVE};
-static const ember_frame_t F_HOT = {"hot", "/src/app/hot.c",  "/usr/bin/app", "abc123", 0x1200,
-                                    30,    EMBER_FRAME_NATIVE};
-static const ember_frame_t F_COLD = {"cold", "/src/app/hot.c",  "/usr/bin/app", "abc123", 0x1300,
-                                     40,     EMBER_FRAME_NATIVE};
-static const ember_frame_t F_IDLE = {"idle", "/src/app/main.c", "/usr/bin/app", "abc123", 0x1400,
-                                     50,     EMBER_FRAME_NATIVE};
-static const ember_frame_t F_LIBC = {
-    NULL, NULL, "/lib/x86_64-linux-gnu/libc.so.6", "ffee", 0x1234, 0, EMBER_FRAME_NATIVE};
-static const ember_frame_t F_SYS = {"do_syscall_64", NULL, "[kernel]",        NULL,
-                                    0xffff0000,      0,    EMBER_FRAME_KERNEL};
+static const ember_frame_t F_MAIN = {.function = "main",
+                                     .file = "/src/app/main.c",
+                                     .module = "/usr/bin/app",
+                                     .build_id = "abc123",
+                                     .address = 0x1000,
+                                     .line = 10,
+                                     .kind = EMBER_FRAME_NATIVE};
+static const ember_frame_t F_WORK = {.function = "work",
+                                     .file = "/src/app/main.c",
+                                     .module = "/usr/bin/app",
+                                     .build_id = "abc123",
+                                     .address = 0x1100,
+                                     .line = 20,
+                                     .kind = EMBER_FRAME_NATIVE};
+static const ember_frame_t F_HOT = {.function = "hot",
+                                    .file = "/src/app/hot.c",
+                                    .module = "/usr/bin/app",
+                                    .build_id = "abc123",
+                                    .address = 0x1200,
+                                    .line = 30,
+                                    .kind = EMBER_FRAME_NATIVE};
+static const ember_frame_t F_COLD = {.function = "cold",
+                                     .file = "/src/app/hot.c",
+                                     .module = "/usr/bin/app",
+                                     .build_id = "abc123",
+                                     .address = 0x1300,
+                                     .line = 40,
+                                     .kind = EMBER_FRAME_NATIVE};
+static const ember_frame_t F_IDLE = {.function = "idle",
+                                     .file = "/src/app/main.c",
+                                     .module = "/usr/bin/app",
+                                     .build_id = "abc123",
+                                     .address = 0x1400,
+                                     .line = 50,
+                                     .kind = EMBER_FRAME_NATIVE};
+static const ember_frame_t F_LIBC = {.module = "/lib/x86_64-linux-gnu/libc.so.6",
+                                     .build_id = "ffee",
+                                     .address = 0x1234,
+                                     .kind = EMBER_FRAME_NATIVE};
+static const ember_frame_t F_SYS = {.function = "do_syscall_64",
+                                    .module = "[kernel]",
+                                    .address = 0xffff0000,
+                                    .kind = EMBER_FRAME_KERNEL};
 
 static void add(ember_profile_t *p, int64_t samples, size_t depth, ...) {
   ember_frame_t frames[8];
@@ -979,6 +1008,79 @@ static const struct {
 
 #define NEXPORTERS (sizeof exporters / sizeof exporters[0])
 
+/* Frames named through a source map (issue 16): the tree gives each
+ * function its original name, file and starting line, and keeps the
+ * generated name beside them; pprof names the function as its author did
+ * and keeps the generated name as its system name; a native function
+ * sampled at two lines gets no line. */
+static void test_export_generated_names(void **state) {
+  (void)state;
+  const ember_value_type_t vt[] = {EMBER_VT_CPU_SAMPLES};
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(vt, 1, &p), 0);
+  ember_frame_t alpha = {.function = "alphaWork",
+                         .file = "/srv/app/src/alpha.ts",
+                         .line = 12,
+                         .module = "/srv/app/dist/app.js",
+                         .generated = "a /srv/app/dist/app.js:1:4711",
+                         .kind = EMBER_FRAME_JIT};
+  ember_frame_t beta = {.function = "betaWork",
+                        .file = "/srv/app/src/beta.ts",
+                        .line = 3,
+                        .module = "/srv/app/dist/app.js",
+                        .generated = "b /srv/app/dist/app.js:1:4980",
+                        .kind = EMBER_FRAME_JIT};
+  ember_frame_t main1 = {.function = "main", .file = "node.cc", .line = 10, .module = "node"};
+  ember_frame_t main2 = main1;
+  main2.line = 11;
+  ember_frame_t s1[] = {alpha, main1}, s2[] = {beta, main2};
+  int64_t v1[] = {3}, v2[] = {1};
+  assert_int_equal(ember_profile_add(p, s1, 2, v1), 0);
+  assert_int_equal(ember_profile_add(p, s2, 2, v2), 0);
+
+  ember_buf_t b;
+  ember_buf_init(&b, 1 << 20);
+  json_t *doc = tree_of(p, 0, 0, &b);
+  json_t *m = child(json_object_get(doc, "root"), 0);
+  check_node(m, "main", 0, 4, 2);
+  assert_string_equal(jstr(m, "file"), "node.cc");
+  assert_null(json_object_get(m, "line"));
+  assert_null(json_object_get(m, "generated"));
+  json_t *a = child(m, 0), *bt = child(m, 1);
+  check_node(a, "alphaWork", 3, 3, 0);
+  assert_string_equal(jstr(a, "file"), "/srv/app/src/alpha.ts");
+  assert_int_equal(jint(a, "line"), 12);
+  assert_string_equal(jstr(a, "generated"), "a /srv/app/dist/app.js:1:4711");
+  assert_string_equal(jstr(a, "module"), "/srv/app/dist/app.js");
+  assert_string_equal(jstr(a, "kind"), "jit");
+  check_node(bt, "betaWork", 1, 1, 0);
+  assert_string_equal(jstr(bt, "generated"), "b /srv/app/dist/app.js:1:4980");
+  json_decref(doc);
+
+  b.len = 0;
+  export_ok(ember_export_pprof(p, &b), &b);
+  Perftools__Profiles__Profile *prof = unpack_pprof(&b);
+  size_t seen = 0;
+  for (size_t i = 0; i < prof->n_function; i++) {
+    const Perftools__Profiles__Function *fn = prof->function[i];
+    const char *name = pstr(prof, fn->name), *sys = pstr(prof, fn->system_name);
+    if (strcmp(name, "alphaWork") == 0) {
+      assert_string_equal(sys, "a /srv/app/dist/app.js:1:4711");
+      assert_string_equal(pstr(prof, fn->filename), "/srv/app/src/alpha.ts");
+      seen++;
+    } else if (strcmp(name, "betaWork") == 0) {
+      assert_string_equal(sys, "b /srv/app/dist/app.js:1:4980");
+      seen++;
+    } else {
+      assert_int_equal(fn->name, fn->system_name);
+    }
+  }
+  assert_int_equal(seen, 2);
+  perftools__profiles__profile__free_unpacked(prof, NULL);
+  ember_buf_free(&b);
+  ember_profile_free(p);
+}
+
 static void test_export_too_big(void **state) {
   (void)state;
   ember_profile_t *p = fixture();
@@ -1104,6 +1206,7 @@ int main(void) {
       cmocka_unit_test(test_export_pprof_minimal),
       cmocka_unit_test(test_export_pprof_go_tool_reads_it),
       cmocka_unit_test(test_export_pprof_inuse_go_tool_reads_it),
+      cmocka_unit_test(test_export_generated_names),
       cmocka_unit_test(test_export_too_big),
       cmocka_unit_test(test_export_alloc_failures),
       cmocka_unit_test(test_export_dispatch),

@@ -151,6 +151,83 @@ static void test_store_wire_stores_what_profiles_store(void **state) {
   remove_store(pb);
 }
 
+/* Generated names are stored with their frames and read back: a mapped
+ * frame, its twin without one and a third with another are three frames,
+ * in the store's caches and after a reopen (read from the file). */
+static void test_store_wire_keeps_generated_names(void **state) {
+  (void)state;
+  char path[512];
+  store_path(path, sizeof path, "gen");
+  ember_store_t *s = open_store(path);
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(cpu_types, 2, &p), 0);
+  ember_labels_t l = {.worker = "web", .host = "h1"};
+  assert_int_equal(ember_profile_set_labels(p, &l), 0);
+  assert_int_equal(ember_profile_set_window(p, T0, T0 + 10 * SEC), 0);
+  ember_profile_set_period(p, 10000000);
+  assert_int_equal(ember_profile_set_origin(p, "agent-1", 1, NULL), 0);
+  ember_frame_t mapped = {.function = "hotLoop",
+                          .file = "/srv/src/alpha.ts",
+                          .line = 3,
+                          .module = "/srv/dist/app.js",
+                          .generated = "a /srv/dist/app.js:1:40",
+                          .kind = EMBER_FRAME_JIT};
+  ember_frame_t twin = mapped, other = mapped;
+  twin.generated = NULL;
+  other.generated = "b /srv/dist/app.js:1:40";
+  ember_frame_t main_f = {.function = "main", .module = "/usr/bin/node"};
+  ember_frame_t s1[] = {mapped, main_f}, s2[] = {twin, main_f}, s3[] = {other, main_f};
+  int64_t v1[] = {3, 30000000}, v2[] = {2, 20000000}, v3[] = {1, 10000000};
+  assert_int_equal(ember_profile_add(p, s1, 2, v1), 0);
+  assert_int_equal(ember_profile_add(p, s2, 2, v2), 0);
+  assert_int_equal(ember_profile_add(p, s3, 2, v3), 0);
+  uint8_t *keep;
+  ember_wire_t *w = view_of(p, NULL, &keep);
+  ember_store_write_result_t r;
+  assert_int_equal(ember_store_write_wire(s, &w, NULL, 1, &r), 0);
+  assert_int_equal(r.written, 1);
+  for (int round = 0; round < 2; round++) {
+    ember_store_selector_t sel = {.worker = "web"};
+    ember_profile_t *q = NULL;
+    assert_int_equal(
+        ember_store_merge(s, &sel, T0 - SEC, T0 + 3600 * SEC, EMBER_VT_CPU_SAMPLES, &q), 0);
+    assert_int_equal(ember_profile_nstacks(q), 3);
+    int64_t by[3] = {0};
+    for (uint32_t k = 0; k < ember_profile_nstacks(q); k++) {
+      const uint32_t *ids;
+      size_t depth;
+      const int64_t *vals;
+      ember_profile_stack(q, k, &ids, &depth, &vals);
+      const ember_frame_t *f = ember_profile_frame(q, ids[0]);
+      assert_string_equal(f->function, "hotLoop");
+      assert_string_equal(f->file, "/srv/src/alpha.ts");
+      int which = f->generated == NULL                                   ? 1
+                  : strcmp(f->generated, "a /srv/dist/app.js:1:40") == 0 ? 0
+                  : strcmp(f->generated, "b /srv/dist/app.js:1:40") == 0 ? 2
+                                                                         : -1;
+      assert_true(which >= 0);
+      by[which] += vals[0];
+    }
+    assert_int_equal(by[0], 3);
+    assert_int_equal(by[1], 2);
+    assert_int_equal(by[2], 1);
+    ember_profile_free(q);
+    /* Again from the file, with cold caches. */
+    ember_store_close(s);
+    ember_store_opts_t o = {.map_size = (size_t)256 << 20, .no_sync = true};
+    char err[256];
+    if (ember_store_open(path, &o, &s, err, sizeof err) != 0) fail_msg("reopen: %s", err);
+  }
+  /* The same window again is a duplicate. */
+  assert_int_equal(ember_store_write_wire(s, &w, NULL, 1, &r), 0);
+  assert_int_equal(r.duplicates, 1);
+  ember_wire_free(w);
+  free(keep);
+  ember_profile_free(p);
+  ember_store_close(s);
+  remove_store(path);
+}
+
 static void wrong_location_hash(Ember__Wire__V2__Profile *m) { m->location_hash[0] ^= 0x10; }
 static void wrong_stack_hash(Ember__Wire__V2__Profile *m) { m->stack_hash[1] ^= 0x10; }
 /* Location 0 (fn0, a new frame) claims the hash of location 1 (run, a
@@ -304,6 +381,7 @@ int main(void) {
       cmocka_unit_test(test_store_wire_refuses_content_that_does_not_match),
       cmocka_unit_test(test_store_wire_refused_batch_leaves_no_ids),
       cmocka_unit_test(test_store_wire_same_stack_twice),
+      cmocka_unit_test(test_store_wire_keeps_generated_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

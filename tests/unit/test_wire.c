@@ -46,18 +46,31 @@ static void test_wire_hashes_are_xxh64(void **state) {
   memset(x, 'x', sizeof x);
   assert_true(ember_wire_string_hash(x, sizeof x) == 0x92f0de5a88a3c094ULL);
 
-  uint64_t ha[4] = {ember_wire_string_hash("main", 4), ember_wire_string_hash("prog.c", 6),
-                    ember_wire_string_hash("/usr/bin/prog", 13),
-                    ember_wire_string_hash("0123456789ab", 12)};
+  /* The generated name's slot is ignored without `generated`. */
+  uint64_t ha[EMBER_WIRE_LOC_STRINGS] = {
+      ember_wire_string_hash("main", 4), ember_wire_string_hash("prog.c", 6),
+      ember_wire_string_hash("/usr/bin/prog", 13), ember_wire_string_hash("0123456789ab", 12), 7};
   const char *libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
-  uint64_t hb[4] = {ember_wire_string_hash("", 0), ember_wire_string_hash("", 0),
-                    ember_wire_string_hash(libc, strlen(libc)), ember_wire_string_hash("", 0)};
-  uint64_t la = ember_wire_location_hash(0x401000, 42, 0, ha);
-  uint64_t lb = ember_wire_location_hash(0x29d90, 0, 0, hb);
+  uint64_t hb[EMBER_WIRE_LOC_STRINGS] = {
+      ember_wire_string_hash("", 0), ember_wire_string_hash("", 0),
+      ember_wire_string_hash(libc, strlen(libc)), ember_wire_string_hash("", 0), 0};
+  uint64_t la = ember_wire_location_hash(0x401000, 42, 0, ha, false);
+  uint64_t lb = ember_wire_location_hash(0x29d90, 0, 0, hb, false);
   assert_true(la == 0x3fbd74029b59cb20ULL);
   assert_true(lb == 0x2d7c2067bfdebd56ULL);
   uint64_t stack[2] = {la, lb};
   assert_true(ember_wire_stack_hash(stack, 2) == 0xec901e95e4b479a7ULL);
+
+  /* With a generated name: 56 bytes, the generated name's hash last. */
+  const char *s[EMBER_WIRE_LOC_STRINGS] = {"hotLoop", "/srv/app/src/alpha.ts",
+                                           "/srv/app/dist/app.js", "",
+                                           "a /srv/app/dist/app.js:1:4711"};
+  uint64_t hc[EMBER_WIRE_LOC_STRINGS];
+  for (int i = 0; i < EMBER_WIRE_LOC_STRINGS; i++)
+    hc[i] = ember_wire_string_hash(s[i], strlen(s[i]));
+  assert_true(hc[EMBER_WIRE_LOC_GENERATED] == 0xfb29483a63b31071ULL);
+  assert_true(ember_wire_location_hash(0, 12, 2, hc, true) == 0x581b92a0b99bee0aULL);
+  assert_true(ember_wire_location_hash(0, 12, 2, hc, false) == 0x1b984527e175bb81ULL);
 }
 
 static void test_wire_round_trip(void **state) {
@@ -247,8 +260,9 @@ typedef void (*mutate_fn)(Ember__Wire__V2__Profile *m);
 
 /* view_ok: the view's structural checks pass and only the profile's
  * content checks (hashes, text) refuse it. */
-static void expect_error(mutate_fn mutate, bool view_ok, int want_rc, const char *want_msg) {
-  ember_profile_t *p = sample_profile();
+static void expect_error_of(ember_profile_t *(*make)(void), mutate_fn mutate, bool view_ok,
+                            int want_rc, const char *want_msg) {
+  ember_profile_t *p = make();
   ember_buf_t b;
   encode_v2(p, &b);
   tu_blocks_t blocks;
@@ -279,6 +293,10 @@ static void expect_error(mutate_fn mutate, bool view_ok, int want_rc, const char
   tu_blocks_free(&blocks);
   ember_buf_free(&b);
   ember_profile_free(p);
+}
+
+static void expect_error(mutate_fn mutate, bool view_ok, int want_rc, const char *want_msg) {
+  expect_error_of(sample_profile, mutate, view_ok, want_rc, want_msg);
 }
 
 static void bad_version(Ember__Wire__V2__Profile *m) { m->version = 3; }
@@ -358,6 +376,127 @@ static void test_wire_rejects_bad_input(void **state) {
   expect_error(wrong_stack_hash, true, EMBER_ECORRUPT, "sample 2: stack hash");
   expect_error(bad_utf8, true, EMBER_ECORRUPT, "not valid UTF-8");
   expect_error(nul_in_string, true, EMBER_ECORRUPT, "holds a NUL byte");
+}
+
+/* A window of a JavaScript service whose frames the agent named through a
+ * source map: hotLoop keeps its generated name; its twin (the same frame
+ * where no map was found) has none; a native frame calls both. */
+static ember_profile_t *generated_profile(void) {
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(types, 2, &p), 0);
+  ember_labels_t l = {"web", "2.0", "host-b", NULL, 77};
+  assert_int_equal(ember_profile_set_labels(p, &l), 0);
+  assert_int_equal(ember_profile_set_window(p, 1700000000000000000, 1700000010000000000), 0);
+  assert_int_equal(ember_profile_set_origin(p, "agent-9", 5, NULL), 0);
+  ember_frame_t mapped = {.function = "hotLoop",
+                          .file = "/srv/app/src/alpha.ts",
+                          .line = 12,
+                          .module = "/srv/app/dist/app.js",
+                          .generated = "a /srv/app/dist/app.js:1:4711",
+                          .kind = EMBER_FRAME_JIT};
+  ember_frame_t twin = mapped;
+  twin.generated = NULL;
+  ember_frame_t anon = mapped;
+  anon.function = NULL;
+  anon.file = NULL;
+  anon.generated = "/srv/app/dist/app.js:1:90";
+  ember_frame_t node = {.function = "node::Start", .module = "/usr/bin/node"};
+  ember_frame_t s1[] = {mapped, node}, s2[] = {twin, node}, s3[] = {anon, mapped, node};
+  int64_t v1[] = {30, 300}, v2[] = {10, 100}, v3[] = {1, 10};
+  assert_int_equal(ember_profile_add(p, s1, 2, v1), 0);
+  assert_int_equal(ember_profile_add(p, s2, 2, v2), 0);
+  assert_int_equal(ember_profile_add(p, s3, 3, v3), 0);
+  return p;
+}
+
+/* Generated names travel in both versions, take part in the location
+ * hash only when present (older hashes stay as they were), and the v2
+ * end mark still comes last. */
+static void test_wire_generated_names(void **state) {
+  (void)state;
+  ember_profile_t *p = generated_profile();
+  ember_buf_t b;
+  encode_v2(p, &b);
+  static const unsigned char mark[6] = {0xf5, 0x01, 0x52, 0x42, 0x4d, 0x45};
+  assert_true(b.len > sizeof mark);
+  assert_memory_equal(b.data + b.len - sizeof mark, mark, sizeof mark);
+  ember_wire_t *w = NULL, *v1w = NULL;
+  char err[256] = "";
+  assert_int_equal(ember_wire_decode(b.data, b.len, NULL, &w, err, sizeof err), 0);
+  assert_non_null(w->fn_generated);
+  assert_int_equal(w->nlocations, 4);
+  /* Locations in order of first use: mapped, node, twin, anon. */
+  const char *str[EMBER_WIRE_LOC_STRINGS];
+  size_t len[EMBER_WIRE_LOC_STRINGS];
+  ember_wire_location_strings(w, 0, str, len);
+  assert_int_equal(len[EMBER_WIRE_LOC_GENERATED], strlen("a /srv/app/dist/app.js:1:4711"));
+  assert_memory_equal(str[EMBER_WIRE_LOC_GENERATED], "a /srv/app/dist/app.js:1:4711",
+                      len[EMBER_WIRE_LOC_GENERATED]);
+  ember_wire_location_strings(w, 2, str, len);
+  assert_null(str[EMBER_WIRE_LOC_GENERATED]);
+  assert_true(w->loc_hash[0] != w->loc_hash[2]);
+  for (size_t i = 0; i < w->nlocations; i++)
+    assert_int_equal(ember_wire_check_location(w, i, err, sizeof err), 0);
+  ember_profile_t *q = NULL;
+  assert_int_equal(ember_wire_to_profile(w, &q, err, sizeof err), 0);
+  tu_assert_profiles_equal(p, q);
+  ember_profile_free(q);
+  q = NULL;
+
+  /* Version 1: the same profile back, and the same hashes as v2's. */
+  ember_buf_t b1;
+  ember_buf_init(&b1, 1u << 24);
+  assert_int_equal(ember_codec_encode(p, &b1), 0);
+  assert_int_equal(ember_codec_decode(b1.data, b1.len, NULL, &q, err, sizeof err), 0);
+  tu_assert_profiles_equal(p, q);
+  ember_profile_free(q);
+  assert_int_equal(ember_wire_decode(b1.data, b1.len, NULL, &v1w, err, sizeof err), 0);
+  assert_non_null(v1w->fn_generated);
+  for (size_t i = 0; i < w->nlocations; i++) {
+    bool found = false;
+    for (size_t k = 0; k < v1w->nlocations; k++) found |= v1w->loc_hash[k] == w->loc_hash[i];
+    if (!found) fail_msg("v2 location %zu's hash is not among v1's", i);
+  }
+  ember_wire_free(v1w);
+
+  /* Every cut is refused, also inside and after the generated column. */
+  for (size_t n = 0; n < b.len; n++) {
+    ember_wire_t *cut = NULL;
+    int rc = ember_wire_decode(b.data, n, NULL, &cut, err, sizeof err);
+    if (rc != EMBER_ECORRUPT && rc != EMBER_EVERSION) fail_msg("cut at %zu: rc %d", n, rc);
+  }
+  ember_wire_free(w);
+  ember_buf_free(&b1);
+  ember_buf_free(&b);
+  ember_profile_free(p);
+
+  /* A window without generated names has no column (older readers see
+   * nothing new) and hashes as before. */
+  p = sample_profile();
+  encode_v2(p, &b);
+  assert_int_equal(ember_wire_decode(b.data, b.len, NULL, &w, err, sizeof err), 0);
+  assert_null(w->fn_generated);
+  ember_wire_free(w);
+  ember_buf_free(&b);
+  ember_profile_free(p);
+}
+
+static void generated_uneven(Ember__Wire__V2__Profile *m) { m->n_function_generated--; }
+static void generated_index(Ember__Wire__V2__Profile *m) { m->function_generated[0] = 4000; }
+static void generated_renamed(Ember__Wire__V2__Profile *m) {
+  /* The generated name of function 0 becomes another string: its
+   * locations' hashes no longer match. */
+  m->function_generated[0] = m->function_file[0];
+}
+
+static void test_wire_rejects_bad_generated_names(void **state) {
+  (void)state;
+  expect_error_of(generated_profile, generated_uneven, false, EMBER_ECORRUPT,
+                  "4 function names for 3 generated names");
+  expect_error_of(generated_profile, generated_index, false, EMBER_ECORRUPT,
+                  "function 0: string index 4000");
+  expect_error_of(generated_profile, generated_renamed, true, EMBER_ECORRUPT,
+                  "does not match its content");
 }
 
 /* Two samples with the same stack are one stack in the profile. */
@@ -440,6 +579,8 @@ int main(void) {
       cmocka_unit_test(test_wire_limits),
       cmocka_unit_test(test_wire_rejects_bad_input),
       cmocka_unit_test(test_wire_same_stack_twice_adds),
+      cmocka_unit_test(test_wire_generated_names),
+      cmocka_unit_test(test_wire_rejects_bad_generated_names),
       cmocka_unit_test(test_wire_survives_allocation_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
