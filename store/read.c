@@ -167,8 +167,29 @@ static bool decode_frame(const MDB_val *v, ember_frame_t *f) {
   return in.ok && in.p == in.end && kind <= EMBER_FRAME_KIND_MAX;
 }
 
-/* Add the accumulated stacks to `p`, reading the dictionary in `txn`. */
-static int resolve(ember_store_t *s, MDB_txn *txn, const acc_t *a, ember_profile_t *p) {
+int ember__fm_intern(ember_store_t *s, const ember__fm_key_t *k, const ember_frame_t *f,
+                     ember_profile_t *p, char *buf, uint32_t *id) {
+  if (k != NULL && s->fmap.frame != NULL) {
+    ember_frame_t out;
+    int rc =
+        s->fmap.frame(s->fmap.ctx, k->worker, k->version, f, &out, buf, EMBER_STORE_FRAME_MAP_BUF);
+    if (rc < 0) return rc;
+    if (rc == 1) return ember_profile_intern_frame(p, &out, id);
+  }
+  return ember_profile_intern_frame(p, f, id);
+}
+
+void ember_store_set_frame_map(ember_store_t *s, const ember_store_frame_map_t *map) {
+  if (s == NULL) return;
+  s->fmap =
+      map != NULL && map->wants != NULL && map->frame != NULL ? *map : (ember_store_frame_map_t){0};
+}
+
+/* Add the accumulated stacks to `p`, reading the dictionary in `txn`;
+ * frames of series with key `fk` (NULL = none) go through the frame map,
+ * with `buf` (EMBER_STORE_FRAME_MAP_BUF bytes) for its strings. */
+static int resolve(ember_store_t *s, MDB_txn *txn, const acc_t *a, ember_profile_t *p,
+                   const ember__fm_key_t *fk, char *buf) {
   acc_t fmap = {0}; /* store frame id -> profile frame id (in vals) */
   uint32_t local[EMBER_MAX_STACK_DEPTH];
   int rc = 0;
@@ -199,9 +220,9 @@ static int resolve(ember_store_t *s, MDB_txn *txn, const acc_t *a, ember_profile
       }
       uint8_t fkey[4];
       ember__put_be32(fkey, (uint32_t)fid);
-      MDB_val fk = {.mv_size = 4, .mv_data = fkey}, fv;
+      MDB_val fkv = {.mv_size = 4, .mv_data = fkey}, fv;
       ember_frame_t f;
-      rc = ember__store_err(ember__get(s, txn, EMBER__DB_FRAMES, &fk, &fv));
+      rc = ember__store_err(ember__get(s, txn, EMBER__DB_FRAMES, &fkv, &fv));
       if (rc == EMBER_ENOTFOUND) rc = EMBER_ECORRUPT;
       if (rc < 0) goto cleanup;
       if (!decode_frame(&fv, &f)) {
@@ -209,7 +230,7 @@ static int resolve(ember_store_t *s, MDB_txn *txn, const acc_t *a, ember_profile
         goto cleanup;
       }
       /* The profile copies the strings, which point into the map. */
-      rc = ember_profile_intern_frame(p, &f, &local[d]);
+      rc = ember__fm_intern(s, fk, &f, p, buf, &local[d]);
       if (rc == 0) rc = acc_add(&fmap, (uint32_t)fid, local[d]);
       if (rc < 0) goto cleanup;
     }
@@ -223,6 +244,84 @@ static int resolve(ember_store_t *s, MDB_txn *txn, const acc_t *a, ember_profile
 cleanup:
   acc_free(&fmap);
   return rc;
+}
+
+/* The labels of series `sid` as a profile's (borrowed from the map: the
+ * profile copies them). */
+static int series_labels(ember_store_t *s, MDB_txn *txn, uint32_t sid, ember_labels_t *l) {
+  uint8_t key[4];
+  ember__put_be32(key, sid);
+  MDB_val k = {.mv_size = 4, .mv_data = key}, v;
+  const char *f[EMBER__NLABELS];
+  int rc = ember__store_err(ember__get(s, txn, EMBER__DB_SERIES, &k, &v));
+  if (rc == EMBER_ENOTFOUND) rc = EMBER_ECORRUPT;
+  if (rc < 0) return rc;
+  if (!ember__labels_decode(&v, f)) return EMBER_ECORRUPT;
+  *l = (ember_labels_t){.worker = f[0], .version = f[1], .host = f[2], .actor = f[3]};
+  return 0;
+}
+
+/* The (worker, version) groups of a merge whose frames s->fmap rewrites:
+ * of[i] is 0 for selected series i merged as stored, g + 1 for keys[g].
+ * Keys are copied: a scan may renew the transaction, and with it the map. */
+typedef struct fm_groups {
+  ember__fm_key_t *keys;
+  size_t n;
+  uint32_t *of;
+  char *buf; /* for the frame map's strings */
+} fm_groups_t;
+
+static void fm_groups_free(fm_groups_t *g) {
+  for (size_t i = 0; i < g->n; i++) {
+    ember_free((void *)(uintptr_t)g->keys[i].worker);
+    ember_free((void *)(uintptr_t)g->keys[i].version);
+  }
+  ember_free(g->keys);
+  ember_free(g->of);
+  ember_free(g->buf);
+  *g = (fm_groups_t){0};
+}
+
+static bool same_label(const char *a, const char *b) {
+  return a == NULL || b == NULL ? a == b : strcmp(a, b) == 0;
+}
+
+static int dup_or_null(const char *src, const char **dst) {
+  *dst = src ? ember_strdup(src) : NULL;
+  return src && !*dst ? -ENOMEM : 0;
+}
+
+/* Group `sids` for s->fmap; nothing (g->n 0) when no map is set or no
+ * series is wanted. */
+static int fm_group(ember_store_t *s, MDB_txn *txn, const uint32_t *sids, size_t nsids,
+                    fm_groups_t *g) {
+  *g = (fm_groups_t){0};
+  if (s->fmap.frame == NULL || nsids == 0) return 0;
+  g->of = ember_calloc(nsids, sizeof *g->of);
+  if (g->of == NULL) return -ENOMEM;
+  size_t cap = 0;
+  for (size_t i = 0; i < nsids; i++) {
+    ember_labels_t l;
+    int rc = series_labels(s, txn, sids[i], &l);
+    if (rc < 0) return rc;
+    if (!s->fmap.wants(s->fmap.ctx, l.worker, l.version)) continue;
+    size_t k = 0;
+    while (k < g->n &&
+           !(same_label(g->keys[k].worker, l.worker) && same_label(g->keys[k].version, l.version)))
+      k++;
+    if (k == g->n) {
+      rc = ember__grow(&g->keys, &cap, g->n + 1, sizeof *g->keys);
+      if (rc < 0) return rc;
+      g->keys[k] = (ember__fm_key_t){0};
+      g->n++;
+      if (dup_or_null(l.worker, &g->keys[k].worker) < 0 ||
+          dup_or_null(l.version, &g->keys[k].version) < 0)
+        return -ENOMEM;
+    }
+    g->of[i] = (uint32_t)k + 1;
+  }
+  if (g->n > 0 && (g->buf = ember_malloc(EMBER_STORE_FRAME_MAP_BUF)) == NULL) return -ENOMEM;
+  return 0;
 }
 
 /* One series' merge over a range, read from the coarsest rows that fit. */
@@ -333,10 +432,13 @@ static int merge_locked(ember_store_t *s, const ember_store_selector_t *sel, int
   ember_profile_t *p = NULL;
   merge_ctx_t m = {.bit = ember__vt_bit(vt)};
   unsigned since_renew = 0;
+  fm_groups_t fm = {0};
 
   int rc = ember__store_err(mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn));
   if (rc < 0) goto cleanup;
   rc = ember__select(s, txn, sel, &sids, &nsids);
+  if (rc < 0) goto cleanup;
+  rc = fm_group(s, txn, sids, nsids, &fm);
   if (rc < 0) goto cleanup;
   rc = ember__store_err(mdb_cursor_open(txn, s->dbi[EMBER__DB_PROFILES], &cur));
   if (rc < 0) goto cleanup;
@@ -344,28 +446,28 @@ static int merge_locked(ember_store_t *s, const ember_store_selector_t *sel, int
   if (rc < 0) goto cleanup;
   rc = ember__store_err(mdb_cursor_open(txn, s->dbi[EMBER__DB_ROLLUP_1M], &mcur));
   if (rc < 0) goto cleanup;
-  for (size_t i = 0; i < nsids; i++) {
-    if (ember_value_type_is_gauge(vt)) {
-      /* A snapshot: each series' latest window only, never a sum over
-       * its windows (and gauge windows are in no rollup). */
-      rc = gauge_rows(cur, sids[i], gauge_lo(from_ns, to_ns), to_ns, &m, NULL);
-    } else {
-      range_t r = {.txn = txn, .cur = {cur, mcur, rcur}, .sid = sids[i], .m = &m};
-      rc = merge_range(&r, 2, from_ns, to_ns, &since_renew);
-    }
-    if (rc < 0) goto cleanup;
-  }
-  mdb_cursor_close(cur);
-  cur = NULL;
-  mdb_cursor_close(rcur);
-  rcur = NULL;
-  mdb_cursor_close(mcur);
-  mcur = NULL;
-
   rc = ember_profile_new(&vt, 1, &p);
   if (rc < 0) goto cleanup;
-  rc = resolve(s, txn, &m.stacks, p);
-  if (rc < 0) goto cleanup;
+  /* Group 0 (every series when no frame map wants any), then each group
+   * the frame map rewrites, each resolved on its own. */
+  for (size_t g = 0; g <= fm.n; g++) {
+    acc_free(&m.stacks);
+    m.stacks = (acc_t){0};
+    for (size_t i = 0; i < nsids; i++) {
+      if ((fm.of ? fm.of[i] : 0) != g) continue;
+      if (ember_value_type_is_gauge(vt)) {
+        /* A snapshot: each series' latest window only, never a sum over
+         * its windows (and gauge windows are in no rollup). */
+        rc = gauge_rows(cur, sids[i], gauge_lo(from_ns, to_ns), to_ns, &m, NULL);
+      } else {
+        range_t r = {.txn = txn, .cur = {cur, mcur, rcur}, .sid = sids[i], .m = &m};
+        rc = merge_range(&r, 2, from_ns, to_ns, &since_renew);
+      }
+      if (rc < 0) goto cleanup;
+    }
+    rc = resolve(s, txn, &m.stacks, p, g ? &fm.keys[g - 1] : NULL, fm.buf);
+    if (rc < 0) goto cleanup;
+  }
   if (sel) {
     ember_labels_t l = {
         .worker = sel->worker, .version = sel->version, .host = sel->host, .actor = sel->actor};
@@ -385,6 +487,7 @@ cleanup:
   if (txn) mdb_txn_abort(txn);
   ember_free(sids);
   acc_free(&m.stacks);
+  fm_groups_free(&fm);
   ember_profile_free(p);
   return rc;
 }
@@ -722,21 +825,6 @@ void ember_store_gauge_latest_free(ember_profile_t **parts, size_t count) {
   ember_free(parts);
 }
 
-/* The labels of series `sid` as a profile's (borrowed from the map: the
- * profile copies them). */
-static int series_labels(ember_store_t *s, MDB_txn *txn, uint32_t sid, ember_labels_t *l) {
-  uint8_t key[4];
-  ember__put_be32(key, sid);
-  MDB_val k = {.mv_size = 4, .mv_data = key}, v;
-  const char *f[EMBER__NLABELS];
-  int rc = ember__store_err(ember__get(s, txn, EMBER__DB_SERIES, &k, &v));
-  if (rc == EMBER_ENOTFOUND) rc = EMBER_ECORRUPT;
-  if (rc < 0) return rc;
-  if (!ember__labels_decode(&v, f)) return EMBER_ECORRUPT;
-  *l = (ember_labels_t){.worker = f[0], .version = f[1], .host = f[2], .actor = f[3]};
-  return 0;
-}
-
 static int gauge_latest_locked(ember_store_t *s, const ember_store_selector_t *sel, int64_t from_ns,
                                int64_t to_ns, ember_value_type_t vt, ember_profile_t ***out,
                                size_t *count) {
@@ -746,6 +834,7 @@ static int gauge_latest_locked(ember_store_t *s, const ember_store_selector_t *s
   size_t nsids = 0, n = 0;
   ember_profile_t **parts = NULL, *p = NULL;
   merge_ctx_t m = {.bit = ember__vt_bit(vt)};
+  char *buf = NULL; /* for the frame map's strings */
 
   int rc = ember__store_err(mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn));
   if (rc < 0) goto cleanup;
@@ -768,7 +857,13 @@ static int gauge_latest_locked(ember_store_t *s, const ember_store_selector_t *s
     rc = ember_profile_new(&vt, 1, &p);
     if (rc == 0) rc = series_labels(s, txn, sids[i], &l);
     if (rc == 0) rc = ember_profile_set_labels(p, &l);
-    if (rc == 0) rc = resolve(s, txn, &m.stacks, p);
+    /* A part is one series: its labels say whether the frame map takes it. */
+    ember__fm_key_t key = {l.worker, l.version};
+    bool mapped =
+        rc == 0 && s->fmap.frame != NULL && s->fmap.wants(s->fmap.ctx, l.worker, l.version);
+    if (mapped && buf == NULL && (buf = ember_malloc(EMBER_STORE_FRAME_MAP_BUF)) == NULL)
+      rc = -ENOMEM;
+    if (rc == 0) rc = resolve(s, txn, &m.stacks, p, mapped ? &key : NULL, buf);
     if (rc == 0) rc = ember_profile_set_window(p, m.start, m.end);
     if (rc < 0) goto cleanup;
     ember_profile_set_period(p, m.period);
@@ -780,6 +875,7 @@ cleanup:
   if (cur) mdb_cursor_close(cur);
   if (txn) mdb_txn_abort(txn);
   ember_free(sids);
+  ember_free(buf);
   acc_free(&m.stacks);
   ember_profile_free(p);
   if (rc == 0) {

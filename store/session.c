@@ -131,14 +131,23 @@ static int add_locked(ember_store_t *s, ember_profile_t *const *profiles, size_t
   return rc;
 }
 
-/* Add value `vi` of every stack of `src` to `dst` (one value type). */
-static int add_projected(ember_profile_t *dst, const ember_profile_t *src, size_t vi) {
+/* Add value `vi` of every stack of `src` to `dst` (one value type), its
+ * frames through the store's frame map when it wants src's worker and
+ * version (`buf` is then made, for the map's strings). */
+static int add_projected(ember_store_t *s, ember_profile_t *dst, const ember_profile_t *src,
+                         size_t vi, char **buf) {
+  const ember_labels_t *l = ember_profile_labels(src);
+  ember__fm_key_t key = {l->worker, l->version};
+  bool mapped = s->fmap.frame != NULL && s->fmap.wants(s->fmap.ctx, l->worker, l->version);
+  if (mapped && *buf == NULL && (*buf = ember_malloc(EMBER_STORE_FRAME_MAP_BUF)) == NULL)
+    return -ENOMEM;
   size_t nf = ember_profile_nframes(src);
   uint32_t *map = ember_malloc((nf ? nf : 1) * sizeof *map);
   if (map == NULL) return -ENOMEM;
   int rc = 0;
   for (size_t f = 0; f < nf && rc == 0; f++)
-    rc = ember_profile_intern_frame(dst, ember_profile_frame(src, (uint32_t)f), &map[f]);
+    rc = ember__fm_intern(s, mapped ? &key : NULL, ember_profile_frame(src, (uint32_t)f), dst, *buf,
+                          &map[f]);
   uint32_t ids[EMBER_MAX_STACK_DEPTH];
   for (size_t i = 0; i < ember_profile_nstacks(src) && rc == 0; i++) {
     const uint32_t *fr;
@@ -185,6 +194,7 @@ static int merge_locked(ember_store_t *s, const char *session_id, ember_value_ty
   int64_t wmin = INT64_MAX, wmax = INT64_MIN, period = 0;
   ember_labels_t labels = {0};
   char *host0 = NULL;
+  char *buf = NULL; /* for the frame map's strings */
   if (s->no_sessions) goto done;
   rc = ember__store_err(mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn));
   if (rc == 0) rc = ember__store_err(mdb_cursor_open(txn, s->dbi[EMBER__DB_SESSIONS], &cur));
@@ -214,7 +224,7 @@ static int merge_locked(ember_store_t *s, const char *session_id, ember_value_ty
     int vi = ember_profile_type_index(r, value_type);
     if (vi >= 0) {
       inf.matched++;
-      rc = add_projected(p, r, (size_t)vi);
+      rc = add_projected(s, p, r, (size_t)vi, &buf);
       const ember_labels_t *l = ember_profile_labels(r);
       if (rc == 0 && first) {
         labels = *l;
@@ -258,6 +268,7 @@ cleanup:
   if (cur) mdb_cursor_close(cur);
   if (txn) mdb_txn_abort(txn);
   ember_free(host0);
+  ember_free(buf);
   ember_profile_free(p);
   return rc;
 }

@@ -61,9 +61,21 @@ struct ember_store {
    * transaction of this process is open) holds it for writing. */
   pthread_rwlock_t lock;
   bool lock_ready;
-  size_t map_size, max_size; /* current and largest map size */
-  uint64_t grows;            /* times this handle grew the map (under lock) */
+  size_t map_size, max_size;    /* current and largest map size */
+  uint64_t grows;               /* times this handle grew the map (under lock) */
+  ember_store_frame_map_t fmap; /* reads' frame rewrite; fmap.frame NULL = none */
 };
+
+/* A series' (worker, version) whose frames fmap rewrites. */
+typedef struct ember__fm_key {
+  const char *worker, *version;
+} ember__fm_key_t;
+
+/* Rewrite frame `f` of a series with key `k` through s->fmap, interning
+ * the result into `p` as *id; `buf` has EMBER_STORE_FRAME_MAP_BUF bytes.
+ * k NULL: interned as it is. Returns 0 or -ENOMEM. */
+int ember__fm_intern(ember_store_t *s, const ember__fm_key_t *k, const ember_frame_t *f,
+                     ember_profile_t *p, char *buf, uint32_t *id);
 
 /* Internal code for MDB_MAP_RESIZED (another process grew the map): the
  * call is retried after adopting the new size, never returned. */

@@ -262,6 +262,37 @@ typedef struct ember_store_selector {
 EMBER_API int ember_store_merge(ember_store_t *store, const ember_store_selector_t *sel,
                                 int64_t from_ns, int64_t to_ns, ember_value_type_t value_type,
                                 ember_profile_t **out);
+/* A rewrite of frames by series, applied by every read that builds a
+ * profile from the dictionary (ember_store_merge, ember_store_gauge_latest,
+ * ember_store_session_merge): the collector gives the JavaScript frames of
+ * a worker and version their authors' names through the source maps
+ * uploaded for them. A rewrite depends on a series' worker and version
+ * only: the stacks of series whose (worker, version) `wants` are merged by
+ * (worker, version), apart from every other series, and each of their
+ * frames is offered to `frame` once per merge; so two versions' frames,
+ * equal as stored (V8's names of two builds of one bundle), are never
+ * added together before they are rewritten. Series it does not want merge
+ * as before, at no extra cost; with no map set no series is looked at.
+ *
+ *  - wants: whether frames of (worker, version) may be rewritten (either
+ *    may be NULL: the label is unset).
+ *  - frame: rewrite `in`: 1 with *out set (its strings may point into
+ *    `in`'s, into static storage, or into `buf`, `size` >=
+ *    EMBER_STORE_FRAME_MAP_BUF bytes; the read copies them at once), 0 to
+ *    keep `in` as it is, or -ENOMEM.
+ *
+ * Both run on the reading thread, any number at once: ctx must be
+ * thread-safe. Set the map once, after ember_store_open and before any
+ * read; NULL removes it (also only while no read runs). */
+typedef struct ember_store_frame_map {
+  bool (*wants)(void *ctx, const char *worker, const char *version);
+  int (*frame)(void *ctx, const char *worker, const char *version, const ember_frame_t *in,
+               ember_frame_t *out, char *buf, size_t size);
+  void *ctx;
+} ember_store_frame_map_t;
+#define EMBER_STORE_FRAME_MAP_BUF (4u * (EMBER_MAX_STRING + 1))
+EMBER_API void ember_store_set_frame_map(ember_store_t *store, const ember_store_frame_map_t *map);
+
 /* Gauges (ember_value_type_is_gauge: in-use objects and bytes): a window
  * carrying one is a snapshot at its end, so ember_store_merge of a gauge
  * type does not sum windows over time. For each selected series it takes
