@@ -1,5 +1,6 @@
-/* Documents: small values kept whole by key in the "rules" and "alerts"
- * tables, for the collector's alerting state.
+/* Documents: values kept whole by key in the "rules" and "alerts" tables,
+ * for the collector's alerting state, and in "sourcemaps", for the source
+ * maps uploaded to it.
  *
  *   key:   the key's bytes (1..EMBER_STORE_DOC_KEY_MAX, no NUL)
  *   value: format u8 (1) | the document's bytes, sealed like every value
@@ -23,8 +24,19 @@ static int table_db(ember_store_doc_table_t t, ember__db_t *db) {
   switch (t) {
   case EMBER_STORE_DOC_RULES: *db = EMBER__DB_RULES; return 0;
   case EMBER_STORE_DOC_ALERTS: *db = EMBER__DB_ALERTS; return 0;
+  case EMBER_STORE_DOC_SOURCEMAPS: *db = EMBER__DB_SOURCEMAPS; return 0;
   }
   return -EINVAL;
+}
+
+/* The largest document of a table. */
+static size_t doc_max(ember__db_t db) {
+  return db == EMBER__DB_SOURCEMAPS ? EMBER_STORE_DOC_SOURCEMAP_MAX : EMBER_STORE_DOC_MAX;
+}
+
+/* A table a read-only open of an older store did not find: read as empty. */
+static bool missing(const ember_store_t *s, ember__db_t db) {
+  return db == EMBER__DB_SOURCEMAPS ? s->no_sourcemaps : s->no_docs;
 }
 
 static int check_key(const char *key, MDB_val *k) {
@@ -71,7 +83,7 @@ int ember_store_doc_put(ember_store_t *s, ember_store_doc_table_t table, const c
   ember__db_t db;
   MDB_val k;
   if (!s || table_db(table, &db) != 0 || check_key(key, &k) != 0 || (len && !doc)) return -EINVAL;
-  if (len > EMBER_STORE_DOC_MAX) return EMBER_ETOOBIG;
+  if (len > doc_max(db)) return EMBER_ETOOBIG;
   int rc;
   do {
     ember__store_enter(s);
@@ -82,7 +94,7 @@ int ember_store_doc_put(ember_store_t *s, ember_store_doc_table_t table, const c
 }
 
 static int get_locked(ember_store_t *s, ember__db_t db, MDB_val *k, void **doc, size_t *len) {
-  if (s->no_docs) return EMBER_ENOTFOUND;
+  if (missing(s, db)) return EMBER_ENOTFOUND;
   MDB_txn *txn = NULL;
   int rc = ember__store_err(mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn));
   if (rc < 0) return rc;
@@ -223,7 +235,7 @@ int ember_store_doc_each(ember_store_t *s, ember_store_doc_table_t table, ember_
                          void *ctx) {
   ember__db_t db;
   if (!s || !fn || table_db(table, &db) != 0) return -EINVAL;
-  if (s->no_docs) return 0;
+  if (missing(s, db)) return 0;
   batch_t b = {0};
   char after[EMBER_STORE_DOC_KEY_MAX + 1];
   size_t after_len = 0;
@@ -260,7 +272,7 @@ typedef struct retain {
 
 static int retain_locked(ember_store_t *s, ember__db_t db, retain_t *r) {
   if (s->read_only) return -EACCES;
-  if (s->no_docs) return 0;
+  if (missing(s, db)) return 0;
   char key[EMBER_STORE_DOC_KEY_MAX + 1];
   size_t klen = 0;
   size_t in_txn = 0;

@@ -48,6 +48,7 @@ static const struct {
     [EMBER__DB_RUNS] = {"runs", 0},
     [EMBER__DB_PENDING] = {"pending", 0},
     [EMBER__DB_PARTS] = {"series_part", 0},
+    [EMBER__DB_SOURCEMAPS] = {"sourcemaps", 0},
 };
 
 #define DEFAULT_MAP_SIZE ((size_t)1 << 30)
@@ -180,7 +181,8 @@ bool ember__sealed(ember__db_t db) {
   case EMBER__DB_ALERTS:
   case EMBER__DB_RUNS:
   case EMBER__DB_PENDING:
-  case EMBER__DB_PARTS: return true;
+  case EMBER__DB_PARTS:
+  case EMBER__DB_SOURCEMAPS: return true;
   default: return false;
   }
 }
@@ -300,6 +302,11 @@ int ember_store_open(const char *path, const ember_store_opts_t *opts, ember_sto
     if (mrc == MDB_NOTFOUND && o.read_only &&
         (i == EMBER__DB_RUNS || i == EMBER__DB_PENDING || i == EMBER__DB_PARTS)) {
       s->no_runs = true;
+      continue;
+    }
+    /* And uploaded source maps, within schema 4. */
+    if (mrc == MDB_NOTFOUND && o.read_only && i == EMBER__DB_SOURCEMAPS) {
+      s->no_sourcemaps = true;
       continue;
     }
     if (mrc == MDB_NOTFOUND) {
@@ -606,6 +613,7 @@ static int stats_locked(ember_store_t *s, ember_store_stats_t *stats) {
       {EMBER__DB_RUNS, offsetof(ember_store_stats_t, run_rows)},
       {EMBER__DB_PENDING, offsetof(ember_store_stats_t, pending_rows)},
       {EMBER__DB_PARTS, offsetof(ember_store_stats_t, series_parts)},
+      {EMBER__DB_SOURCEMAPS, offsetof(ember_store_stats_t, sourcemap_docs)},
   };
   ember_store_stats_t st = {0};
   MDB_txn *txn = NULL;
@@ -618,6 +626,7 @@ static int stats_locked(ember_store_t *s, ember_store_stats_t *stats) {
          map[i].db == EMBER__DB_PARTS) &&
         s->no_runs)
       continue;
+    if (map[i].db == EMBER__DB_SOURCEMAPS && s->no_sourcemaps) continue;
     MDB_stat ms;
     rc = ember__store_err(mdb_stat(txn, s->dbi[map[i].db], &ms));
     if (rc < 0) goto cleanup;

@@ -33,6 +33,7 @@ typedef enum ember__db {
   EMBER__DB_RUNS,       /* "runs": (partition, run start) -> run (runs.h) */
   EMBER__DB_PENDING,    /* "pending": (partition, offset) -> the window's contribution */
   EMBER__DB_PARTS,      /* "series_part": (series, partition) -> nothing (seen) */
+  EMBER__DB_SOURCEMAPS, /* "sourcemaps": key -> an uploaded source map (doc.c) */
   EMBER__DB_COUNT
 } ember__db_t;
 
@@ -49,6 +50,8 @@ struct ember_store {
   /* The same for "runs", "pending" and "series_part" (added together
    * within schema 3): no runs, nothing pending. */
   bool no_runs;
+  /* And for "sourcemaps" (added within schema 4). */
+  bool no_sourcemaps;
   /* Dictionary caches, by table: series, frames, stacks. Used only inside
    * write transactions (see dcache.h). */
   ember__dcache_t cache[3];

@@ -67,6 +67,7 @@ static const struct {
     {"runs", EMBER__DB_RUNS, true, check_run},
     {"pending", EMBER__DB_PENDING, true, check_pending},
     {"series_part", EMBER__DB_PARTS, true, check_part},
+    {"sourcemaps", EMBER__DB_SOURCEMAPS, true, NULL},
 };
 
 _Static_assert(sizeof tables / sizeof tables[0] == EMBER__DB_COUNT, "verify walks every table");

@@ -497,18 +497,22 @@ EMBER_API int ember_store_session_merge(ember_store_t *store, const char *sessio
  * A store opened read-only that was made before these tables existed reads
  * them as empty; a read-write open adds them. */
 typedef enum ember_store_doc_table {
-  EMBER_STORE_DOC_RULES = 1, /* "rules": key = rule name */
-  EMBER_STORE_DOC_ALERTS = 2 /* "alerts": key = alert id */
+  EMBER_STORE_DOC_RULES = 1,     /* "rules": key = rule name */
+  EMBER_STORE_DOC_ALERTS = 2,    /* "alerts": key = alert id */
+  EMBER_STORE_DOC_SOURCEMAPS = 3 /* "sourcemaps": uploaded source maps (collector/srcmaps.h) */
 } ember_store_doc_table_t;
 
-/* Keys are 1..128 bytes (a NUL-terminated string); documents at most 1 MiB. */
-#define EMBER_STORE_DOC_KEY_MAX 128u
-#define EMBER_STORE_DOC_MAX     (1u << 20)
+/* Keys are 1..128 bytes (a NUL-terminated string); documents at most 1 MiB,
+ * but for "sourcemaps", whose documents (a compressed map each) may be up
+ * to 16 MiB. */
+#define EMBER_STORE_DOC_KEY_MAX       128u
+#define EMBER_STORE_DOC_MAX           (1u << 20)
+#define EMBER_STORE_DOC_SOURCEMAP_MAX (16u << 20)
 
 /* Store `len` bytes of `doc` under `key` in `table`, replacing what the key
  * held, in one write transaction (growing the map as ember_store_write).
  * `key` and `doc` are borrowed for the call. Returns 0, -EINVAL (bad table,
- * empty or too long key), EMBER_ETOOBIG (len > EMBER_STORE_DOC_MAX),
+ * empty or too long key), EMBER_ETOOBIG (len past the table's bound),
  * -EACCES (read-only), -ENOSPC, EMBER_EMAPFULL, -ENOMEM, EMBER_ECORRUPT. */
 EMBER_API int ember_store_doc_put(ember_store_t *store, ember_store_doc_table_t table,
                                   const char *key, const void *doc, size_t len);
@@ -571,6 +575,7 @@ typedef struct ember_store_stats {
   uint64_t map_grows;      /* times this handle grew the map */
   uint64_t rule_docs;      /* documents in the "rules" table */
   uint64_t alert_docs;     /* documents in the "alerts" table */
+  uint64_t sourcemap_docs; /* documents in the "sourcemaps" table */
   uint64_t run_rows;       /* runs (partition, run start) */
   uint64_t pending_rows;   /* pending windows (partition, offset) */
   uint64_t series_parts;   /* (series, partition) pairs seen */

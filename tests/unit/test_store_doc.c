@@ -138,11 +138,24 @@ static void test_store_doc_put_get_del_each(void **state) {
   assert_int_equal(ember_store_doc_put(s, EMBER_STORE_DOC_RULES, longkey, "x", 1), 0);
   assert_int_equal(ember_store_doc_put(s, EMBER_STORE_DOC_RULES, "", "x", 1), -EINVAL);
   assert_int_equal(ember_store_doc_put(s, EMBER_STORE_DOC_RULES, NULL, "x", 1), -EINVAL);
-  assert_int_equal(ember_store_doc_put(s, (ember_store_doc_table_t)3, "k", "x", 1), -EINVAL);
+  assert_int_equal(ember_store_doc_put(s, (ember_store_doc_table_t)4, "k", "x", 1), -EINVAL);
   assert_int_equal(ember_store_doc_put(s, EMBER_STORE_DOC_RULES, "k", NULL, 1), -EINVAL);
   assert_int_equal(ember_store_doc_put(NULL, EMBER_STORE_DOC_RULES, "k", "x", 1), -EINVAL);
   assert_int_equal(ember_store_doc_put(s, EMBER_STORE_DOC_RULES, "k", "x", EMBER_STORE_DOC_MAX + 1),
                    EMBER_ETOOBIG);
+  /* Source maps may be larger, up to their own bound. */
+  size_t big = (size_t)EMBER_STORE_DOC_MAX + 1;
+  char *bigdoc = calloc(1, EMBER_STORE_DOC_SOURCEMAP_MAX + 1);
+  assert_non_null(bigdoc);
+  assert_int_equal(ember_store_doc_put(s, EMBER_STORE_DOC_SOURCEMAPS, "m", bigdoc, big), 0);
+  void *back = NULL;
+  assert_int_equal(ember_store_doc_get(s, EMBER_STORE_DOC_SOURCEMAPS, "m", &back, &len), 0);
+  assert_int_equal(len, big);
+  ember_free(back);
+  assert_int_equal(ember_store_doc_put(s, EMBER_STORE_DOC_SOURCEMAPS, "m", bigdoc,
+                                       EMBER_STORE_DOC_SOURCEMAP_MAX + 1),
+                   EMBER_ETOOBIG);
+  free(bigdoc);
   assert_int_equal(ember_store_doc_each(s, EMBER_STORE_DOC_RULES, NULL, NULL), -EINVAL);
   assert_int_equal(ember_store_doc_get(s, EMBER_STORE_DOC_RULES, "k", NULL, &len), -EINVAL);
   ember_store_close(s);
@@ -150,12 +163,12 @@ static void test_store_doc_put_get_del_each(void **state) {
 }
 
 /* Alerts resolved before a cutoff go; the caller judges, the store deletes. */
-static bool resolved_before(const char *key, const void *doc, size_t len, void *ctx) {
+static bool resolved_before(const char *key, const void *bigdoc, size_t len, void *ctx) {
   (void)key;
   (void)len;
   long cutoff = *(const long *)ctx;
   long t = 0;
-  const char *p = strstr((const char *)doc, "\"resolved\":");
+  const char *p = strstr((const char *)bigdoc, "\"resolved\":");
   if (!p || strncmp(p + 11, "null", 4) == 0) return false;
   for (p += 11; *p >= '0' && *p <= '9'; p++) t = t * 10 + (*p - '0');
   return t < cutoff;
