@@ -17,15 +17,24 @@
 //   new FlameGraph(container, {onZoom(path), onSelect(frame)})
 //   setTree(json)      profile or diff tree (diff when root.base is set)
 //   zoomToPath(names)  silent; resetZoom() tells onZoom([])
-//   setSearch(text)    substring or /regex/, case-insensitive;
-//                      returns {matches, total} (diff: total in vs, + base)
+//   setSearch(text)    substring or /regex/, case-insensitive, of the
+//                      name or the generated name; returns
+//                      {matches, total} (diff: total in vs, + base)
 //   frames()           drawn frames, CSS px relative to the canvas; in a
 //                      diff total/self are the vs side, base/baseSelf the
-//                      other; also kind, path and (searching) match
+//                      other; also kind, path, file, line and generated
+//                      (when the tree has them) and (searching) match
 //   resize(), destroy(), lastRenderMs (setTree + draw), lastDrawMs,
 //   lastFlattenMs, lastSearchMs
 // The container gets .flame and data-zoom, data-search-matches,
-// data-nodes, data-render-ms; the canvas data-testid="flame-canvas".
+// data-nodes, data-render-ms; the canvas data-testid="flame-canvas", the
+// hover's tooltip data-testid="flame-tooltip".
+//
+// The tooltip names the frame, then where its source is (`file:line`, or
+// the file alone when the frames merged into the node disagree on the
+// line) and, for a JavaScript function named through a source map, the
+// name it runs under ("minified: a /srv/app/dist/app.js:1:4711"): the
+// tree's optional `file`, `line` and `generated` (docs/api.md).
 //
 // Names come from profiled programs: they only ever reach the DOM through
 // textContent, never innerHTML.
@@ -180,6 +189,7 @@ export class FlameGraph {
 
     this.tooltip = document.createElement('div');
     this.tooltip.className = 'flame-tooltip';
+    this.tooltip.dataset.testid = 'flame-tooltip';
     this.tooltip.setAttribute('role', 'tooltip');
     Object.assign(this.tooltip.style, {
       position: 'fixed', pointerEvents: 'none', display: 'none', zIndex: '1000',
@@ -228,6 +238,8 @@ export class FlameGraph {
     this.unit = 'count';
     this.names = [];
     this.modules = [];
+    this.files = [];
+    this.gens = [];
     this._zoom = 0;
     this._match = null; // Uint8Array per node while a search is on
     this._searchResult = { matches: 0, total: 0 };
@@ -266,6 +278,9 @@ export class FlameGraph {
     let start = alloc(Float64Array), val = alloc(Float64Array), self = alloc(Float64Array);
     let depth = alloc(Int32Array), parent = alloc(Int32Array), cursor = alloc(Float64Array);
     let nameIdx = alloc(Int32Array), modIdx = alloc(Int32Array), kind = alloc(Uint8Array), col = alloc(Uint8Array);
+    // Where the source is and the generated name, for the tooltip and the
+    // search; most trees (native code without debug lines) have none.
+    let fileIdx = alloc(Int32Array), lineNo = alloc(Uint32Array), genIdx = alloc(Int32Array);
     let base = null, vs = null, baseSelf = null;
 
     // Diff widths: the mean of the frame's shares of its two selections,
@@ -293,6 +308,20 @@ export class FlameGraph {
     const names = (this.names = []);
     const modules = (this.modules = ['']);
     const nameShade = [];
+    // Index 0 of each is "none", as for modules.
+    const fileMap = new Map([['', 0]]);
+    const files = (this.files = ['']);
+    const genMap = new Map([['', 0]]);
+    const gens = (this.gens = ['']);
+    const intern = (map, list, s) => {
+      let k = map.get(s);
+      if (k === undefined) {
+        k = list.length;
+        map.set(s, k);
+        list.push(String(s));
+      }
+      return k;
+    };
     const kindCode = { native: 0, kernel: 1, jit: 2, interpreted: 3 };
     let lastMod = null, lastMi = 0;
 
@@ -308,6 +337,7 @@ export class FlameGraph {
         depth = alloc(Int32Array, depth); parent = alloc(Int32Array, parent); cursor = alloc(Float64Array, cursor);
         nameIdx = alloc(Int32Array, nameIdx); modIdx = alloc(Int32Array, modIdx);
         kind = alloc(Uint8Array, kind); col = alloc(Uint8Array, col);
+        fileIdx = alloc(Int32Array, fileIdx); lineNo = alloc(Uint32Array, lineNo); genIdx = alloc(Int32Array, genIdx);
         if (diff) {
           base = alloc(Float64Array, base); vs = alloc(Float64Array, vs); baseSelf = alloc(Float64Array, baseSelf);
         }
@@ -344,6 +374,10 @@ export class FlameGraph {
       }
       const k = kindCode[node.kind] ?? 4;
       kind[i] = k;
+      if (node.file) fileIdx[i] = intern(fileMap, files, node.file);
+      const ln = +node.line;
+      if (ln > 0 && ln <= 0xffffffff) lineNo[i] = ln;
+      if (node.generated) genIdx[i] = intern(genMap, gens, node.generated);
 
       let v;
       if (diff) {
@@ -380,6 +414,7 @@ export class FlameGraph {
     this.n = n;
     this.start = start; this.val = val; this.self = self; this.depth = depth; this.parent = parent;
     this.nameIdx = nameIdx; this.modIdx = modIdx; this.kind = kind; this.col = col;
+    this.fileIdx = fileIdx; this.lineNo = lineNo; this.genIdx = genIdx;
     this.base = base; this.vs = vs; this.baseSelf = baseSelf;
 
     // Subtree ends, from the leaves up: pre-order makes each subtree the
@@ -435,7 +470,9 @@ export class FlameGraph {
   }
 
   // Highlights frames whose name contains text (case-insensitive), or
-  // matches /regex/ when text is wrapped in slashes. The synthetic root is
+  // matches /regex/ when text is wrapped in slashes; a frame's generated
+  // name counts as its name, so that a minified name or a bundle's
+  // line:column from a stack trace finds the function. The synthetic root is
   // never a match. total counts each matching subtree once: a match inside
   // a match adds nothing (for a diff, total is in the second selection and
   // base in the first).
@@ -462,11 +499,14 @@ export class FlameGraph {
       // Test each distinct name once: ~20x fewer tests than nodes.
       const nameHit = new Uint8Array(this.names.length);
       for (let k = 0; k < this.names.length; k++) nameHit[k] = test(this.names[k]) ? 1 : 0;
+      const gens = this.gens, genIdx = this.genIdx;
+      const genHit = new Uint8Array(gens.length); // [0], no generated name, stays 0
+      for (let k = 1; k < gens.length; k++) genHit[k] = test(gens[k]) ? 1 : 0;
       const match = new Uint8Array(this.n);
       const tot = this.diff ? this.vs : this.val;
       let count = 0, total = 0, base = 0, coverEnd = 0;
       for (let i = 1; i < this.n; i++) {
-        if (!nameHit[this.nameIdx[i]]) continue;
+        if (!nameHit[this.nameIdx[i]] && !genHit[genIdx[i]]) continue;
         match[i] = 1;
         count++;
         if (i >= coverEnd) {
@@ -525,6 +565,9 @@ export class FlameGraph {
       total: this.diff ? this.vs[i] : this.val[i],
       path: this._path(i),
     };
+    if (this.fileIdx[i]) f.file = this.files[this.fileIdx[i]];
+    if (this.lineNo[i]) f.line = this.lineNo[i];
+    if (this.genIdx[i]) f.generated = this.gens[this.genIdx[i]];
     if (this.diff) {
       f.base = this.base[i];
       f.baseSelf = this.baseSelf[i];
@@ -776,6 +819,10 @@ export class FlameGraph {
     const u = this.unit;
     const f = (v) => formatValue(v, u);
     line(this.names[this.nameIdx[i]], { fontWeight: '600', fontFamily: 'ui-monospace, monospace' });
+    const where = this._location(i);
+    if (where) line(where, { fontFamily: 'ui-monospace, monospace' });
+    const gen = this.gens[this.genIdx[i]];
+    if (gen) line(`minified: ${gen}`, { color: '#a1a1aa', fontFamily: 'ui-monospace, monospace' });
     const mod = this.modules[this.modIdx[i]];
     const kind = KINDS[this.kind[i]];
     if (mod || kind !== 'other') line([mod, kind !== 'other' ? kind : ''].filter(Boolean).join(' · '), { color: '#a1a1aa' });
@@ -805,6 +852,14 @@ export class FlameGraph {
       const zb = this.base[z], zv = this.vs[z];
       line(`of ${this.names[this.nameIdx[z]]}: ${pct(zb > 0 ? b / zb : 0)} → ${pct(zv > 0 ? v / zv : 0)}`);
     }
+  }
+
+  // "file:line", the file alone, or "line N" when the tree has a line but
+  // no file; '' when it has neither.
+  _location(i) {
+    const file = this.files[this.fileIdx[i]], ln = this.lineNo[i];
+    if (file) return ln ? `${file}:${ln}` : file;
+    return ln ? `line ${ln}` : '';
   }
 
   _clickAt(e) {
