@@ -3,32 +3,39 @@
 // a real agent and passes:
 //
 //   node dashboard.test.mjs --url=http://127.0.0.1:PORT/ --worker=W --app=A
-//        --actor=ACTOR --host=HOST --spike=S --rule=R --shots=DIR [--steps=a,b]
+//        --actor=ACTOR --host=HOST --spike=S --rule=R --heap=H --web=J
+//        --shots=DIR [--steps=a,b]
 //
 // W is a `burn` worker (burn_hot:burn_cold = 3:1) running as ACTOR, A a
 // worker with versions 1.0 (shared_work, old_path) and 2.0 (shared_work,
 // new_path), all on HOST. S is a `spike` worker that idles, then burns in
 // spike_burn; R the rules file's rule that fires on it and captures a
-// session. The steps: explore (worker list and filter,
-// flamegraph, selects, top table), explore-zoom, explore-search,
-// explore-reload (the hash restores the view; refresh and live), explore-range (preset,
-// timeline brush, version, Back), explore-error (an API error reaches the
-// banner), explore-versions (1.0 and 2.0 chosen together add up), compare
-// (1.0 against 2.0: diff flamegraph and table; its link
-// in a new page), session (started from the page, its flamegraph,
-// downloads and link), session-error (a 404 reaches the banner), rules
-// (the rule editor: the file's rule read-only, a bad rule's 400 sentence
-// beside the form, a rule added and deleted), alerts (R's firing alert in
-// the list; its timeline, diff flamegraph with spike_burn, what changed,
-// and its capture's flamegraph), alert-marker (the alert on Explore's
-// timeline, which leads to it), alert-link (the alert's own link, as
-// webhooks carry it, in a new page). --steps runs only the steps named
-// (to work on one view). A failing step
-// saves DIR/failed-<step>.png and the run goes on with the next view (steps
-// that start from a failed one are skipped), so one run tells every broken
-// view. A full-page screenshot of each view goes to DIR (explore.png,
-// explore-zoom.png, explore-search.png, explore-heap.png, compare.png, session.png,
-// rules.png, alerts.png). Exit
+// session. H leaks under the heap library. J is a Node.js service whose
+// JavaScript functions were named through a source map:
+// main;serveRequest;alphaWork (file /srv/app/src/alpha.ts, line 12, V8's
+// name "a /srv/app/dist/app.js:1:4711") and betaWork.
+//
+// The steps: explore (worker list and filter, flamegraph, selects, top
+// table), explore-zoom, explore-search, explore-reload (the hash restores
+// the view; refresh and live), explore-range (preset, timeline brush,
+// version, Back), explore-error (an API error reaches the banner),
+// explore-versions (1.0 and 2.0 chosen together add up), explore-source
+// (hovering J's alphaWork shows its file:line and minified name; searching
+// the minified name finds it), explore-heap (H's in-use heap), compare
+// (1.0 against 2.0: diff flamegraph and table; its link in a new page),
+// session (started from the page, its flamegraph, downloads and link),
+// session-error (a 404 reaches the banner), rules (the rule editor: the
+// file's rule read-only, a bad rule's 400 sentence beside the form, a rule
+// added and deleted), alerts (R's firing alert in the list; its timeline,
+// diff flamegraph with spike_burn, what changed, and its capture's
+// flamegraph), alert-marker (the alert on Explore's timeline, which leads
+// to it), alert-link (the alert's own link, as webhooks carry it, in a new
+// page). --steps runs only the steps named (to work on one view). A failing
+// step saves DIR/failed-<step>.png and the run goes on with the next view
+// (steps that start from a failed one are skipped), so one run tells every
+// broken view. A full-page screenshot of each view goes to DIR
+// (explore.png, explore-zoom.png, explore-search.png, explore-source.png,
+// explore-heap.png, compare.png, session.png, rules.png, alerts.png). Exit
 // status 0 only when every step passed and the page threw nothing.
 import assert from 'node:assert/strict';
 import { mkdir } from 'node:fs/promises';
@@ -42,9 +49,9 @@ const args = Object.fromEntries(
     return [m[1], m[2]];
   }),
 );
-for (const k of ['url', 'worker', 'app', 'actor', 'host', 'spike', 'rule', 'heap', 'shots']) {
+for (const k of ['url', 'worker', 'app', 'actor', 'host', 'spike', 'rule', 'heap', 'web', 'shots']) {
   if (!args[k]) {
-    console.error(`usage: node dashboard.test.mjs --url= --worker= --app= --actor= --host= --spike= --rule= --heap= --shots= [--steps=] (missing --${k})`);
+    console.error(`usage: node dashboard.test.mjs --url= --worker= --app= --actor= --host= --spike= --rule= --heap= --web= --shots= [--steps=] (missing --${k})`);
     process.exit(2);
   }
 }
@@ -419,6 +426,54 @@ await step('explore-versions', async () => {
   assert.ok(pprof.includes('version=1.0') && pprof.includes('version=2.0'),
     `the pprof link does not carry both versions: ${pprof}`);
 }, 'explore');
+
+// --- source locations (issue 16) -----------------------------------------
+
+await step('explore-source', async () => {
+  // A JavaScript function named through a source map: the hover shows
+  // where its source is and the name V8 runs it under; a native frame
+  // without them shows neither.
+  await page.goto(new URL(`#/explore?worker=${encodeURIComponent(args.web)}`, base).href);
+  await flameWith('flame', ['main', 'serveRequest', 'alphaWork', 'betaWork']);
+  await settled();
+  const fr = await page.evaluate((sel) => document.querySelector(sel).flame.frames()
+    .map((f) => ({ name: f.name, x: f.x, y: f.y, w: f.w, h: f.h, file: f.file, line: f.line, generated: f.generated })),
+  tid('flame'));
+  const alpha = fr.find((f) => f.name === 'alphaWork');
+  const main = fr.find((f) => f.name === 'main');
+  assert.deepEqual([alpha.file, alpha.line, alpha.generated],
+    ['/srv/app/src/alpha.ts', 12, 'a /srv/app/dist/app.js:1:4711'], `frames() of alphaWork: ${JSON.stringify(alpha)}`);
+  const canvas = page.locator(`${tid('flame')} ${tid('flame-canvas')}`);
+  const tip = page.locator(`${tid('flame')} ${tid('flame-tooltip')}`);
+  const tipLines = () => tip.evaluate((t) => [...t.children].map((d) => d.textContent));
+  await canvas.evaluate((c) => c.scrollIntoView({ block: 'start' }));
+  await canvas.hover({ position: { x: alpha.x + alpha.w / 2, y: alpha.y + alpha.h / 2 } });
+  await tip.waitFor({ state: 'visible' });
+  let lines = await poll('the tooltip to name alphaWork', tipLines, (l) => l[0] === 'alphaWork');
+  log(`tooltip: ${JSON.stringify(lines)}`);
+  assert.ok(lines.includes('/srv/app/src/alpha.ts:12'), `the tooltip has no file:line: ${JSON.stringify(lines)}`);
+  assert.ok(lines.includes('minified: a /srv/app/dist/app.js:1:4711'),
+    `the tooltip has no minified name: ${JSON.stringify(lines)}`);
+  assert.ok(lines.some((l) => l.startsWith('total ')), `the tooltip lost its totals: ${JSON.stringify(lines)}`);
+  await shot('explore-source.png');
+  await canvas.hover({ position: { x: main.x + main.w / 2, y: main.y + main.h / 2 } });
+  lines = await poll('the tooltip to name main', tipLines, (l) => l[0] === 'main');
+  assert.ok(!lines.some((l) => l.startsWith('minified:') || l.includes('/srv/app/src/')),
+    `main's tooltip shows another frame's source: ${JSON.stringify(lines)}`);
+  await page.mouse.move(0, 0);
+  await tip.waitFor({ state: 'hidden' });
+
+  // The minified name (as a stack trace of the bundle gives it) finds the
+  // function.
+  await page.locator(tid('flame-search')).fill('app.js:1:4711');
+  await until('data-search-matches to be 1', (sel) =>
+    document.querySelector(sel).getAttribute('data-search-matches') === '1', tid('flame'));
+  const hits = await page.evaluate((sel) => document.querySelector(sel).flame.frames()
+    .filter((f) => f.match).map((f) => f.name), tid('flame'));
+  assert.deepEqual(hits, ['alphaWork'], `searching the minified name matches ${JSON.stringify(hits)}`);
+  await page.locator(tid('flame-search')).fill('');
+  await settled();
+});
 
 // --- compare ---------------------------------------------------------------
 

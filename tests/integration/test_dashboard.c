@@ -5,13 +5,17 @@
  * (worker <tag>-app, versions 1.0 and 2.0) and `spike` (worker
  * <tag>-spike: idle, then three threads burning in spike_burn) and
  * `heapgrow leak` under libember_alloc.so (worker <tag>-heap: leak_step
- * leaking 1 MiB/s) through the real broker. The collector's rules file holds <tag>-spike-hot, which
- * fires on the spike and captures a session. Once the store holds each
- * worker, tests/browser/dashboard.test.mjs drives Debian's headless
- * chromium through the explore, compare, sessions and alerts views (a
- * session started from the page, the rule editor, the spike's alert with
- * its diff and capture) and saves a screenshot of each in
- * EMBER_TEST_TMP/screenshots-<tag>/. */
+ * leaking 1 MiB/s) through the real broker. The collector's rules file
+ * holds <tag>-spike-hot, which fires on the spike and captures a session.
+ * One window of a Node.js service (worker <tag>-web:
+ * main;serveRequest;alphaWork|betaWork, the JavaScript functions named
+ * through a source map, with their files, lines and V8's minified names,
+ * issue 16) goes straight to ember.profiles, as no agent here runs node.
+ * Once the store holds each worker, tests/browser/dashboard.test.mjs
+ * drives Debian's headless chromium through the explore, compare,
+ * sessions and alerts views (a session started from the page, the rule
+ * editor, the spike's alert with its diff and capture) and saves a
+ * screenshot of each in EMBER_TEST_TMP/screenshots-<tag>/. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -26,7 +30,9 @@
 #include <cmocka.h>
 
 #include "common/testutil.h"
+#include "ember/codec.h"
 #include "ember/ember.h"
+#include "ember/kafka.h"
 
 #define CHROMIUM    "/usr/bin/chromium"
 #define BROWSER_DIR EMBER_SOURCE_DIR "/tests/browser"
@@ -55,6 +61,60 @@ static void require_browser(char *node, size_t size) {
   if (stat(BROWSER_DIR "/node_modules/playwright-core/package.json", &st) != 0)
     fail_msg("%s/node_modules has no playwright-core: run scripts/npm-deps.sh", BROWSER_DIR);
   if (!tu_which("node", node, size)) fail_msg("node is not on PATH: run scripts/deps.sh");
+}
+
+/* Produce one 10 s window, ending now, of a Node.js service on `host`:
+ * main (native) ; serveRequest ; alphaWork (30 samples) or betaWork (10),
+ * the JavaScript frames as the agent writes a frame named through a source
+ * map (issue 16): the author's name, file and line, the bundle as module
+ * and V8's name in `generated`. The browser hovers alphaWork. A worker of
+ * its own, so no other step's totals change. */
+static void publish_js(const char *brokers, const char *worker, const char *host) {
+  static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(types, 2, &p), 0);
+  ember_labels_t labels = {.worker = worker, .version = "1.0", .host = host, .pid = 4343};
+  assert_int_equal(ember_profile_set_labels(p, &labels), 0);
+  char agent_id[200];
+  snprintf(agent_id, sizeof agent_id, "%s-agent", worker);
+  assert_int_equal(ember_profile_set_origin(p, agent_id, 1, NULL), 0);
+  int64_t now = ember_time_now_ns();
+  assert_int_equal(ember_profile_set_window(p, now - 10000000000LL, now), 0);
+  ember_profile_set_period(p, 10000000);
+  const ember_frame_t main_fr = {
+      .function = "main", .module = "/usr/bin/node", .address = 0x1000, .kind = EMBER_FRAME_NATIVE};
+  const ember_frame_t serve = {.function = "serveRequest",
+                               .file = "/srv/app/src/server.ts",
+                               .line = 40,
+                               .module = "/srv/app/dist/app.js",
+                               .generated = "s /srv/app/dist/app.js:1:1200",
+                               .kind = EMBER_FRAME_JIT};
+  const ember_frame_t alpha = {.function = "alphaWork",
+                               .file = "/srv/app/src/alpha.ts",
+                               .line = 12,
+                               .module = "/srv/app/dist/app.js",
+                               .generated = "a /srv/app/dist/app.js:1:4711",
+                               .kind = EMBER_FRAME_JIT};
+  const ember_frame_t beta = {.function = "betaWork",
+                              .file = "/srv/app/src/beta.ts",
+                              .line = 3,
+                              .module = "/srv/app/dist/app.js",
+                              .generated = "b /srv/app/dist/app.js:1:4980",
+                              .kind = EMBER_FRAME_JIT};
+  const ember_frame_t sa[] = {alpha, serve, main_fr}, sb[] = {beta, serve, main_fr};
+  const int64_t va[] = {30, 30 * 10000000LL}, vb[] = {10, 10 * 10000000LL};
+  assert_int_equal(ember_profile_add(p, sa, 3, va), 0);
+  assert_int_equal(ember_profile_add(p, sb, 3, vb), 0);
+  ember_buf_t buf;
+  ember_buf_init(&buf, 1 << 20);
+  assert_int_equal(ember_codec_encode(p, &buf), 0);
+  ember_profile_free(p);
+  const void *values[] = {buf.data};
+  const size_t lens[] = {buf.len};
+  tu_dr_tally_t t = tu_produce(brokers, EMBER_TOPIC_PROFILES, worker, values, lens, 1);
+  ember_buf_free(&buf);
+  if (t.ok != 1)
+    fail_msg("the %s profile was not delivered (%s)", worker, rd_kafka_err2str(t.first_err));
 }
 
 static void test_dashboard_views(void **state) {
@@ -99,9 +159,14 @@ static void test_dashboard_views(void **state) {
                              a_rules, NULL};
   col = tu_start_collector(brokers, dir, group, port, col_extra, log_path);
 
-  char a_brokers[512], a_host[160], a_spool[700], a_sel[200];
+  char web_w[160], host[160];
+  snprintf(web_w, sizeof web_w, "%s-web", tag);
+  snprintf(host, sizeof host, "%s-host", tag);
+  publish_js(brokers, web_w, host);
+
+  char a_brokers[512], a_host[200], a_spool[700], a_sel[200];
   snprintf(a_brokers, sizeof a_brokers, "brokers=%s", brokers);
-  snprintf(a_host, sizeof a_host, "host_id=%s-host", tag);
+  snprintf(a_host, sizeof a_host, "host_id=%s", host);
   snprintf(a_spool, sizeof a_spool, "spool_dir=%s/spool", dir);
   snprintf(a_sel, sizeof a_sel, "selector=worker=%s-*", tag);
   const char *agent_argv[] = {EMBER_BINARY_DIR "/agent/ember-agent",
@@ -171,11 +236,16 @@ static void test_dashboard_views(void **state) {
   snprintf(p_heap, sizeof p_heap,
            "/api/v1/profile?worker=%s&from=-5m&type=inuse_bytes&format=top&limit=100", heap_w);
   const char *n_heap[] = {"\"leak_step\"", NULL};
+  /* The tree, as the page asks for it, must carry the generated name: a
+   * failure here is the pipeline's, not the page's. */
+  char p_web[400];
+  snprintf(p_web, sizeof p_web, "/api/v1/profile?worker=%s&from=-5m&format=tree", web_w);
+  const char *n_web[] = {"\"alphaWork\"", "a /srv/app/dist/app.js:1:4711", "alpha.ts", NULL};
   bool ready = false;
   for (int t = 0; t < 600 && !ready; t++) {
     ready = api_has(port, p_burn, n_burn) && api_has(port, p_v1, n_v1) &&
             api_has(port, p_v2, n_v2) && api_has(port, p_spike, n_spike) &&
-            api_has(port, p_heap, n_heap);
+            api_has(port, p_heap, n_heap) && api_has(port, p_web, n_web);
     if (!ready) usleep(100000);
   }
   if (!ready) fail_msg("the store had no profiles of %s-* after 60 s (log %s)", tag, log_path);
@@ -186,9 +256,10 @@ static void test_dashboard_views(void **state) {
   char cmd[4096];
   snprintf(cmd, sizeof cmd,
            "cd %s && timeout -k 5 240 %s dashboard.test.mjs --url=http://127.0.0.1:%u/ "
-           "--worker=%s --app=%s --actor=%s --host=%s-host --spike=%s --rule=%s --heap=%s "
+           "--worker=%s --app=%s --actor=%s --host=%s --spike=%s --rule=%s --heap=%s --web=%s "
            "--shots=%s 2>&1",
-           BROWSER_DIR, node, port, burn_w, app_w, actor, tag, spike_w, rule, heap_w, shots);
+           BROWSER_DIR, node, port, burn_w, app_w, actor, host, spike_w, rule, heap_w, web_w,
+           shots);
   int64_t b0 = ember_time_now_ns();
   int rc = tu_sh(cmd, out, sizeof out);
   /* print_message truncates long text: the script's output goes whole. */
