@@ -15,7 +15,7 @@
  *    record and waits for the broker to take it, so an API change that
  *    did not reach the fleet is refused (and not made here either).
  *  - ember__rules_fleet_start follows the topic whole, from its beginning
- *    at every start (follow.h), and hands each record to
+ *    at every start (shared.h), and hands each record to
  *    ember__alerts_rule_sync: a rule added, changed or deleted on another
  *    collector (or on this one before a restart) is so here too. A record
  *    that is not a valid rule is counted and logged, never applied.
@@ -33,7 +33,7 @@
 #include "alerts.h"
 #include "ember/kafka.h"
 #include "ember/metrics.h"
-#include "follow.h"
+#include "shared.h"
 
 typedef struct ember__rules_fleet {
   const char *group;        /* the ingest group (borrowed; outlives the follower) */
@@ -41,8 +41,7 @@ typedef struct ember__rules_fleet {
   ember__alerts_t *alerts;  /* borrowed */
   ember_metric_t *messages; /* records read; may be NULL */
   ember_metric_t *errors;   /* records refused; may be NULL */
-  rd_kafka_t *producer;     /* its own, whose messages time out at timeout_ms */
-  ember__follow_t *follow;  /* NULL until started */
+  ember__shared_t *shared;  /* ember.rules; NULL until started */
 } ember__rules_fleet_t;
 
 /* The engine's share hook (ctx: an ember__rules_fleet_t). 0, EMBER_EKAFKA
