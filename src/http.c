@@ -103,6 +103,8 @@ struct ember__http {
   const char *log;
   char post_oom; /* its address marks a POST whose body buffer could not be made */
   size_t max_body, max_response;
+  size_t (*big_body)(void *ctx, const char *method, const char *url);
+  atomic_bool big_busy; /* a request holds a body over max_body */
   uint16_t port;
   atomic_bool stopping;
   atomic_long inflight; /* requests seen whose response is not yet done */
@@ -554,10 +556,11 @@ static enum MHD_Result add_arg_len(void *cls, enum MHD_ValueKind kind, const cha
 }
 
 /* Checks made as soon as a request's head is in, before its body is
- * read: sizes, Host, Origin. 0, or the status of a refusal in `a`. */
+ * read: sizes, Host, Origin. 0, or the status of a refusal in `a`.
+ * *body_max gets the request's bound; *big says it took h->big_busy. */
 static unsigned check_head(ember__http_t *h, struct MHD_Connection *c, const char *url,
                            const char *method, const char *version, ember__http_answer_t *a,
-                           int *reason) {
+                           int *reason, size_t *body_max, bool *big) {
   *reason = R_TOO_LARGE;
   size_t url_len = strlen(url);
   MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, add_arg_len, &url_len);
@@ -569,8 +572,19 @@ static unsigned check_head(ember__http_t *h, struct MHD_Connection *c, const cha
     return ember__http_fail(a, 431, "the request's headers are larger than %zu bytes", MAX_HEADER);
   const char *clen = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
   uint64_t n = 0;
-  if (clen != NULL && ember_parse_u64(clen, 0, UINT64_MAX, &n) == 0 && n > h->max_body)
-    return ember__http_fail(a, 413, "the request body is larger than %zu bytes", h->max_body);
+  bool has_len = clen != NULL && ember_parse_u64(clen, 0, UINT64_MAX, &n) == 0;
+  size_t limit = h->max_body;
+  size_t want =
+      h->big_body != NULL && strcmp(method, "POST") == 0 ? h->big_body(h->ctx, method, url) : 0;
+  if (want > limit) {
+    if (!has_len)
+      return ember__http_fail(a, 411, "a body of more than %zu bytes needs a Content-Length",
+                              h->max_body);
+    limit = want;
+  }
+  if (has_len && n > limit)
+    return ember__http_fail(a, 413, "the request body is larger than %zu bytes", limit);
+  *body_max = limit;
   *reason = R_BAD;
   const char *hosthdr = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
   char host[256];
@@ -588,7 +602,17 @@ static unsigned check_head(ember__http_t *h, struct MHD_Connection *c, const cha
                             "DNS rebinding): use its address or localhost, or add the name to %s",
                             host, h->hosts_key);
   *reason = R_ORIGIN;
-  return check_origin(h, c, method, hosthdr != NULL ? host : NULL, port, a);
+  unsigned st = check_origin(h, c, method, hosthdr != NULL ? host : NULL, port, a);
+  if (st != 0 || n <= h->max_body) return st;
+  *reason = R_TOO_LARGE;
+  bool idle = false;
+  if (!atomic_compare_exchange_strong(&h->big_busy, &idle, true))
+    return ember__http_fail(a, 503,
+                            "another request of more than %zu bytes is being read: send this one "
+                            "again when it is done",
+                            h->max_body);
+  *big = true;
+  return 0;
 }
 
 /* "a.example, b.example:80" into h->hosts (lower case, ports dropped:
@@ -768,6 +792,7 @@ static enum MHD_Result send_answer(ember__http_t *h, struct MHD_Connection *c,
 typedef struct post_body {
   ember_buf_t buf;
   bool too_big;
+  bool big; /* holds h->big_busy */
 } post_body_t;
 
 static bool is_post_body(const ember__http_t *h, void *con_cls) {
@@ -785,7 +810,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     *con_cls = h;
     ember__http_answer_t a = {0};
     int reason;
-    if (check_head(h, c, url, method, version, &a, &reason) != 0) {
+    size_t body_max = h->max_body;
+    bool big = false;
+    if (check_head(h, c, url, method, version, &a, &reason, &body_max, &big) != 0) {
       /* Answered before any body is read; libmicrohttpd closes the
        * connection after, so the body never needs to be. */
       ember_metric_add(h->m_requests, 1);
@@ -803,7 +830,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       /* Answered once the whole body is in (bounded by max_body); a POST
        * whose buffer cannot be made is answered 500 then. */
       post_body_t *pb = ember_calloc(1, sizeof *pb);
-      if (pb != NULL) ember_buf_init(&pb->buf, h->max_body);
+      if (pb != NULL) {
+        ember_buf_init(&pb->buf, body_max);
+        pb->big = big;
+      } else if (big) {
+        atomic_store(&h->big_busy, false);
+      }
       *con_cls = pb != NULL ? (void *)pb : (void *)&h->post_oom;
       return MHD_YES;
     }
@@ -860,6 +892,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   if (*con_cls != NULL) {
     if (is_post_body(h, *con_cls)) {
       post_body_t *pb = *con_cls;
+      if (pb->big) atomic_store(&h->big_busy, false);
       ember_buf_free(&pb->buf);
       ember_free(pb);
     }
@@ -973,6 +1006,8 @@ int ember__http_start(const ember__http_opts_t *opts, ember__http_t **out, char 
   h->ctx = opts->ctx;
   h->log = opts->log ? opts->log : "http";
   h->max_body = opts->max_body ? opts->max_body : DEFAULT_BODY;
+  h->big_body = opts->big_body;
+  atomic_init(&h->big_busy, false);
   h->max_response = opts->max_response ? opts->max_response : EMBER__HTTP_DEFAULT_RESPONSE;
   h->max_conns = opts->max_connections ? opts->max_connections : DEFAULT_CONNS;
   h->max_per_ip = opts->max_per_ip ? opts->max_per_ip : DEFAULT_PER_IP;

@@ -75,7 +75,13 @@ typedef struct ember__http_opts {
   const char *allowed_hosts;
   const char *hosts_key; /* the config key it came from, for sentences */
   size_t max_body;       /* largest request body kept for the handler; 0 = 64 KiB */
-  size_t max_response;   /* the bound of answer->body; 0 = 64 MiB */
+  /* A larger bound for some requests (an upload): big_body(ctx, method,
+   * path) gives it, 0 = max_body. Such a request must say its
+   * Content-Length (411 otherwise), and one at a time may carry more than
+   * max_body (another is answered 503 while it is read and answered), so
+   * the memory bodies hold stays bounded. NULL = none. */
+  size_t (*big_body)(void *ctx, const char *method, const char *url);
+  size_t max_response; /* the bound of answer->body; 0 = 64 MiB */
   ember__http_handler_fn handler;
   void *ctx; /* passed to the handler; borrowed, must outlive the server */
 } ember__http_opts_t;
