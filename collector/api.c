@@ -15,6 +15,7 @@
 
 #include "api.h"
 #include "api_req.h"
+#include "srcmaps.h"
 #include "ui.h"
 #include "ember/log.h"
 #include "http.h"
@@ -78,9 +79,9 @@ static const ember__api_route_t server_routes[] = {
 
 /* Every route, table by table; an area's handler file joins with one line. */
 static const ember__api_route_t *const route_tables[] = {
-    server_routes,           ember__api_series_routes,  ember__api_profile_routes,
-    ember__api_heap_routes,  ember__api_session_routes, ember__api_alert_routes,
-    ember__api_fleet_routes,
+    server_routes,           ember__api_series_routes,    ember__api_profile_routes,
+    ember__api_heap_routes,  ember__api_session_routes,   ember__api_alert_routes,
+    ember__api_fleet_routes, ember__api_sourcemap_routes,
 };
 
 /* The route of `url` and, in *rest, what follows its path; NULL if none. */
@@ -276,6 +277,14 @@ static void serve(void *ctx, ember__http_req_t *q, ember__http_answer_t *a) {
   ember_buf_free(&r.body);
 }
 
+/* Uploads of source maps may be larger than other bodies (srcmaps.h). */
+static size_t big_body(void *ctx, const char *method, const char *url) {
+  const ember__api_t *api = ctx;
+  if (api->env.srcmaps == NULL || strcmp(method, "POST") != 0) return 0;
+  return strcmp(url, "/api/v1/sourcemaps") == 0 ? (size_t)ember__srcmaps_max_bytes(api->env.srcmaps)
+                                                : 0;
+}
+
 int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *errbuf,
                      size_t errbuf_size) {
   char dummy[8];
@@ -296,6 +305,7 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
   api->env.alerts = opts->alerts;
   api->env.fleet = opts->fleet;
   api->env.fleetq = opts->fleetq;
+  api->env.srcmaps = opts->srcmaps;
   api->ready = opts->ready;
   api->ready_ctx = opts->ready_ctx;
   api->env.max_response = opts->max_response ? opts->max_response : EMBER__HTTP_DEFAULT_RESPONSE;
@@ -320,6 +330,7 @@ int ember__api_start(const ember__api_opts_t *opts, ember__api_t **out, char *er
                            .allowed_hosts = opts->allowed_hosts,
                            .hosts_key = "api.allowed_hosts",
                            .max_body = EMBER__REQ_MAX_BODY,
+                           .big_body = big_body,
                            .max_response = api->env.max_response,
                            .handler = serve,
                            .ctx = api};

@@ -44,6 +44,8 @@ typedef struct ember__api_opts {
   const struct ember__fleetq *fleetq; /* NULL: answers from this store alone (fleetq.h) */
   struct ember__fleet *fleet;         /* /api/v1/collectors; NULL = an empty list. Borrowed; must
                                         outlive the server. */
+  struct ember__srcmaps *srcmaps;     /* /api/v1/sourcemaps; NULL = that answers 503. Borrowed;
+                                        must outlive the server. */
   unsigned threads;                   /* worker threads; 0 = 2, at most 64 */
   size_t max_response;                /* largest response body in bytes; 0 = 64 MiB */
   /* The HTTP layer's limits (src/http.h): 0 = its defaults (256

@@ -42,11 +42,12 @@
 /* What handlers may use: set once at start, borrowed, read-only after. */
 typedef struct ember__api_env {
   ember_store_t *store;
-  ember_metrics_t *metrics;     /* NULL: /metrics answers an empty page */
-  ember__registry_t *registry;  /* NULL: /api/v1/targets answers an empty list */
-  ember__csessions_t *sessions; /* NULL: session routes answer 503 */
-  struct ember__alerts *alerts; /* NULL: rule and alert routes answer 503 */
-  struct ember__fleet *fleet;   /* NULL: /api/v1/collectors answers an empty list */
+  ember_metrics_t *metrics;       /* NULL: /metrics answers an empty page */
+  ember__registry_t *registry;    /* NULL: /api/v1/targets answers an empty list */
+  ember__csessions_t *sessions;   /* NULL: session routes answer 503 */
+  struct ember__alerts *alerts;   /* NULL: rule and alert routes answer 503 */
+  struct ember__fleet *fleet;     /* NULL: /api/v1/collectors answers an empty list */
+  struct ember__srcmaps *srcmaps; /* NULL: /api/v1/sourcemaps answers 503 */
   /* NULL: this store alone; else queries without local=1 answer for the
    * whole fleet (fleetq.h). */
   const struct ember__fleetq *fleetq;
@@ -114,6 +115,7 @@ extern const ember__api_route_t ember__api_heap_routes[];
 extern const ember__api_route_t ember__api_session_routes[];
 extern const ember__api_route_t ember__api_alert_routes[];
 extern const ember__api_route_t ember__api_fleet_routes[];
+extern const ember__api_route_t ember__api_sourcemap_routes[];
 
 /* ------------------------------------------------------------ errors -- */
 

@@ -33,6 +33,7 @@
 #include "sessions.h"
 #include "member.h"
 #include "rules_fleet.h"
+#include "srcmaps.h"
 #include "decode_pool.h"
 #include "ember/codec.h"
 #include "ember/wire.h"
@@ -64,6 +65,7 @@ const char *const ember__collector_config_keys[] = {EMBER_KAFKA_CONFIG_KEYS,
                                                     EMBER__ALERTS_CONFIG_KEYS,
                                                     "alerts.dashboard_url",
                                                     EMBER__FLEET_CONFIG_KEYS,
+                                                    EMBER__SRCMAPS_CONFIG_KEYS,
                                                     NULL};
 
 /* One consumed message and what became of it. */
@@ -115,6 +117,7 @@ struct ember__collector {
   ember__alerts_t *alerts;
   ember__alerts_opts_t alert_opts;
   ember__rules_fleet_t rules; /* API rules shared through ember.rules */
+  ember__srcmaps_t *srcmaps;  /* uploaded source maps, shared through ember.sourcemaps */
   char *group;                /* group_id: the ingest group */
   ember__notify_t *notify;
   ember__notify_opts_t notify_opts;
@@ -949,6 +952,19 @@ static int start_alerts(ember__collector_t *c, char *err, size_t n) {
   return ember__rules_fleet_start(&c->rules, c->kafka, err, n);
 }
 
+/* Uploaded source maps: the index of the store's maps, and the store's
+ * frame map, before anything reads the store; shared once Kafka is up. */
+static int open_srcmaps(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
+  ember__srcmaps_opts_t so = {.store = c->store, .metrics = c->metrics};
+  int rc = ember__srcmaps_read_config(cfg, &so, err, n);
+  if (rc == 0) rc = ember__srcmaps_new(&so, &c->srcmaps, err, n);
+  if (rc != 0) return rc;
+  ember_store_frame_map_t fm;
+  ember__srcmaps_frame_map(c->srcmaps, &fm);
+  ember_store_set_frame_map(c->store, &fm);
+  return ember__srcmaps_start(c->srcmaps, c->kafka, err, n);
+}
+
 static int start_notify(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {
   char url[320];
   const char *base = ember_config_get(cfg, "alerts.dashboard_url");
@@ -1068,6 +1084,7 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
   }
   if (rc == 0) rc = ember_kafka_ensure_topics(c->kafka, 15000, errbuf, errbuf_size);
   if (rc == 0) rc = open_store(c, cfg, errbuf, errbuf_size);
+  if (rc == 0) rc = open_srcmaps(c, cfg, errbuf, errbuf_size);
   if (rc == 0) rc = make_consumers(c, cfg, errbuf, errbuf_size);
   if (rc == 0) {
     c->session_opts.registry = c->registry;
@@ -1087,6 +1104,7 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
                             .alerts = c->alerts,
                             .fleet = c->member.fleet,
                             .fleetq = &c->member.fleetq,
+                            .srcmaps = c->srcmaps,
                             .ready = collector_ready,
                             .ready_ctx = c};
     rc = ember__api_read_config(cfg, &ao, errbuf, errbuf_size);
@@ -1130,6 +1148,7 @@ void ember__collector_stop(ember__collector_t *c) {
   ember__api_stop(c->api);
   /* Before the engine: records of ember.rules are applied to it. */
   ember__rules_fleet_stop(&c->rules);
+  ember__srcmaps_stop(c->srcmaps);
   /* The engine's round in hand ends; what the notifier holds gets two
    * seconds (undelivered notifications are sent again at the next start). */
   ember__alerts_stop(c->alerts);
@@ -1155,6 +1174,8 @@ void ember__collector_stop(ember__collector_t *c) {
   batch_clear(&c->batch);
   ember_free(c->batch.items);
   ember_store_close(c->store);
+  /* After the store: its frame map points here. */
+  ember__srcmaps_free(c->srcmaps);
   if (c->own_kafka) ember_kafka_free(c->kafka);
   ember__csessions_free(c->sessions);
   ember__member_free(&c->member);

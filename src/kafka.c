@@ -22,16 +22,23 @@ struct ember_kafka {
 
 /* delete_retention: how long a compacted topic keeps a deletion (its
  * tombstone); NULL = the broker's default (1 day). A collector that is
- * down for longer misses the deletions made meanwhile. */
+ * down for longer misses the deletions made meanwhile. max_message: the
+ * topic's max.message.bytes; NULL = the broker's (1 MiB). */
 static const struct {
   const char *name;
   bool compact;
-  const char *delete_retention;
+  const char *delete_retention, *max_message;
 } ember_topics[] = {
-    {EMBER_TOPIC_PROFILES, false, NULL},  {EMBER_TOPIC_PROFILES_DLQ, false, NULL},
-    {EMBER_TOPIC_TARGETS, true, NULL},    {EMBER_TOPIC_COMMANDS, false, NULL},
-    {EMBER_TOPIC_EVENTS, false, NULL},    {EMBER_TOPIC_ALERTS, false, NULL},
-    {EMBER_TOPIC_COLLECTORS, true, NULL}, {EMBER_TOPIC_RULES, true, "2592000000"}, /* 30 days */
+    {EMBER_TOPIC_PROFILES, false, NULL, NULL},
+    {EMBER_TOPIC_PROFILES_DLQ, false, NULL, NULL},
+    {EMBER_TOPIC_TARGETS, true, NULL, NULL},
+    {EMBER_TOPIC_COMMANDS, false, NULL, NULL},
+    {EMBER_TOPIC_EVENTS, false, NULL, NULL},
+    {EMBER_TOPIC_ALERTS, false, NULL, NULL},
+    {EMBER_TOPIC_COLLECTORS, true, NULL, NULL},
+    {EMBER_TOPIC_RULES, true, "2592000000", NULL}, /* 30 days */
+    /* 30 days, and a 16 MiB map with its key and batch. */
+    {EMBER_TOPIC_SOURCEMAPS, true, "2592000000", "16842752"},
 };
 #define EMBER_NTOPICS (sizeof ember_topics / sizeof ember_topics[0])
 
@@ -397,6 +404,8 @@ int ember_kafka_ensure_topics(const ember_kafka_t *k, int timeout_ms, char *errb
     if (ember_topics[i].compact) rd_kafka_NewTopic_set_config(nt[i], "cleanup.policy", "compact");
     if (ember_topics[i].delete_retention != NULL)
       rd_kafka_NewTopic_set_config(nt[i], "delete.retention.ms", ember_topics[i].delete_retention);
+    if (ember_topics[i].max_message != NULL)
+      rd_kafka_NewTopic_set_config(nt[i], "max.message.bytes", ember_topics[i].max_message);
   }
   q = rd_kafka_queue_new(rk);
   opts = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);

@@ -53,6 +53,10 @@ extern "C" {
 /* Alert rules added through any collector's API, for every collector
  * (compacted; key = the rule's name; an empty value deletes it). */
 #define EMBER_TOPIC_RULES "ember.rules"
+/* Source maps uploaded to any collector, for every collector (compacted;
+ * key = worker, version and script; collector/srcmaps.h). Its records are
+ * up to 16 MiB: the topic is made with max.message.bytes to match. */
+#define EMBER_TOPIC_SOURCEMAPS "ember.sourcemaps"
 
 /* The config keys this module reads, for ember_config_check() lists. */
 #define EMBER_KAFKA_CONFIG_KEYS "brokers", "client_id", "topic_partitions", "kafka."
