@@ -26,6 +26,8 @@ int ember__cmd_sessions(int argc, char **argv);
 int ember__cmd_alerts(int argc, char **argv);
 /* rules.c: `ember rules [list]`, `ember rules add`, `ember rules delete`. */
 int ember__cmd_rules(int argc, char **argv);
+/* sourcemaps.c: `ember sourcemaps [list]`, `upload`, `delete`. */
+int ember__cmd_sourcemaps(int argc, char **argv);
 
 /* Synopsis and option help of the query commands, for `ember help`. */
 extern const char ember__usage_query[];
@@ -36,5 +38,7 @@ extern const char ember__usage_alerts[];
 extern const char ember__usage_alerts_notes[];
 extern const char ember__usage_rules[];
 extern const char ember__usage_rules_notes[];
+extern const char ember__usage_sourcemaps[];
+extern const char ember__usage_sourcemaps_notes[];
 
 #endif

@@ -248,10 +248,17 @@ int ember__client_get(ember__client_t *c, const char *path, const char *query, s
   return perform(c, NULL, path, query, NULL, 0, max_body, status, body, errbuf, errbuf_size);
 }
 
-int ember__client_delete(ember__client_t *c, const char *path, size_t max_body, long *status,
-                         ember_buf_t *body, char *errbuf, size_t errbuf_size) {
+int ember__client_delete(ember__client_t *c, const char *path, const char *query, size_t max_body,
+                         long *status, ember_buf_t *body, char *errbuf, size_t errbuf_size) {
   if (c == NULL || path == NULL || status == NULL || body == NULL) return -EINVAL;
-  return perform(c, "DELETE", path, NULL, NULL, 0, max_body, status, body, errbuf, errbuf_size);
+  return perform(c, "DELETE", path, query, NULL, 0, max_body, status, body, errbuf, errbuf_size);
+}
+
+int ember__client_post_data(ember__client_t *c, const char *path, const char *query,
+                            const char *data, size_t len, size_t max_body, long *status,
+                            ember_buf_t *body, char *errbuf, size_t errbuf_size) {
+  if (c == NULL || path == NULL || data == NULL || status == NULL || body == NULL) return -EINVAL;
+  return perform(c, NULL, path, query, data, len, max_body, status, body, errbuf, errbuf_size);
 }
 
 int ember__client_post(ember__client_t *c, const char *path, const char *json, size_t max_body,

@@ -41,10 +41,17 @@ int ember__client_get(ember__client_t *c, const char *path, const char *query, s
 int ember__client_post(ember__client_t *c, const char *path, const char *json, size_t max_body,
                        long *status, ember_buf_t *body, char *errbuf, size_t errbuf_size);
 
-/* DELETE server + path (no body). The answer and the returns are as for
- * ember__client_get. */
-int ember__client_delete(ember__client_t *c, const char *path, size_t max_body, long *status,
-                         ember_buf_t *body, char *errbuf, size_t errbuf_size);
+/* DELETE server + path + "?" + query (query may be NULL; no body). The
+ * answer and the returns are as for ember__client_get. */
+int ember__client_delete(ember__client_t *c, const char *path, const char *query, size_t max_body,
+                         long *status, ember_buf_t *body, char *errbuf, size_t errbuf_size);
+
+/* POST `len` bytes of `data` (JSON: a file's contents, borrowed) to server
+ * + path + "?" + query, with Content-Type: application/json. The answer
+ * and the returns are as for ember__client_get. */
+int ember__client_post_data(ember__client_t *c, const char *path, const char *query,
+                            const char *data, size_t len, size_t max_body, long *status,
+                            ember_buf_t *body, char *errbuf, size_t errbuf_size);
 
 /* What an HTTP status other than 200, 201 or 204 means for the user: a sentence in
  * errbuf (the server's {"error"} message when there is one) and the exit

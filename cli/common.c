@@ -190,6 +190,27 @@ int ember__table_render(const ember__table_t *t, ember_buf_t *out) {
   return rc;
 }
 
+int ember__read_input(const char *path, ember_buf_t *b, bool *opened) {
+  bool std = path == NULL || strcmp(path, "-") == 0;
+  int fd = std ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+  if (opened != NULL) *opened = fd >= 0;
+  if (fd < 0) return -errno;
+  int rc = 0;
+  char chunk[65536];
+  for (;;) {
+    ssize_t k = read(fd, chunk, sizeof chunk);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) {
+      rc = -errno;
+      break;
+    }
+    if (k == 0) break;
+    if ((rc = ember_buf_append(b, chunk, (size_t)k)) != 0) break;
+  }
+  if (!std) close(fd);
+  return rc;
+}
+
 int ember__print_out(const ember_buf_t *b) {
   if (b->len > 0 && fwrite(b->data, 1, b->len, stdout) != b->len) return EXIT_FAILED;
   return fflush(stdout) == 0 ? 0 : EXIT_FAILED;
@@ -501,7 +522,7 @@ int ember__request(const char *cmd, ember__client_t *c, const char *method, cons
   if (strcmp(method, "POST") == 0)
     rc = ember__client_post(c, path, json, EMBER__MAX_JSON_BODY, status, body, err, sizeof err);
   else if (strcmp(method, "DELETE") == 0)
-    rc = ember__client_delete(c, path, EMBER__MAX_JSON_BODY, status, body, err, sizeof err);
+    rc = ember__client_delete(c, path, query, EMBER__MAX_JSON_BODY, status, body, err, sizeof err);
   else
     rc = ember__client_get(c, path, query, EMBER__MAX_JSON_BODY, status, body, err, sizeof err);
   if (rc == 0) return 0;

@@ -62,7 +62,7 @@ int ember__open_client(const char *cmd, const char *server, const char *token,
                        ember__client_t **out);
 
 /* One request: method "GET" (with `query`, may be NULL), "POST" (with
- * `json`) or "DELETE" to `path`, the answer (at most EMBER__MAX_JSON_BODY)
+ * `json`) or "DELETE" (with `query`) to `path`, the answer (at most EMBER__MAX_JSON_BODY)
  * appended to body and its status in *status. Returns 0 on any HTTP
  * answer, else EXIT_FAILED after a message. */
 int ember__request(const char *cmd, ember__client_t *c, const char *method, const char *path,
@@ -109,6 +109,12 @@ bool ember__profile_empty(const char *format, const ember_buf_t *body);
  * or EXIT_FAILED after a message. */
 int ember__write_result(const char *cmd, const ember_buf_t *result, const char *out,
                         bool to_stdout);
+
+/* Read the whole file `path` ("-" or NULL: stdin) into b, bounded by
+ * b->max. Returns 0, or -errno / EMBER_ETOOBIG (b->max passed) without a
+ * message: the callers' sentences differ. *opened (may be NULL) says
+ * whether the file could be opened. */
+int ember__read_input(const char *path, ember_buf_t *b, bool *opened);
 
 /* Write b to stdout and flush: 0 or EXIT_FAILED. */
 int ember__print_out(const ember_buf_t *b);

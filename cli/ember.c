@@ -9,6 +9,8 @@
  *   ember sessions                             the server's on-demand sessions
  *   ember alerts [show ID]                     the server's alerts (alerts.c)
  *   ember rules [list | add ... | delete NAME] its alert rules (rules.c)
+ *   ember sourcemaps [list | upload | delete]  its uploaded source maps
+ *                                              (sourcemaps.c)
  *   ember decode [--format F] [-o OUT] [FILE]  read one wire message (e.g. a
  *                                              Kafka value saved by kcat),
  *                                              validate it and export it
@@ -33,6 +35,7 @@
 #include "ember/kafka.h"
 #include "ember/log.h"
 #include "cli.h"
+#include "common.h"
 
 static void usage(FILE *f) {
   fputs("usage: ember up [--data DIR] [--config FILE] [key=value ...]\n", f);
@@ -40,6 +43,7 @@ static void usage(FILE *f) {
   fputs(ember__usage_profile, f);
   fputs(ember__usage_alerts, f);
   fputs(ember__usage_rules, f);
+  fputs(ember__usage_sourcemaps, f);
   fputs("       ember decode [--format pprof|folded|speedscope|tree|top] [-o OUT] [FILE]\n"
         "       ember version\n"
         "\n",
@@ -48,6 +52,7 @@ static void usage(FILE *f) {
   fputs(ember__usage_profile_notes, f);
   fputs(ember__usage_alerts_notes, f);
   fputs(ember__usage_rules_notes, f);
+  fputs(ember__usage_sourcemaps_notes, f);
   fputs("\n"
         "exit status: 0 ok; 1 the server, the network or a file failed, or a session\n"
         "failed or expired; 2 bad arguments (here, or as the server judged them: HTTP\n"
@@ -56,25 +61,6 @@ static void usage(FILE *f) {
         "matched nothing (the empty result is still written); 130 Ctrl-C\n"
         "cancelled a session.\n",
         f);
-}
-
-static int read_all(const char *path, ember_buf_t *b) {
-  int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : STDIN_FILENO;
-  if (fd < 0) return -errno;
-  int rc = 0;
-  char chunk[65536];
-  for (;;) {
-    ssize_t n = read(fd, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      rc = -errno;
-      break;
-    }
-    if (n == 0) break;
-    if ((rc = ember_buf_append(b, chunk, (size_t)n)) != 0) break;
-  }
-  if (path) close(fd);
-  return rc;
 }
 
 static int write_all(const char *path, const char *data, size_t len) {
@@ -144,7 +130,7 @@ static int cmd_decode(int argc, char **argv) {
   ember_profile_t *p = NULL;
   char err[256] = "";
   int status = EXIT_FAILED;
-  int rc = read_all(in, &raw);
+  int rc = ember__read_input(in, &raw, NULL);
   if (rc != 0) {
     fprintf(stderr, "ember decode: cannot read %s: %s\n", in ? in : "stdin", ember_strerror(rc));
     goto cleanup;
@@ -183,6 +169,7 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "sessions") == 0) return ember__cmd_sessions(argc - 2, argv + 2);
   if (strcmp(argv[1], "alerts") == 0) return ember__cmd_alerts(argc - 2, argv + 2);
   if (strcmp(argv[1], "rules") == 0) return ember__cmd_rules(argc - 2, argv + 2);
+  if (strcmp(argv[1], "sourcemaps") == 0) return ember__cmd_sourcemaps(argc - 2, argv + 2);
   if (strcmp(argv[1], "versions") == 0 || strcmp(argv[1], "hosts") == 0 ||
       strcmp(argv[1], "actors") == 0)
     return ember__cmd_labels(argv[1], argc - 2, argv + 2);

@@ -530,25 +530,12 @@ static int parse_file(const char *cmd, const char *path, char *text, file_rule_t
 
 /* The whole file (or stdin for "-"), at most MAX_FILE_BYTES, as text. */
 static int read_file(const char *cmd, const char *path, ember_buf_t *b) {
-  bool std = strcmp(path, "-") == 0;
-  int fd = std ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    fprintf(stderr, "ember %s: cannot open %s: %s\n", cmd, path, strerror(errno));
+  bool opened;
+  int rc = ember__read_input(path, b, &opened);
+  if (!opened) {
+    fprintf(stderr, "ember %s: cannot open %s: %s\n", cmd, path, ember_strerror(rc));
     return EXIT_FAILED;
   }
-  int rc = 0;
-  char chunk[65536];
-  for (;;) {
-    ssize_t k = read(fd, chunk, sizeof chunk);
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) {
-      rc = -errno;
-      break;
-    }
-    if (k == 0) break;
-    if ((rc = ember_buf_append(b, chunk, (size_t)k)) != 0) break;
-  }
-  if (!std) close(fd);
   if (rc == EMBER_ETOOBIG) {
     fprintf(stderr, "ember %s: %s is larger than %zu MiB; is it a rules file?\n", cmd, path,
             MAX_FILE_BYTES >> 20);
