@@ -31,7 +31,7 @@ const char ember__usage_sourcemaps[] =
 
 const char ember__usage_sourcemaps_notes[] =
     "  sourcemaps upload: keeps FILE.map on the collector for worker W at version\n"
-    "  V (none: its series without a version), so that JavaScript frames of script\n"
+    "  V (none: every version without a map of its own), so JavaScript frames of script\n"
     "  S (a path, or its tail: app.js; default the map's \"file\", else FILE without\n"
     "  .map) get their authors' names when profiles are read. The server refuses a\n"
     "  map it cannot decode (exit 2, with the reason). sourcemaps also take\n"
@@ -136,7 +136,7 @@ static int cmd_upload(const char *cmd, const sopts_t *o, const char *file) {
   doc = json_loadb(body.data, body.len, 0, NULL);
   const json_t *seg = json_object_get(doc, "segments");
   printf("uploaded the source map of %s for %s %s: %zu bytes, %lld segments\n", script, o->worker,
-         o->version ? o->version : "(no version)", map.len,
+         o->version ? o->version : "(any version)", map.len,
          json_is_integer(seg) ? (long long)json_integer_value(seg) : -1LL);
 cleanup:
   json_decref(doc);
@@ -172,7 +172,7 @@ static int cmd_delete(const char *cmd, const sopts_t *o) {
   if (st == 0) st = ember__status_exit(cmd, c, path, status, &body);
   if (st == 0)
     printf("deleted the source map of %s for %s %s\n", o->script, o->worker,
-           o->version ? o->version : "(no version)");
+           o->version ? o->version : "(any version)");
   ember__client_free(c);
   ember_buf_free(&body);
   ember_buf_free(&q);

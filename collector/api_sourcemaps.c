@@ -4,8 +4,8 @@
  *   GET    /api/v1/sourcemaps[?worker=W]                   {"sourcemaps": [...]}
  *   DELETE /api/v1/sourcemaps?worker=W&version=V&script=S  {"deleted": {...}}
  *
- * version may be left out: the map is then for the worker's series that
- * have no version label. The body of a POST is the map itself, up to
+ * version may be left out: the map is then for every version of the
+ * worker that has no map of its own for that script. The body of a POST is the map itself, up to
  * sourcemaps.max_bytes (the HTTP layer lets this one path take it, one
  * upload at a time). srcmaps.h does the work; a map the decoder refuses is
  * a 400 with its reason, a map too large a 413, one the broker did not

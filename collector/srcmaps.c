@@ -515,7 +515,7 @@ ember__srcmaps_status_t ember__srcmaps_upload(ember__srcmaps_t *m, const char *w
   if (rc != 0) return EMBER__SRCMAPS_UNSHARED;
   ember_metric_add(m->m_uploads, 1);
   EMBER_INFO("sourcemaps", "source map of %s for %s %s: %zu bytes (%zu compressed), %zu segments",
-             script, worker, version[0] ? version : "(no version)", len, z, segments);
+             script, worker, version[0] ? version : "(any version)", len, z, segments);
   if (info != NULL) {
     *info = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I}", "worker", worker, "version", version,
                       "script", script, "bytes", (json_int_t)len, "stored_bytes", (json_int_t)z,
@@ -534,7 +534,7 @@ ember__srcmaps_status_t ember__srcmaps_delete(ember__srcmaps_t *m, const char *w
   pthread_mutex_unlock(&m->mu);
   if (!have) {
     snprintf(err, err_size, "no source map of %s for %s %s", script ? script : "(none)",
-             worker ? worker : "(none)", version[0] ? version : "(no version)");
+             worker ? worker : "(none)", version[0] ? version : "(any version)");
     return EMBER__SRCMAPS_NOT_FOUND;
   }
   char key[3 * EMBER__SRCMAPS_MAX_SCRIPT];
@@ -545,7 +545,7 @@ ember__srcmaps_status_t ember__srcmaps_delete(ember__srcmaps_t *m, const char *w
   if (rc == -ENOMEM) return EMBER__SRCMAPS_FAILED;
   if (rc != 0) return EMBER__SRCMAPS_UNSHARED;
   EMBER_INFO("sourcemaps", "source map of %s for %s %s deleted", script, worker,
-             version[0] ? version : "(no version)");
+             version[0] ? version : "(any version)");
   return EMBER__SRCMAPS_OK;
 }
 
@@ -646,8 +646,10 @@ static const ember_sourcemap_t *map_of(ember__srcmaps_t *m, entry_t *e) {
 }
 
 /* The entry of (w, v) whose script `path` matches best: equal, or a tail
- * at a '/'; the longest wins. Under mu. */
-static entry_t *match(ember__srcmaps_t *m, const char *w, const char *v, const char *path) {
+ * at a '/'; the longest wins. Else the same among the worker's maps of
+ * no version. Under mu. */
+static entry_t *match_version(ember__srcmaps_t *m, const char *w, const char *v,
+                              const char *path) {
   size_t plen = strlen(path);
   entry_t *best = NULL;
   for (size_t i = lower_bound(m, w, v, NULL); i < m->n && cmp3(w, v, NULL, &m->e[i]) == 0; i++) {
@@ -660,13 +662,25 @@ static entry_t *match(ember__srcmaps_t *m, const char *w, const char *v, const c
   return best;
 }
 
+static entry_t *match(ember__srcmaps_t *m, const char *w, const char *v, const char *path) {
+  entry_t *e = match_version(m, w, v, path);
+  return e != NULL || v[0] == '\0' ? e : match_version(m, w, "", path);
+}
+
+/* Whether (w, v) has maps, of its own or of no version. Under mu. */
+static bool has_maps(const ember__srcmaps_t *m, const char *w, const char *v) {
+  size_t i = lower_bound(m, w, v, NULL);
+  if (i < m->n && cmp3(w, v, NULL, &m->e[i]) == 0) return true;
+  i = lower_bound(m, w, "", NULL);
+  return i < m->n && cmp3(w, "", NULL, &m->e[i]) == 0;
+}
+
 static bool wants(void *ctx, const char *worker, const char *version) {
   ember__srcmaps_t *m = ctx;
   if (worker == NULL) return false;
   const char *v = version ? version : "";
   pthread_mutex_lock(&m->mu);
-  size_t i = lower_bound(m, worker, v, NULL);
-  bool any = i < m->n && cmp3(worker, v, NULL, &m->e[i]) == 0;
+  bool any = has_maps(m, worker, v);
   pthread_mutex_unlock(&m->mu);
   return any;
 }

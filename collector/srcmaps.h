@@ -24,7 +24,10 @@
  *    agent maps it (sourcemaps.md, "Naming a function"). Relative sources
  *    are resolved against the script's directory.
  *
- * A version of "" stands for series without a version label.
+ * A map uploaded without a version (version "") is for every version of
+ * its worker that has no map of its own for that script: a pipeline that
+ * does not know the version label the agents give (by default the
+ * executable's build id) still gets its frames named.
  *
  * Thread-safety: every call may run on any thread at once (one mutex
  * guards the index and the cache; a map is decoded under it). */

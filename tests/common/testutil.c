@@ -341,6 +341,11 @@ bool tu_which(const char *name, char *buf, size_t size) {
 
 int tu_http(unsigned port, const char *method, const char *path, const char *headers,
             const char *body, char *out, size_t size) {
+  return tu_http_n(port, method, path, headers, body, out, size, NULL);
+}
+
+int tu_http_n(unsigned port, const char *method, const char *path, const char *headers,
+              const char *body, char *out, size_t size, size_t *out_len) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -373,7 +378,13 @@ int tu_http(unsigned port, const char *method, const char *path, const char *hea
   int status = -1;
   const char *b = strstr(resp, "\r\n\r\n");
   if (sscanf(resp, "HTTP/1.%*d %d", &status) != 1) status = -1;
-  if (out != NULL && size > 0) snprintf(out, size, "%s", status != -1 && b ? b + 4 : "");
+  size_t blen2 = status != -1 && b ? got - (size_t)(b + 4 - resp) : 0;
+  if (out != NULL && size > 0) {
+    size_t k = blen2 < size - 1 ? blen2 : size - 1;
+    if (k) memcpy(out, b + 4, k);
+    out[k] = '\0';
+    if (out_len != NULL) *out_len = k;
+  }
   free(resp);
   return status;
 }

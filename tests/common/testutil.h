@@ -81,6 +81,10 @@ int tu_find_frame(const ember_profile_t *p, const char *substr);
  * NULL). Returns the HTTP status or -1. */
 int tu_http(unsigned port, const char *method, const char *path, const char *headers,
             const char *body, char *out, size_t size);
+/* tu_http for a body that may hold NULs: *out_len (may be NULL) gets how
+ * many bytes of it are in out (cut to size - 1). */
+int tu_http_n(unsigned port, const char *method, const char *path, const char *headers,
+              const char *body, char *out, size_t size, size_t *out_len);
 /* tu_http GET without headers: the body into buf. */
 int tu_http_get(unsigned port, const char *path, char *buf, size_t size);
 

@@ -9,6 +9,10 @@
  *    the bundle with no comment ("external"), and inline as a data: URL:
  *    both original functions, their .ts files, 3:1 within 15% (about
  *    2,800 samples each), and no frame of the bundle left minified.
+ *  - The map only uploaded to a collector (`ember sourcemaps upload`), not
+ *    beside the bundle: the agent sends V8's names, and the collector's
+ *    answer (the store's merge that peers and every export read) has the
+ *    same as the three above.
  *  - Hostile maps: truncated, with a mapping out of range, and 100 MB:
  *    each refused and counted in /metrics by its reason, the agent keeps
  *    running, and the frames keep their minified names.
@@ -35,6 +39,7 @@
 #include <cmocka.h>
 
 #include "common/testutil.h"
+#include "ember/codec.h"
 #include "ember/profile.h"
 
 #define AGENT_HZ 997 /* see test_agent.c */
@@ -52,6 +57,7 @@ typedef struct variant {
   const char *name;
   const char *esbuild; /* --sourcemap=... */
   bool good;
+  bool uploaded;      /* the map goes to the collector, not beside the bundle */
   const char *reason; /* of the refusal, for a bad one */
   char script[PATH_MAX + 64], worker[128];
   pid_t pid;
@@ -91,6 +97,43 @@ static void spoil(const variant_t *v) {
   } else { /* too_big: 100 MB, sparse */
     assert_int_equal(truncate(map, 100 << 20), 0);
   }
+}
+
+/* The uploaded variant's map, away from its bundle: only the collector
+ * has it. */
+static void move_map(const variant_t *v, char *to, size_t size) {
+  snprintf(to, size, "%s/maps/app.js.map", dir);
+  char cmd[3 * PATH_MAX];
+  snprintf(cmd, sizeof cmd, "mkdir -p %s/maps && mv %s.map %s", dir, v->script, to);
+  sh(cmd);
+}
+
+static void upload_map(unsigned port, const variant_t *v, const char *map) {
+  char cmd[3 * PATH_MAX], out[4096] = "";
+  snprintf(cmd, sizeof cmd,
+           EMBER_BINARY_DIR "/cli/ember sourcemaps upload --server http://127.0.0.1:%u "
+                            "--worker %s %s 2>&1",
+           port, v->worker, map);
+  if (tu_sh(cmd, out, sizeof out) != 0) fail_msg("%s: %s", cmd, out);
+  print_message("%s: %s", v->name, out);
+}
+
+/* The collector's merge of `worker` over the last 10 minutes, as its peers
+ * read it (format=ember, so the test reads frames, not a rendering). */
+static ember_profile_t *collector_profile(unsigned port, const char *worker) {
+  char path[512];
+  snprintf(path, sizeof path,
+           "/api/v1/profile?worker=%s&from=-10m&to=now&local=1&format=ember&raw=cpu_samples",
+           worker);
+  static char body[16 << 20];
+  size_t len = 0;
+  int st = tu_http_n(port, "GET", path, NULL, NULL, body, sizeof body, &len);
+  if (st != 200) fail_msg("GET %s: %d %s", path, st, body);
+  ember_profile_t *p = NULL;
+  char err[256] = "";
+  if (ember_codec_decode(body, len, NULL, &p, err, sizeof err) != 0)
+    fail_msg("the collector's profile of %s: %s", worker, err);
+  return p;
 }
 
 static pid_t start_agent(void) {
@@ -219,6 +262,7 @@ static void test_sourcemaps_real_bundle(void **state) {
       {.name = "linked", .esbuild = "linked", .good = true},
       {.name = "external", .esbuild = "external", .good = true},
       {.name = "inline", .esbuild = "inline", .good = true},
+      {.name = "uploaded", .esbuild = "external", .good = true, .uploaded = true},
       {.name = "truncated", .esbuild = "linked", .reason = "not_json"},
       {.name = "range", .esbuild = "linked", .reason = "out_of_range"},
       {.name = "huge", .esbuild = "linked", .reason = "too_big"},
@@ -227,10 +271,22 @@ static void test_sourcemaps_real_bundle(void **state) {
   char cmd[PATH_MAX + 16];
   snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
   sh(cmd);
+  /* A collector of its own, which keeps the uploaded map. */
+  char cdir[PATH_MAX + 16], clog[PATH_MAX + 32], group[96];
+  snprintf(cdir, sizeof cdir, "%s/collector", dir);
+  snprintf(clog, sizeof clog, "%s/collector.log", dir);
+  snprintf(group, sizeof group, "sm-%s", tag);
+  unsigned cport = tu_free_port();
+  pid_t collector = tu_start_collector(tu_bootstrap(), cdir, group, cport, NULL, clog);
+  char map[PATH_MAX + 32] = "";
   for (size_t i = 0; i < nv; i++) {
     bundle(&vs[i]);
     if (!vs[i].good) spoil(&vs[i]);
     snprintf(vs[i].worker, sizeof vs[i].worker, "ember-it-sm-%s-%s", tag, vs[i].name);
+    if (vs[i].uploaded) {
+      move_map(&vs[i], map, sizeof map);
+      upload_map(cport, &vs[i], map);
+    }
   }
   pid_t agent = start_agent();
   for (size_t i = 0; i < nv; i++) {
@@ -271,12 +327,33 @@ static void test_sourcemaps_real_bundle(void **state) {
   if (n == 0) fail_msg("no profile from host %s arrived (agent log: %s)", tag, log_path);
   for (size_t i = 0; i < nv; i++) {
     ember_profile_t *p = tu_merged_worker(ps, n, vs[i].worker, NULL);
+    if (vs[i].uploaded) {
+      /* The agent had no map: V8's names went out. The collector names
+       * them once it holds every window the agent sent. */
+      check_bad(&vs[i], p);
+      int64_t sent = ember_profile_total(p, 0);
+      ember_profile_free(p);
+      p = NULL;
+      for (int t = 0; t < 600; t++) {
+        ember_profile_free(p);
+        p = collector_profile(cport, vs[i].worker);
+        if (ember_profile_total(p, 0) >= sent) break;
+        usleep(100000);
+      }
+      if (ember_profile_total(p, 0) < sent)
+        fail_msg("the collector holds %lld of the %lld samples sent (log %s)",
+                 (long long)ember_profile_total(p, 0), (long long)sent, clog);
+      double mapped = tu_metric(cport, "ember_collector_sourcemap_frames_total");
+      print_message("collector: %.0f frames named through the uploaded map\n", mapped);
+      assert_true(mapped > 0);
+    }
     if (vs[i].good)
       check_good(&vs[i], p);
     else
       check_bad(&vs[i], p);
     ember_profile_free(p);
   }
+  tu_stop_daemon(collector, "collector", clog);
   for (size_t i = 0; i < n; i++) ember_profile_free(ps[i]);
   free(ps);
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -8,7 +8,8 @@
  *  - hostile uploads (not JSON, mappings out of range, too large, no
  *    script) are refused with their reason and counted in /metrics, and
  *    nothing of them is kept;
- *  - list and delete; a deleted map maps nothing;
+ *  - list and delete; a deleted map maps nothing; a map of no version
+ *    stands in for the versions without their own;
  *  - the maps survive a restart of the collector on a new broker (they are
  *    in its store, not only on the topic). */
 #include <errno.h>
@@ -243,6 +244,17 @@ static void test_srcmaps_upload_map_list_delete_restart(void **state) {
   check_leaf(doc, "alphaWork", 30, "/srv/app/src/alpha.ts", "a /srv/app/dist/app.js:1:11");
   check_leaf(doc, V8_A, 6, NULL, NULL);
   json_decref(doc);
+
+  /* A map of no version stands in for every version without its own:
+   * version 2 takes it, version 1 keeps its own. */
+  assert_int_equal(upload(port, "worker=web&script=app.js", map_v2, out, sizeof out), 201);
+  doc = tree(port, "web");
+  check_leaf(doc, "alphaWork", 30, "/srv/app/src/alpha.ts", "a /srv/app/dist/app.js:1:11");
+  check_leaf(doc, "gammaWork", 6, "/srv/app/src/alpha.ts", "a /srv/app/dist/app.js:1:11");
+  json_decref(doc);
+  assert_int_equal(tu_http(port, "DELETE", "/api/v1/sourcemaps?worker=web&script=app.js", NULL,
+                           NULL, out, sizeof out),
+                   200);
 
   /* A restart on a new (empty) broker: the store still has version 1's. */
   ember__collector_stop(c);
