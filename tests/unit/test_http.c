@@ -610,6 +610,87 @@ static void test_http_limits_answer_json(void **state) {
   server_stop(&srv);
 }
 
+/* Uploads: POST /echo may carry 100 kB where everything else stays within
+ * 1 KiB. */
+static size_t echo_is_big(void *ctx, const char *method, const char *url) {
+  (void)ctx;
+  (void)method;
+  return strcmp(url, "/echo") == 0 ? 100000 : 0;
+}
+
+/* A POST of `n` bytes to `path` as one string. */
+static char *post_of(const char *path, size_t n) {
+  char *req = malloc(n + 256);
+  assert_non_null(req);
+  int h = snprintf(req, 256, "POST %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: %zu\r\n\r\n",
+                   path, n);
+  memset(req + h, 'u', n);
+  req[(size_t)h + n] = '\0';
+  return req;
+}
+
+/* A larger body for the path that asks for one: within its bound, with a
+ * Content-Length, one such request at a time; other paths keep max_body. */
+static void test_http_big_bodies(void **state) {
+  (void)state;
+  server_t srv;
+  server_start(&srv, (ember__http_opts_t){.max_body = 1024, .big_body = echo_is_big});
+  char *req = post_of("/echo", 50000);
+  resp_t r = request(srv.port, req);
+  assert_int_equal(r.status, 200);
+  free(req);
+  req = post_of("/echo", 200000);
+  r = request(srv.port, req);
+  assert_int_equal(r.status, 413);
+  assert_non_null(strstr(body_of(&r), "larger than 100000 bytes"));
+  free(req);
+  req = post_of("/other", 2000);
+  r = request(srv.port, req);
+  assert_int_equal(r.status, 413);
+  assert_non_null(strstr(body_of(&r), "larger than 1024 bytes"));
+  free(req);
+  r = request(srv.port, "POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: "
+                        "chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+  assert_int_equal(r.status, 411);
+  assert_non_null(strstr(body_of(&r), "needs a Content-Length"));
+
+  /* One upload under way (its head and part of its body in): a second is
+   * refused, a small one goes through, and once the first is done the
+   * next is taken. */
+  int fd = connect_from("127.0.0.1", srv.port);
+  char *first = post_of("/echo", 50000);
+  size_t head = strlen(first) - 50000;
+  assert_true(send_all(fd, first, head + 1000, mono_ms() + 5000));
+  sleep_ms(300);
+  req = post_of("/echo", 5000);
+  r = request(srv.port, req);
+  assert_int_equal(r.status, 503);
+  assert_non_null(strstr(body_of(&r), "another request of more than 1024 bytes"));
+  assert_int_equal(request(srv.port, "POST /echo HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: "
+                                     "5\r\n\r\nhello")
+                       .status,
+                   200);
+  assert_true(send_all(fd, first + head + 1000, 49000, mono_ms() + 5000));
+  char got[256] = "";
+  int64_t deadline = mono_ms() + 5000;
+  size_t n = 0;
+  while (n < 12 && mono_ms() < deadline) {
+    ssize_t k = recv(fd, got + n, sizeof got - 1 - n, 0);
+    if (k > 0) n += (size_t)k;
+    if (k == 0) break;
+    if (k < 0) sleep_ms(20);
+  }
+  got[n] = '\0';
+  assert_non_null(strstr(got, " 200 "));
+  close(fd);
+  free(first);
+  /* The first's completion runs just after its answer is sent. */
+  for (int t = 0; t < 100 && (r = request(srv.port, req)).status == 503; t++) sleep_ms(50);
+  assert_int_equal(r.status, 200);
+  free(req);
+  server_stop(&srv);
+}
+
 /* 50 refusals of one kind are 50 counts and one log line. */
 static void test_http_refusals_logged_rate_limited(void **state) {
   (void)state;
@@ -782,6 +863,7 @@ int main(void) {
       cmocka_unit_test(test_http_errors_are_json),
       cmocka_unit_test(test_http_host_and_origin),
       cmocka_unit_test(test_http_limits_answer_json),
+      cmocka_unit_test(test_http_big_bodies),
       cmocka_unit_test(test_http_refusals_logged_rate_limited),
       cmocka_unit_test(test_http_allowed_hosts_with_spaces),
       cmocka_unit_test(test_http_origin_port_default),
