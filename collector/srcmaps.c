@@ -648,8 +648,7 @@ static const ember_sourcemap_t *map_of(ember__srcmaps_t *m, entry_t *e) {
 /* The entry of (w, v) whose script `path` matches best: equal, or a tail
  * at a '/'; the longest wins. Else the same among the worker's maps of
  * no version. Under mu. */
-static entry_t *match_version(ember__srcmaps_t *m, const char *w, const char *v,
-                              const char *path) {
+static entry_t *match_version(ember__srcmaps_t *m, const char *w, const char *v, const char *path) {
   size_t plen = strlen(path);
   entry_t *best = NULL;
   for (size_t i = lower_bound(m, w, v, NULL); i < m->n && cmp3(w, v, NULL, &m->e[i]) == 0; i++) {
