@@ -19,6 +19,10 @@
 #      MALLOC_CONF=prof:true,lg_prof_sample:19 (Debian's libjemalloc2)
 #   e  jemalloc without profiling, (d)'s baseline
 #   f  an allocation session of the uprobe method (bench/alloc_session)
+#   n  a null interposer (bench/null_interpose.c): malloc, calloc, realloc
+#      and free that only jump to glibc's own. The floor under any
+#      LD_PRELOAD library over glibc: what (b) and (c) cost beyond it is
+#      the library's own work
 #   g  (c) with a 32 MiB ring (EMBER_HEAP_RING_BYTES): this target takes
 #      ~60,000 samples/s of ~4.8 KB (the stack copy), far more than the
 #      default 2 MiB ring holds between two polls, so (c) drops most
@@ -39,10 +43,11 @@ WORKLOAD=$BUILD/bench/heap_workload
 READER=$BUILD/bench/heap_reader
 SESSION=$BUILD/bench/alloc_session
 LIB=$(cd "$BUILD/preload" && pwd)/libember_alloc.so
+NULLLIB=$(cd "$BUILD/bench" && pwd)/libnull_interpose.so
 JEMALLOC=${JEMALLOC:-/usr/lib/x86_64-linux-gnu/libjemalloc.so.2}
 THREADS=2
 WARMUP_MS=500
-for f in "$WORKLOAD" "$READER" "$SESSION" "$LIB" "$JEMALLOC"; do
+for f in "$WORKLOAD" "$READER" "$SESSION" "$LIB" "$NULLLIB" "$JEMALLOC"; do
   [ -e "$f" ] || {
     echo "bench_heap: $f is missing (build first; jemalloc: scripts/deps.sh)" >&2
     exit 1
@@ -50,7 +55,7 @@ for f in "$WORKLOAD" "$READER" "$SESSION" "$LIB" "$JEMALLOC"; do
 done
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-CONFIGS="a b c d e f g"
+CONFIGS="a n b c d e f g"
 
 # run CONFIG: one run of the workload; appends its ns/pair to $TMP/CONFIG
 # and the helper's line (reader or session) to $TMP/CONFIG.helper.
@@ -60,6 +65,7 @@ run() {
   : >"$helper"
   case $cfg in
     a) "$WORKLOAD" $THREADS "$SECS" $WARMUP_MS >"$out" ;;
+    n) LD_PRELOAD=$NULLLIB "$WORKLOAD" $THREADS "$SECS" $WARMUP_MS >"$out" ;;
     b) EMBER_HEAP_SAMPLE_BYTES=0 LD_PRELOAD=$LIB "$WORKLOAD" $THREADS "$SECS" $WARMUP_MS >"$out" ;;
     c | g)
       ring=2097152
@@ -110,6 +116,7 @@ done
 name() {
   case $1 in
     a) echo "(a) glibc, no library" ;;
+    n) echo "(n) null interposer (the floor)" ;;
     b) echo "(b) library dormant" ;;
     c) echo "(c) library 512 KiB + in-use + reader" ;;
     d) echo "(d) jemalloc prof, lg_prof_sample:19" ;;
@@ -144,7 +151,9 @@ for cfg in $CONFIGS; do
 done
 echo "  helper-cpu: heap_reader's own CPU over the run; lost: records lost / read (c, g),"
 echo "  samples lost / taken (f)"
-awk -v ca="$r_c_a" -v cd="$r_c_d" 'BEGIN {
+awk -v ca="$r_c_a" -v cd="$r_c_d" -v na="$r_n_a" -v cn="$(ratio c n)" -v de="$(ratio d e)" 'BEGIN {
   printf "goal (c) <= (a) + 3%%: %s (%+.1f%%)\n", (ca <= 1.03) ? "met" : "NOT met", 100*(ca-1)
   printf "goal (c) <= (d):      %s (%+.1f%%)\n", (cd <= 1) ? "met" : "NOT met", 100*(cd-1)
+  printf "the floor: (n) over (a) %+.1f%%; (c) over (n) %+.1f%%\n", 100*(na-1), 100*(cn-1)
+  printf "each profiler over its own allocator: (c)/(a) %+.1f%%, (d)/(e) %+.1f%%\n", 100*(ca-1), 100*(de-1)
 }'
