@@ -5,6 +5,7 @@
  * libember_alloc.so's dormant and sampling costs (issue 15). Not a
  * profiler; bench only. */
 #include <stddef.h>
+#include <stdlib.h>
 
 extern void *__libc_malloc(size_t n);
 extern void *__libc_calloc(size_t a, size_t b);
