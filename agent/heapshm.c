@@ -192,12 +192,18 @@ static uint64_t new_token(void) {
 }
 
 int ember__heapshm_open(pid_t pid, ember__heapshm_t **out, char *err, size_t n) {
+  off_t size = 0;
+  int fd = ctl_open(pid, &size, err, n);
+  if (fd < 0) return fd;
+  return ember__heapshm_open_fd(fd, pid, ns_pid(pid), size, out, err, n);
+}
+
+int ember__heapshm_open_fd(int fd, pid_t pid, pid_t nspid, off_t size, ember__heapshm_t **out,
+                           char *err, size_t n) {
   ember__heapshm_t *r = NULL;
   ember_alloc_shm_t h;
-  off_t size = 0;
-  int rc, fd = ctl_open(pid, &size, err, n);
-  if (fd < 0) return fd;
-  if (!get_header(fd, &h) || !header_ok(&h, ns_pid(pid), size)) {
+  int rc;
+  if (!get_header(fd, &h) || !header_ok(&h, nspid, size)) {
     rc = -EPROTO;
     snprintf(err, n, "process %d's control file has a bad header (library version %u expected)",
              (int)pid, EMBER_ALLOC_SHM_VERSION);

@@ -38,6 +38,14 @@ bool ember__heapshm_present(pid_t pid);
 int ember__heapshm_open(pid_t pid, ember__heapshm_t **out, char *err, size_t n);
 void ember__heapshm_close(ember__heapshm_t *r);
 
+/* What ember__heapshm_open does once it has the file: a reader of the
+ * control file `fd` (of `size` bytes; the caller checked what it is) of
+ * process `pid`, whose pid in its own namespace is `nspid`. Takes `fd`
+ * whatever it returns. For tests and the fuzzer, which hold a file of no
+ * process. */
+int ember__heapshm_open_fd(int fd, pid_t pid, pid_t nspid, off_t size, ember__heapshm_t **out,
+                           char *err, size_t n);
+
 /* The process's heap-mode rate (0 = dormant library). */
 uint64_t ember__heapshm_heap_rate(const ember__heapshm_t *r);
 

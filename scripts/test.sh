@@ -66,10 +66,10 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 run_tree build-asan -DCMAKE_BUILD_TYPE=Debug -DEMBER_SANITIZE=ON
 
-step "fuzz the wire decoder for ${fuzz_seconds}s, the perf map, maps, CFI, debug-info, rules and source map parsers for ${parser_fuzz_seconds}s each"
+step "fuzz the wire decoder for ${fuzz_seconds}s, the perf map, maps, heap control file, CFI, debug-info, rules and source map parsers for ${parser_fuzz_seconds}s each"
 CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_FUZZ=ON \
   >build-fuzz.configure.log 2>&1 || { cat build-fuzz.configure.log; exit 1; }
-cmake --build build-fuzz -j "$jobs" --target fuzz_codec fuzz_perfmap fuzz_procmaps fuzz_cfi fuzz_debuginfo fuzz_rules \
+cmake --build build-fuzz -j "$jobs" --target fuzz_codec fuzz_perfmap fuzz_procmaps fuzz_heapshm fuzz_cfi fuzz_debuginfo fuzz_rules \
   fuzz_sourcemap
 # One fuzzer run: target, seed corpus folder, seconds. -jobs=1 keeps one
 # process (the 2-core budget is shared with nothing now); -rss_limit_mb
@@ -90,6 +90,7 @@ fuzz_one() {
 fuzz_one fuzz_codec tests/fuzz/corpus "$fuzz_seconds"
 fuzz_one fuzz_perfmap tests/fuzz/corpus_perfmap "$parser_fuzz_seconds"
 fuzz_one fuzz_procmaps tests/fuzz/corpus_procmaps "$parser_fuzz_seconds"
+fuzz_one fuzz_heapshm tests/fuzz/corpus_heapshm "$parser_fuzz_seconds"
 fuzz_one fuzz_cfi tests/fuzz/corpus_cfi "$parser_fuzz_seconds"
 fuzz_one fuzz_debuginfo tests/fuzz/corpus_debuginfo "$parser_fuzz_seconds"
 fuzz_one fuzz_rules tests/fuzz/corpus_rules "$parser_fuzz_seconds"

@@ -1,7 +1,8 @@
 # libFuzzer targets, built only with -DEMBER_FUZZ=ON under clang. CI runs
 # each for a fixed time (scripts/test.sh); the seed corpora are committed:
 # corpus/ for fuzz_codec, corpus_perfmap/, corpus_procmaps/, corpus_cfi/ and
-# corpus_debuginfo/ for the parsers of files a profiled process controls,
+# corpus_debuginfo/ and corpus_heapshm/ for the parsers of files a
+# profiled process controls,
 # corpus_rules/ for alert rules (API bodies and rules files),
 # corpus_sourcemap/ for source maps.
 if(EMBER_FUZZ)
@@ -16,6 +17,9 @@ if(EMBER_FUZZ)
                  ${agent}/perfmap.c ${agent}/procfs.c ${agent}/safefile.c ${agent}/strarena.c)
   add_executable(fuzz_procmaps ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_procmaps.c
                  ${agent}/procmaps.c ${agent}/procfs.c ${agent}/safefile.c ${agent}/strarena.c)
+  # libember_alloc.so's control file as a hostile process writes it.
+  add_executable(fuzz_heapshm ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_heapshm.c ${agent}/heapshm.c
+                 ${agent}/procfs.c ${agent}/procmaps.c ${agent}/safefile.c ${agent}/strarena.c)
   add_executable(fuzz_cfi ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_cfi.c ${agent}/cfi.c ${agent}/unwind.c)
   target_link_libraries(fuzz_cfi PRIVATE PkgConfig::LIBELF)
   # The debug-info readers and the demangler: what a hostile binary's
@@ -37,7 +41,7 @@ if(EMBER_FUZZ)
   target_link_libraries(fuzz_sourcemap PRIVATE ember)
   target_link_options(fuzz_sourcemap PRIVATE -fsanitize=fuzzer)
   ember_warnings(fuzz_sourcemap)
-  foreach(name fuzz_perfmap fuzz_procmaps fuzz_cfi fuzz_debuginfo)
+  foreach(name fuzz_perfmap fuzz_procmaps fuzz_heapshm fuzz_cfi fuzz_debuginfo)
     # src/ too: agent sources share its private headers (array.h).
     target_include_directories(${name} PRIVATE ${agent} ${PROJECT_SOURCE_DIR}/src)
     target_link_libraries(${name} PRIVATE ember)
