@@ -184,22 +184,19 @@ static int frame_id(ember__dict_t *d, const ember_wire_t *w, size_t i, uint32_t 
                          d->buf.data, d->buf.len, fid, &created);
 }
 
-int ember__dict_locations(ember__dict_t *d, const ember_wire_t *w, char *why, size_t why_size) {
-  size_t n = w->nlocations;
-  int rc = ember__grow(&d->fmap, &d->fmap_cap, n, sizeof *d->fmap);
-  if (rc < 0) return rc;
-  /* The lookups of one window overlap their cache misses: the cache is
-   * tens of MiB, so each lookup would otherwise wait for its slot, then
-   * its record. */
+/* Make sure location `l` of `w` has its frame id in d->fmap (0 = not
+ * looked up yet), looking up the next few of `locs` ahead. */
+static int frame_of(ember__dict_t *d, const ember_wire_t *w, const uint32_t *locs, size_t k,
+                    size_t depth, char *why, size_t why_size) {
   const ember__dcache_t *c = &d->s->cache[EMBER__CTR_FRAME];
   enum { AHEAD = 4 };
-  for (size_t i = 0; i < n; i++) {
-    if (i + 2 * AHEAD < n) ember__dcache_prefetch(c, w->loc_hash[i + 2 * AHEAD]);
-    if (i + AHEAD < n) ember__dcache_prefetch_entry(c, w->loc_hash[i + AHEAD]);
-    rc = frame_id(d, w, i, &d->fmap[i], why, why_size);
-    if (rc != 0) return rc;
-  }
-  return 0;
+  if (k + AHEAD < depth && d->fmap[locs[k + AHEAD]] == 0)
+    ember__dcache_prefetch_entry(c, w->loc_hash[locs[k + AHEAD]]);
+  if (k + 2 * AHEAD < depth && d->fmap[locs[k + 2 * AHEAD]] == 0)
+    ember__dcache_prefetch(c, w->loc_hash[locs[k + 2 * AHEAD]]);
+  uint32_t l = locs[k];
+  if (d->fmap[l] != 0) return 0;
+  return frame_id(d, w, l, &d->fmap[l], why, why_size);
 }
 
 static size_t put_varint(uint8_t *o, uint64_t v) {
@@ -215,7 +212,11 @@ static int stack_id(ember__dict_t *d, const ember_wire_t *w, size_t i, uint32_t 
   size_t depth = w->depth[i];
   if (depth == 0 || depth > EMBER_MAX_STACK_DEPTH) return -EINVAL; /* a view never has these */
   const uint32_t *locs = w->locs + w->stack_off[i];
-  for (size_t k = 0; k < depth; k++) ids[k] = d->fmap[locs[k]];
+  for (size_t k = 0; k < depth; k++) {
+    int rc = frame_of(d, w, locs, k, depth, why, why_size);
+    if (rc != 0) return rc;
+    ids[k] = d->fmap[locs[k]];
+  }
   ember__dcache_t *cache = &d->s->cache[EMBER__CTR_STACK];
   uint64_t hash = w->stack_hash[i];
   if (ember__dcache_find(cache, hash, ids, depth * sizeof *ids, id)) return 0;
@@ -238,16 +239,40 @@ static int stack_id(ember__dict_t *d, const ember_wire_t *w, size_t i, uint32_t 
                          depth * sizeof *ids, id, &created);
 }
 
+/* The memo's key of (producer, stack hash): both hashes, compared whole. */
+static void memo_key(uint64_t agent, uint64_t stack, uint8_t key[16], uint64_t *hash) {
+  memcpy(key, &agent, 8);
+  memcpy(key + 8, &stack, 8);
+  *hash = ember__hash_mix(agent, stack);
+}
+
 int ember__dict_stacks(ember__dict_t *d, const ember_wire_t *w, uint32_t *ids, char *why,
                        size_t why_size) {
-  const ember__dcache_t *c = &d->s->cache[EMBER__CTR_STACK];
   size_t n = w->nsamples;
+  int rc = ember__grow(&d->fmap, &d->fmap_cap, w->nlocations, sizeof *d->fmap);
+  if (rc < 0) return rc;
+  /* Frame ids start at 1: 0 is "not looked up yet". */
+  if (w->nlocations) memset(d->fmap, 0, w->nlocations * sizeof *d->fmap);
+  ember__dcache_t *memo = &d->s->cache[EMBER__CACHE_MEMO];
+  bool producer = w->agent_id != NULL;
+  uint64_t agent = producer ? ember__label_hash(w->agent_id) : 0;
+  const ember__dcache_t *sc = &d->s->cache[EMBER__CTR_STACK];
   enum { AHEAD = 4 };
   for (size_t i = 0; i < n; i++) {
-    if (i + 2 * AHEAD < n) ember__dcache_prefetch(c, w->stack_hash[i + 2 * AHEAD]);
-    if (i + AHEAD < n) ember__dcache_prefetch_entry(c, w->stack_hash[i + AHEAD]);
-    int rc = stack_id(d, w, i, &ids[i], why, why_size);
+    uint8_t key[16];
+    uint64_t mh;
+    if (producer) {
+      if (i + AHEAD < n) {
+        memo_key(agent, w->stack_hash[i + AHEAD], key, &mh);
+        ember__dcache_prefetch(memo, mh);
+      }
+      memo_key(agent, w->stack_hash[i], key, &mh);
+      if (ember__dcache_find(memo, mh, key, sizeof key, &ids[i])) continue;
+    }
+    if (i + AHEAD < n) ember__dcache_prefetch(sc, w->stack_hash[i + AHEAD]);
+    rc = stack_id(d, w, i, &ids[i], why, why_size);
     if (rc != 0) return rc;
+    if (producer) ember__dcache_add(memo, mh, key, sizeof key, ids[i]);
   }
   return 0;
 }

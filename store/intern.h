@@ -9,6 +9,18 @@
  * no NUL) and hash, a stack's hash against its locations'. A hash that
  * hits is therefore true: content equal to content that was checked.
  *
+ * The producers' memo: once a stack of producer P (its agent id) was
+ * confirmed that way, the next windows of P that send its hash take its id
+ * without looking at its locations (EMBER__CACHE_MEMO: (P, stack hash) ->
+ * stack id). A window repeats its producer's stacks, so most of its
+ * locations are never looked up. This trusts P with P's own samples only:
+ * content that P sends under a hash P confirmed before is read as that
+ * stack, which P could have sent itself; no other producer's windows and
+ * no stored frame change. What is given up is noticing, for those stacks,
+ * a producer whose hashes disagree with its content (a writer's bug); new
+ * stacks are checked as before (docs/internals/store.md, "The producers'
+ * memo").
+ *
  * All of it runs inside the caller's write transaction (write.c), so
  * LMDB's writer lock serialises it; not thread-safe otherwise. */
 #ifndef EMBER_STORE_INTERN_H
@@ -36,7 +48,7 @@ typedef struct ember__dict {
   MDB_txn *txn;
   ember__out_t buf; /* an encoded frame, stack or label set */
   ember__counter_t ctr[EMBER__CTR_COUNT];
-  uint32_t *fmap; /* location index -> store frame id, for the current view */
+  uint32_t *fmap; /* location index -> store frame id (0: not looked up), current view */
   size_t fmap_cap;
 } ember__dict_t;
 
@@ -48,14 +60,11 @@ int ember__dict_save(ember__dict_t *d);
 /* The series id of a label set. 0 or a store error. */
 int ember__dict_series(ember__dict_t *d, const ember_labels_t *l, uint32_t *sid);
 
-/* Map every location of `w` to its store frame id in d->fmap. Returns 0;
- * EMBER_ECORRUPT with a sentence in why[] when a location the store had
- * not seen fails its checks; or a store error. */
-int ember__dict_locations(ember__dict_t *d, const ember_wire_t *w, char *why, size_t why_size);
-
-/* The store stack id of every sample of `w` into ids[0..nsamples), after
- * ember__dict_locations. Returns 0; EMBER_ECORRUPT with a sentence when a
- * stack the store had not seen does not match its hash; or a store error. */
+/* The store stack id of every sample of `w` into ids[0..nsamples): from
+ * the producer's memo, else through its locations' frame ids (d->fmap,
+ * looked up as stacks need them). Returns 0; EMBER_ECORRUPT with a
+ * sentence when a location or a stack the store had not seen fails its
+ * checks; or a store error. */
 int ember__dict_stacks(ember__dict_t *d, const ember_wire_t *w, uint32_t *ids, char *why,
                        size_t why_size);
 

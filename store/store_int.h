@@ -37,6 +37,11 @@ typedef enum ember__db {
   EMBER__DB_COUNT
 } ember__db_t;
 
+/* The caches of struct ember_store: one per dictionary (the counters of
+ * intern.h: series, frames, stacks), then the producers' stack memo. */
+#define EMBER__CACHE_MEMO 3
+#define EMBER__NCACHES    4
+
 struct ember_store {
   MDB_env *env;
   MDB_dbi dbi[EMBER__DB_COUNT];
@@ -52,9 +57,10 @@ struct ember_store {
   bool no_runs;
   /* And for "sourcemaps" (added within schema 4). */
   bool no_sourcemaps;
-  /* Dictionary caches, by table: series, frames, stacks. Used only inside
+  /* Dictionary caches, by table: series, frames, stacks; and the
+   * producers' stacks (EMBER__CACHE_MEMO, intern.h). Used only inside
    * write transactions (see dcache.h). */
-  ember__dcache_t cache[3];
+  ember__dcache_t cache[EMBER__NCACHES];
   /* The (series, partition) pairs known to be in "series_part", so that a
    * window's pair costs no LMDB access once seen. Same rules as the
    * dictionary caches: write transactions only, cleared when one fails. */

@@ -329,8 +329,7 @@ static int write_one(wctx_t *w, const ember_wire_t *v, const ember_store_source_
   if ((rc = window_cpu(v, &cpu)) < 0) return rc;
 
   size_t nsamples = v->nsamples, nt = h.ntypes;
-  rc = ember__dict_locations(&w->dict, v, w->why, sizeof w->why);
-  if (rc == 0) rc = ember__grow(&w->ents, &w->ents_cap, nsamples, sizeof *w->ents);
+  rc = ember__grow(&w->ents, &w->ents_cap, nsamples, sizeof *w->ents);
   if (rc == 0) rc = ember__grow(&w->wids, &w->wids_cap, nsamples, sizeof *w->wids);
   if (rc == 0) rc = ember__grow(&w->wvals, &w->wvals_cap, nsamples * nt, sizeof *w->wvals);
   if (rc < 0) return rc;
@@ -465,8 +464,8 @@ static int write_locked(ember_store_t *s, ember_wire_t *const *views,
   ember_store_write_result_t res = {0};
   res.bad = SIZE_MAX;
   bool began = false;
-  ember__dcache_mark_t marks[3];
-  for (size_t i = 0; i < 3; i++) marks[i] = ember__dcache_mark(&s->cache[i]);
+  ember__dcache_mark_t marks[EMBER__NCACHES];
+  for (size_t i = 0; i < EMBER__NCACHES; i++) marks[i] = ember__dcache_mark(&s->cache[i]);
   size_t failed = SIZE_MAX;
   int rc = ember__store_err(mdb_txn_begin(s->env, NULL, 0, &w.txn));
   if (rc < 0) goto cleanup;
@@ -518,7 +517,7 @@ cleanup:
     /* Bad input: what the caches held before this batch is still true;
      * only what the batch added names ids that were never committed. The
      * series-partition pairs are few: they are simply forgotten. */
-    for (size_t i = 0; i < 3; i++) ember__dcache_rollback(&s->cache[i], marks[i]);
+    for (size_t i = 0; i < EMBER__NCACHES; i++) ember__dcache_rollback(&s->cache[i], marks[i]);
     ember__kset_clear(&s->parts);
     if (result) {
       *result = (ember_store_write_result_t){.bad = failed};
