@@ -115,7 +115,8 @@ static void fmt_capture(const json_t *cap, char *buf, size_t size) {
 
 /* ---- ember alerts ---- */
 
-static int list_table(const json_t *list, int64_t now_ms, ember_buf_t *out) {
+static int list_table(const json_t *list, const void *ctx, ember_buf_t *out) {
+  int64_t now_ms = *(const int64_t *)ctx;
   static const bool right[7] = {false, false, false, true, false, false, false};
   ember__table_t t = {.ncols = 7, .right = right};
   ember_buf_t labels;
@@ -161,19 +162,14 @@ static int list_table(const json_t *list, int64_t now_ms, ember_buf_t *out) {
 }
 
 static int cmd_list(const char *cmd, const aopts_t *o) {
-  static const char path[] = "/api/v1/alerts";
   if (o->state != NULL && strcmp(o->state, "pending") != 0 && strcmp(o->state, "firing") != 0 &&
       strcmp(o->state, "resolved") != 0) {
     fprintf(stderr, "ember %s: --state '%s': expected pending, firing or resolved\n", cmd,
             o->state);
     return EXIT_USAGE;
   }
-  ember_buf_t q, body, out;
+  ember_buf_t q;
   ember_buf_init(&q, 8192);
-  ember_buf_init(&body, EMBER__MAX_JSON_BODY);
-  ember_buf_init(&out, EMBER__MAX_JSON_BODY);
-  ember__client_t *c = NULL;
-  json_t *doc = NULL;
   int st = 0, rc = 0;
   if (o->rule) rc = ember__query_add(&q, "rule", o->rule);
   if (rc == 0 && o->state) rc = ember__query_add(&q, "state", o->state);
@@ -182,31 +178,16 @@ static int cmd_list(const char *cmd, const aopts_t *o) {
     fprintf(stderr, "ember %s: cannot build the request: %s (are --rule/--worker too long?)\n", cmd,
             ember_strerror(rc));
     st = EXIT_USAGE;
-    goto cleanup;
   }
-  const json_t *list = NULL;
-  st = ember__open_client(cmd, o->server, o->token, &c);
-  if (st == 0) st = ember__get_list(cmd, c, path, q.data, "alerts", &body, &doc, &list);
-  if (st != 0) goto cleanup;
-  if (o->json != NULL) {
-    st = ember__print_out(&body);
-  } else if (json_array_size(list) > 0) {
-    rc = list_table(list, ember_time_now_ns() / 1000000, &out);
-    st = rc == 0 ? ember__print_out(&out) : EXIT_FAILED;
-    if (rc != 0) fprintf(stderr, "ember %s: %s\n", cmd, ember_strerror(rc));
-  }
-  if (st == 0 && json_array_size(list) == 0) {
-    bool filtered = o->state || o->rule || o->worker;
-    fprintf(stderr, "ember %s: no alerts%s; `ember rules` lists the rules that would raise them\n",
-            cmd, filtered ? " match" : " on the server");
-    st = EXIT_EMPTY;
-  }
-cleanup:
-  json_decref(doc);
-  ember__client_free(c);
+  bool filtered = o->state || o->rule || o->worker;
+  char empty[160];
+  snprintf(empty, sizeof empty, "no alerts%s; `ember rules` lists the rules that would raise them",
+           filtered ? " match" : " on the server");
+  int64_t now_ms = ember_time_now_ns() / 1000000;
+  if (st == 0)
+    st = ember__list_command(cmd, o->server, o->token, "/api/v1/alerts", q.data, "alerts",
+                             o->json != NULL, list_table, &now_ms, empty);
   ember_buf_free(&q);
-  ember_buf_free(&body);
-  ember_buf_free(&out);
   return st;
 }
 

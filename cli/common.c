@@ -190,6 +190,35 @@ int ember__table_render(const ember__table_t *t, ember_buf_t *out) {
   return rc;
 }
 
+int ember__list_command(const char *cmd, const char *server, const char *token, const char *path,
+                        const char *query, const char *key, bool json, ember__list_table_fn table,
+                        const void *ctx, const char *empty) {
+  ember_buf_t body, out;
+  ember_buf_init(&body, EMBER__MAX_JSON_BODY);
+  ember_buf_init(&out, EMBER__MAX_JSON_BODY);
+  ember__client_t *c = NULL;
+  json_t *doc = NULL;
+  const json_t *list = NULL;
+  int st = ember__open_client(cmd, server, token, &c);
+  if (st == 0) st = ember__get_list(cmd, c, path, query, key, &body, &doc, &list);
+  if (st == 0 && json) {
+    st = ember__print_out(&body);
+  } else if (st == 0 && json_array_size(list) > 0) {
+    int rc = table(list, ctx, &out);
+    st = rc == 0 ? ember__print_out(&out) : EXIT_FAILED;
+    if (rc != 0) fprintf(stderr, "ember %s: %s\n", cmd, ember_strerror(rc));
+  }
+  if (st == 0 && json_array_size(list) == 0) {
+    fprintf(stderr, "ember %s: %s\n", cmd, empty);
+    st = EXIT_EMPTY;
+  }
+  json_decref(doc);
+  ember__client_free(c);
+  ember_buf_free(&body);
+  ember_buf_free(&out);
+  return st;
+}
+
 int ember__read_input(const char *path, ember_buf_t *b, bool *opened) {
   bool std = path == NULL || strcmp(path, "-") == 0;
   int fd = std ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);

@@ -80,6 +80,16 @@ int ember__status_exit(const char *cmd, ember__client_t *c, const char *path, lo
 int ember__get_list(const char *cmd, ember__client_t *c, const char *path, const char *query,
                     const char *key, ember_buf_t *body, json_t **doc, const json_t **list);
 
+/* A list command (`ember rules`, `ember alerts`, `ember sourcemaps`): GET
+ * `path` (with `query`, may be NULL), the array `key` of the answer
+ * printed as the table `table` makes of it (ctx passed through), or the
+ * answer itself when `json`; an empty list prints "ember CMD: `empty`" and
+ * is EXIT_EMPTY. Returns the exit status. */
+typedef int (*ember__list_table_fn)(const json_t *list, const void *ctx, ember_buf_t *out);
+int ember__list_command(const char *cmd, const char *server, const char *token, const char *path,
+                        const char *query, const char *key, bool json, ember__list_table_fn table,
+                        const void *ctx, const char *empty);
+
 /* Whether a 404's body is the API's answer for a path it does not serve
  * (an older server), rather than for a thing the path names. */
 bool ember__no_such_path(const ember_buf_t *body);

@@ -784,7 +784,8 @@ static int fmt_webhook(const json_t *wh, ember_buf_t *b) {
                           format ? ")" : "");
 }
 
-static int list_table(const json_t *list, ember_buf_t *out) {
+static int list_table(const json_t *list, const void *ctx, ember_buf_t *out) {
+  (void)ctx;
   static const bool right[8] = {false};
   ember__table_t t = {.ncols = 8, .right = right};
   ember_buf_t cell;
@@ -824,33 +825,9 @@ static int list_table(const json_t *list, ember_buf_t *out) {
 }
 
 static int cmd_list(const char *cmd, const ropts_t *o) {
-  static const char path[] = "/api/v1/rules";
-  ember_buf_t body, out;
-  ember_buf_init(&body, EMBER__MAX_JSON_BODY);
-  ember_buf_init(&out, EMBER__MAX_JSON_BODY);
-  ember__client_t *c = NULL;
-  json_t *doc = NULL;
-  const json_t *list = NULL;
-  int st = ember__open_client(cmd, o->server, o->token, &c);
-  if (st == 0) st = ember__get_list(cmd, c, path, NULL, "rules", &body, &doc, &list);
-  if (st != 0) goto cleanup;
-  if (o->json != NULL) {
-    st = ember__print_out(&body);
-  } else if (json_array_size(list) > 0) {
-    int rc = list_table(list, &out);
-    st = rc == 0 ? ember__print_out(&out) : EXIT_FAILED;
-    if (rc != 0) fprintf(stderr, "ember %s: %s\n", cmd, ember_strerror(rc));
-  }
-  if (st == 0 && json_array_size(list) == 0) {
-    fprintf(stderr, "ember %s: the server has no rules; add one with `ember rules add`\n", cmd);
-    st = EXIT_EMPTY;
-  }
-cleanup:
-  json_decref(doc);
-  ember__client_free(c);
-  ember_buf_free(&body);
-  ember_buf_free(&out);
-  return st;
+  return ember__list_command(cmd, o->server, o->token, "/api/v1/rules", NULL, "rules",
+                             o->json != NULL, list_table, NULL,
+                             "the server has no rules; add one with `ember rules add`");
 }
 
 int ember__cmd_rules(int argc, char **argv) {

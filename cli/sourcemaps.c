@@ -179,7 +179,8 @@ static int cmd_delete(const char *cmd, const sopts_t *o) {
   return st;
 }
 
-static int list_table(const json_t *list, ember_buf_t *out) {
+static int list_table(const json_t *list, const void *ctx, ember_buf_t *out) {
+  (void)ctx;
   static const bool right[5] = {false, false, false, true, true};
   ember__table_t t = {.ncols = 5, .right = right};
   const char *hdr[] = {"WORKER", "VERSION", "SCRIPT", "BYTES", "UPLOADED"};
@@ -204,37 +205,20 @@ static int list_table(const json_t *list, ember_buf_t *out) {
 }
 
 static int cmd_list(const char *cmd, const sopts_t *o) {
-  static const char path[] = "/api/v1/sourcemaps";
-  ember_buf_t body, out, q;
-  ember_buf_init(&body, EMBER__MAX_JSON_BODY);
-  ember_buf_init(&out, EMBER__MAX_JSON_BODY);
+  ember_buf_t q;
   ember_buf_init(&q, 16384);
-  ember__client_t *c = NULL;
-  json_t *doc = NULL;
-  const json_t *list = NULL;
-  int st = o->worker != NULL && ember__query_add(&q, "worker", o->worker) != 0 ? EXIT_USAGE : 0;
-  if (st == 0) st = ember__open_client(cmd, o->server, o->token, &c);
-  if (st == 0) st = ember__get_list(cmd, c, path, q.data, "sourcemaps", &body, &doc, &list);
-  if (st != 0) goto cleanup;
-  if (o->json != NULL) {
-    st = ember__print_out(&body);
-  } else if (json_array_size(list) > 0) {
-    int rc = list_table(list, &out);
-    st = rc == 0 ? ember__print_out(&out) : EXIT_FAILED;
-    if (rc != 0) fprintf(stderr, "ember %s: %s\n", cmd, ember_strerror(rc));
+  int st = 0;
+  if (o->worker != NULL && ember__query_add(&q, "worker", o->worker) != 0) {
+    fprintf(stderr, "ember %s: --worker is too long\n", cmd);
+    st = EXIT_USAGE;
   }
-  if (st == 0 && json_array_size(list) == 0) {
-    fprintf(stderr,
-            "ember %s: the server keeps no source maps%s%s; upload one with `ember "
-            "sourcemaps upload`\n",
-            cmd, o->worker ? " of " : "", o->worker ? o->worker : "");
-    st = EXIT_EMPTY;
-  }
-cleanup:
-  json_decref(doc);
-  ember__client_free(c);
-  ember_buf_free(&body);
-  ember_buf_free(&out);
+  char empty[600];
+  snprintf(empty, sizeof empty,
+           "the server keeps no source maps%s%.256s; upload one with `ember sourcemaps upload`",
+           o->worker ? " of " : "", o->worker ? o->worker : "");
+  if (st == 0)
+    st = ember__list_command(cmd, o->server, o->token, "/api/v1/sourcemaps", q.data, "sourcemaps",
+                             o->json != NULL, list_table, NULL, empty);
   ember_buf_free(&q);
   return st;
 }

@@ -11,7 +11,8 @@
  *  - list and delete; a deleted map maps nothing; a map of no version
  *    stands in for the versions without their own;
  *  - the maps survive a restart of the collector on a new broker (they are
- *    in its store, not only on the topic). */
+ *    in its store, not only on the topic);
+ *  - `ember sourcemaps upload`, `list` and `delete` against it. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -255,6 +256,37 @@ static void test_srcmaps_upload_map_list_delete_restart(void **state) {
   assert_int_equal(tu_http(port, "DELETE", "/api/v1/sourcemaps?worker=web&script=app.js", NULL,
                            NULL, out, sizeof out),
                    200);
+
+  /* The CLI: upload a file (the script from the map's "file"), list,
+   * delete; an empty list is exit 3. */
+  char mapfile[600], cmd[2048];
+  snprintf(mapfile, sizeof mapfile, "%s/cli.js.map", dir);
+  FILE *mf = fopen(mapfile, "w");
+  assert_non_null(mf);
+  fputs(map_v2, mf);
+  fclose(mf);
+  snprintf(cmd, sizeof cmd,
+           EMBER_BINARY_DIR "/cli/ember sourcemaps upload --server http://127.0.0.1:%u --worker "
+                            "cli --version 9 %s 2>&1",
+           port, mapfile);
+  assert_int_equal(tu_sh(cmd, out, sizeof out), 0);
+  assert_non_null(strstr(out, "uploaded the source map of app.js for cli 9"));
+  snprintf(cmd, sizeof cmd,
+           EMBER_BINARY_DIR "/cli/ember sourcemaps --server http://127.0.0.1:%u --worker cli 2>&1",
+           port);
+  assert_int_equal(tu_sh(cmd, out, sizeof out), 0);
+  assert_non_null(strstr(out, "WORKER"));
+  assert_non_null(strstr(out, "app.js"));
+  snprintf(cmd, sizeof cmd,
+           EMBER_BINARY_DIR "/cli/ember sourcemaps delete --server http://127.0.0.1:%u --worker "
+                            "cli --version 9 --script app.js 2>&1",
+           port);
+  assert_int_equal(tu_sh(cmd, out, sizeof out), 0);
+  snprintf(cmd, sizeof cmd,
+           EMBER_BINARY_DIR "/cli/ember sourcemaps --server http://127.0.0.1:%u --worker cli "
+                            ">/dev/null 2>&1",
+           port);
+  assert_int_equal(tu_sh(cmd, out, sizeof out), 3);
 
   /* A restart on a new (empty) broker: the store still has version 1's. */
   ember__collector_stop(c);
