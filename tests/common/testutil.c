@@ -1,6 +1,7 @@
 #include <errno.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
@@ -337,6 +338,25 @@ bool tu_which(const char *name, char *buf, size_t size) {
     if (access(buf, X_OK) == 0) return true;
   }
   return false;
+}
+
+void tu_store_path(char *buf, size_t size, const char *what, const char *name) {
+  snprintf(buf, size, "%s/store_%s_%s_%ld.lmdb", EMBER_TEST_TMP, what, name, (long)getpid());
+}
+
+void tu_store_remove(const char *path) {
+  char lock[PATH_MAX];
+  snprintf(lock, sizeof lock, "%s-lock", path);
+  unlink(path);
+  unlink(lock);
+}
+
+ember_store_t *tu_store_open(const char *path, size_t map_size) {
+  ember_store_opts_t o = {.map_size = map_size, .no_sync = true};
+  ember_store_t *s = NULL;
+  char err[256];
+  if (ember_store_open(path, &o, &s, err, sizeof err) != 0) fail_msg("open %s: %s", path, err);
+  return s;
 }
 
 int tu_http(unsigned port, const char *method, const char *path, const char *headers,

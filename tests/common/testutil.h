@@ -10,6 +10,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "ember/profile.h"
+#include "ember/store.h"
 
 /* The real broker's address from EMBER_TEST_BOOTSTRAP_FILE (fails the test
  * with a message when missing). Static storage. */
@@ -74,6 +75,13 @@ int64_t tu_self(const ember_profile_t *p, size_t vi, const char *fn);
 int64_t tu_total_matching(const ember_profile_t *p, size_t vi, const char *substr);
 /* Does any frame's function contain `substr`? Returns its kind or -1. */
 int tu_find_frame(const ember_profile_t *p, const char *substr);
+
+/* Store files of this test process: EMBER_TEST_TMP/store_<what>_<name>_
+ * <pid>.lmdb; removing one removes its lock file too; opening one (no
+ * fsync, a map of `map_size` bytes) fails the test with LMDB's sentence. */
+void tu_store_path(char *buf, size_t size, const char *what, const char *name);
+void tu_store_remove(const char *path);
+ember_store_t *tu_store_open(const char *path, size_t map_size);
 
 /* One HTTP/1.0 request to 127.0.0.1:port (Host: 127.0.0.1, then
  * `headers`, each line ending in \r\n, may be NULL; `body` may be NULL);

@@ -15,18 +15,8 @@
 
 #include <cmocka.h>
 
+#include "common/testutil.h"
 #include "ember/store.h"
-
-static void store_path(char *buf, size_t size, const char *name) {
-  snprintf(buf, size, "%s/store_doc_%s_%ld.lmdb", EMBER_TEST_TMP, name, (long)getpid());
-}
-
-static void remove_store(const char *path) {
-  char lock[600];
-  snprintf(lock, sizeof lock, "%s-lock", path);
-  unlink(path);
-  unlink(lock);
-}
 
 static ember_store_t *open_opts(const char *path, const ember_store_opts_t *o) {
   ember_store_t *s = NULL;
@@ -75,8 +65,8 @@ static int collect(const char *key, const void *doc, size_t len, void *ctx) {
 static void test_store_doc_put_get_del_each(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "basic");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "doc", "basic");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   put_str(s, EMBER_STORE_DOC_RULES, "cpu-hot", "{\"name\":\"cpu-hot\"}");
   put_str(s, EMBER_STORE_DOC_ALERTS, "cpu-hot", "{\"id\":\"x\"}"); /* tables apart */
@@ -159,7 +149,7 @@ static void test_store_doc_put_get_del_each(void **state) {
   assert_int_equal(ember_store_doc_each(s, EMBER_STORE_DOC_RULES, NULL, NULL), -EINVAL);
   assert_int_equal(ember_store_doc_get(s, EMBER_STORE_DOC_RULES, "k", NULL, &len), -EINVAL);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* Alerts resolved before a cutoff go; the caller judges, the store deletes. */
@@ -177,8 +167,8 @@ static bool resolved_before(const char *key, const void *bigdoc, size_t len, voi
 static void test_store_doc_retain(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "retain");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "doc", "retain");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   for (int i = 0; i < 25; i++) {
     char key[24], body[64];
@@ -210,14 +200,14 @@ static void test_store_doc_retain(void **state) {
   assert_int_equal(deleted, 0);
   assert_int_equal(ember_store_doc_retain(s, EMBER_STORE_DOC_ALERTS, NULL, NULL, 0, NULL), -EINVAL);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void test_store_doc_reopen_persists(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "reopen");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "doc", "reopen");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   put_str(s, EMBER_STORE_DOC_RULES, "r1", "{\"name\":\"r1\"}");
   put_str(s, EMBER_STORE_DOC_ALERTS, "0123456789abcdef", "{\"state\":\"firing\"}");
@@ -235,7 +225,7 @@ static void test_store_doc_reopen_persists(void **state) {
   char err[512];
   uint64_t entries = 0;
   assert_int_equal(ember_store_verify(path, &entries, err, sizeof err), 0);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* Rewrite the value of `key` in `table` with one byte flipped, behind the
@@ -269,8 +259,8 @@ static bool always(const char *key, const void *doc, size_t len, void *ctx) {
 static void test_store_doc_damage_refused(void **state) {
   (void)state;
   char path[512], err[512];
-  store_path(path, sizeof path, "damage");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "doc", "damage");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   put_str(s, EMBER_STORE_DOC_ALERTS, "a", "{\"state\":\"firing\"}");
   put_str(s, EMBER_STORE_DOC_ALERTS, "b", "{\"state\":\"resolved\"}");
@@ -293,7 +283,7 @@ static void test_store_doc_damage_refused(void **state) {
   ember_store_close(s);
   assert_int_equal(ember_store_verify(path, NULL, err, sizeof err), EMBER_ECORRUPT);
   assert_non_null(strstr(err, "\"alerts\" fails its checksum"));
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* A store made before the document tables: read-only it opens and reads
@@ -301,8 +291,8 @@ static void test_store_doc_damage_refused(void **state) {
 static void test_store_doc_old_store(void **state) {
   (void)state;
   char path[512], err[512];
-  store_path(path, sizeof path, "old");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "doc", "old");
+  tu_store_remove(path);
   ember_store_close(open_store(path));
   {
     MDB_env *env = NULL;
@@ -337,15 +327,15 @@ static void test_store_doc_old_store(void **state) {
   put_str(s, EMBER_STORE_DOC_RULES, "r", "{}");
   expect_doc(s, EMBER_STORE_DOC_RULES, "r", "{}");
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* Documents that outgrow the map grow it, up to max_size, then say so. */
 static void test_store_doc_map_growth(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "grow");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "doc", "grow");
+  tu_store_remove(path);
   ember_store_opts_t o = {
       .map_size = (size_t)1 << 20, .max_size = (size_t)8 << 20, .no_sync = true};
   ember_store_t *s = open_opts(path, &o);
@@ -374,14 +364,14 @@ static void test_store_doc_map_growth(void **state) {
   ember_free(doc);
   free(big);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void test_store_doc_alloc_failures(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "alloc");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "doc", "alloc");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   for (int i = 0; i < 70; i++) {
     char key[16];
@@ -437,7 +427,7 @@ static void test_store_doc_alloc_failures(void **state) {
   assert_int_equal(ember_store_stats(s, &st), 0);
   assert_int_equal(st.alert_docs, 0);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 int main(void) {

@@ -62,17 +62,6 @@ static int frame(void *ctx, const char *worker, const char *version, const ember
   return 1;
 }
 
-static void store_path(char *buf, size_t size) {
-  snprintf(buf, size, "%s/store_fmap_%ld.lmdb", EMBER_TEST_TMP, (long)getpid());
-}
-
-static void remove_store(const char *path) {
-  char lock[600];
-  snprintf(lock, sizeof lock, "%s-lock", path);
-  unlink(path);
-  unlink(lock);
-}
-
 /* One window of (worker, version): `n` samples of V8_NAME <- main, at
  * `start`. Gauges when `vt` is an in-use type, else CPU. A session's
  * result when `session` is set. */
@@ -123,18 +112,14 @@ static ember_profile_t *merge(ember_store_t *s, const char *worker, ember_value_
 }
 
 static ember_store_t *open_store(const char *path) {
-  remove_store(path);
-  ember_store_opts_t o = {.map_size = (size_t)256 << 20, .no_sync = true};
-  ember_store_t *s = NULL;
-  char err[256];
-  if (ember_store_open(path, &o, &s, err, sizeof err) != 0) fail_msg("open %s: %s", path, err);
-  return s;
+  tu_store_remove(path);
+  return tu_store_open(path, (size_t)256 << 20);
 }
 
 static void test_store_fmap_rewrites_each_version_apart(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path);
+  tu_store_path(path, sizeof path, "fmap", "main");
   ember_store_t *s = open_store(path);
   /* web 1 and web 2 at the same time on one host (a rolling deploy), in
    * several windows; api runs the same bundle without a map. */
@@ -224,7 +209,7 @@ static void test_store_fmap_rewrites_each_version_apart(void **state) {
   for (int i = 0; i < 3; i++) ember_profile_free(rs[i]);
   for (int i = 0; i < 7; i++) ember_profile_free(ps[i]);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 int main(void) {

@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "common/testutil.h"
 #include "ember/store.h"
 
 #define SEC 1000000000LL
@@ -25,25 +26,7 @@
 
 static const ember_value_type_t heap_types[] = {EMBER_VT_INUSE_OBJECTS, EMBER_VT_INUSE_BYTES};
 
-static void store_path(char *buf, size_t size, const char *name) {
-  snprintf(buf, size, "%s/store_gauge_%s_%ld.lmdb", EMBER_TEST_TMP, name, (long)getpid());
-}
-
-static void remove_store(const char *path) {
-  char lock[600];
-  snprintf(lock, sizeof lock, "%s-lock", path);
-  unlink(path);
-  unlink(lock);
-}
-
-static ember_store_t *open_store(const char *path) {
-  ember_store_opts_t o = {.map_size = (size_t)64 << 20, .no_sync = true};
-  ember_store_t *s = NULL;
-  char err[256];
-  int rc = ember_store_open(path, &o, &s, err, sizeof err);
-  if (rc != 0) fail_msg("open %s: %s", path, err);
-  return s;
-}
+static ember_store_t *open_store(const char *path) { return tu_store_open(path, (size_t)64 << 20); }
 
 /* An in-use window of `host`'s worker "api" starting at `start`: `bytes`
  * held by leak_step and 1000 by steady_work (objects: bytes / 100). */
@@ -85,8 +68,8 @@ static int64_t merged(ember_store_t *s, const ember_store_selector_t *sel, int64
 static void test_store_gauge_latest_not_summed(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "latest");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "gauge", "latest");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   /* One series, three windows: the heap grows 100 -> 200 -> 300 (+1000). */
   for (int i = 0; i < 3; i++) write_one(s, heap_window("h1", T0 + i * 10 * SEC, 100 * (i + 1)));
@@ -109,14 +92,14 @@ static void test_store_gauge_latest_not_summed(void **state) {
   /* Counted types merge as before and see no gauge. */
   assert_int_equal(merged(s, NULL, T0, T0 + 30 * SEC, EMBER_VT_ALLOC_BYTES), 0);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void test_store_gauge_series_summed_within_lookback(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "series");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "gauge", "series");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   write_one(s, heap_window("h1", T0, 100));
   write_one(s, heap_window("h1", T0 + 20 * SEC, 300));
@@ -162,14 +145,14 @@ static void test_store_gauge_series_summed_within_lookback(void **state) {
   assert_int_equal(ember_store_gauge_latest(s, NULL, T0, to, EMBER_VT_ALLOC_BYTES, &parts, &n),
                    -EINVAL);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void test_store_gauge_rollups_untouched(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "rollups");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "gauge", "rollups");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   /* Two hours of gauge windows, every 10 s: in-use grows by 10 a window. */
   for (int i = 0; i < 720; i++) write_one(s, heap_window("h1", T0 + i * 10 * SEC, 10 * (i + 1)));
@@ -201,14 +184,14 @@ static void test_store_gauge_rollups_untouched(void **state) {
   assert_int_equal(merged(s, NULL, T0, T0 + 7200 * SEC, EMBER_VT_ALLOC_BYTES), 360 * 64);
   assert_int_equal(merged(s, NULL, T0, T0 + 7200 * SEC, EMBER_VT_INUSE_BYTES), 7200 + 1000);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void test_store_gauge_mixed_window_refused(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "mixed");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "gauge", "mixed");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   const ember_value_type_t mixed[] = {EMBER_VT_ALLOC_BYTES, EMBER_VT_INUSE_BYTES};
   ember_profile_t *p = NULL;
@@ -239,14 +222,14 @@ static void test_store_gauge_mixed_window_refused(void **state) {
   assert_string_equal(ember_value_type_name(EMBER_VT_INUSE_OBJECTS), "inuse_objects");
   assert_string_equal(ember_value_type_unit(EMBER_VT_INUSE_OBJECTS), "count");
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void test_store_gauge_timeline(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "timeline");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "gauge", "timeline");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   /* h1 every 10 s for a minute (100, 200, ... 600), h2 at 5 s and 35 s. */
   for (int i = 0; i < 6; i++) write_one(s, heap_window("h1", T0 + i * 10 * SEC, 100 * (i + 1)));
@@ -301,14 +284,14 @@ static void test_store_gauge_timeline(void **state) {
       ember_store_gauge_timelines(s, NULL, EMBER_VT_INUSE_BYTES, T0, T0 + 60 * SEC, 0, 0, &t),
       -EINVAL);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void test_store_gauge_undo_and_retention(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "undo");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "gauge", "undo");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   ember_profile_t *w[3];
   ember_store_source_t src[3];
@@ -346,7 +329,7 @@ static void test_store_gauge_undo_and_retention(void **state) {
   ember_store_close(s);
   char err[256];
   assert_int_equal(ember_store_verify(path, NULL, err, sizeof err), 0);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* Put `version` under meta "schema", sealed as schema 3 and later seal it. */
@@ -397,8 +380,8 @@ static uint32_t get_schema(const char *path) {
 static void test_store_gauge_schema_upgrade(void **state) {
   (void)state;
   char path[512], err[256];
-  store_path(path, sizeof path, "schema");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "gauge", "schema");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   /* A schema 3 store with counted windows. */
   const ember_value_type_t at[] = {EMBER_VT_ALLOC_BYTES};
@@ -430,7 +413,7 @@ static void test_store_gauge_schema_upgrade(void **state) {
   /* Schema 2 is still refused. */
   set_schema_sealed(path, 2);
   assert_int_equal(ember_store_open(path, NULL, &s, err, sizeof err), EMBER_EVERSION);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 int main(void) {

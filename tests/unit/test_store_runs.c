@@ -18,23 +18,13 @@
 
 #include <cmocka.h>
 
+#include "common/testutil.h"
 #include "ember/store.h"
 
 #define SEC 1000000000LL
 #define T0  (1764460800LL * SEC) /* 2025-11-30T00:00:00Z, an hour boundary */
 
 static const ember_value_type_t cpu_types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
-
-static void store_path(char *buf, size_t size, const char *name) {
-  snprintf(buf, size, "%s/store_runs_%s_%ld.lmdb", EMBER_TEST_TMP, name, (long)getpid());
-}
-
-static void remove_store(const char *path) {
-  char lock[600];
-  snprintf(lock, sizeof lock, "%s-lock", path);
-  unlink(path);
-  unlink(lock);
-}
 
 static ember_store_t *open_opts(const char *path, const ember_store_opts_t *o) {
   ember_store_t *s = NULL;
@@ -226,8 +216,8 @@ static uint64_t stat_pending(ember_store_t *s) {
 static void test_store_runs_write_shows_runs(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "show");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "runs", "show");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   ember_profile_t *ps[6];
   for (size_t i = 0; i < 6; i++)
@@ -342,7 +332,7 @@ static void test_store_runs_write_shows_runs(void **state) {
   ember_profile_free(fresh);
   for (size_t i = 0; i < 6; i++) ember_profile_free(ps[i]);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* committed() forgets the partition's pending windows below the offset
@@ -352,8 +342,8 @@ static void test_store_runs_write_shows_runs(void **state) {
 static void test_store_runs_committed_clears_pending(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "commit");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "runs", "commit");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   enum { N = 12 };
   ember_profile_t *ps[N];
@@ -430,7 +420,7 @@ static void test_store_runs_committed_clears_pending(void **state) {
   ember_store_close(s);
 
   for (size_t i = 0; i < N; i++) ember_profile_free(ps[i]);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* The windows of the undo test: every 10 s from T0 - 10 min for 80 min
@@ -521,10 +511,10 @@ static void compare_all(ember_store_t *a, ember_store_t *b) {
 static void test_store_runs_undo_restores_exactly(void **state) {
   (void)state;
   char pa[512], pb[512];
-  store_path(pa, sizeof pa, "undo_a");
-  store_path(pb, sizeof pb, "undo_b");
-  remove_store(pa);
-  remove_store(pb);
+  tu_store_path(pa, sizeof pa, "runs", "undo_a");
+  tu_store_path(pb, sizeof pb, "runs", "undo_b");
+  tu_store_remove(pa);
+  tu_store_remove(pb);
   stream_t st = make_stream(700);
   ember_store_t *a = open_store(pa), *b = open_store(pb);
   write_batches(a, st.ps, st.src, st.n, 250);
@@ -600,7 +590,7 @@ static void test_store_runs_undo_restores_exactly(void **state) {
   /* Only the committed windows are left. */
   assert_int_equal(sst.idem_keys, 300);
   ember_store_close(b);
-  remove_store(pb);
+  tu_store_remove(pb);
   b = open_store(pb);
   for (size_t i = 0; i < st.n; i++)
     if (st.src[i].partition == 0 && st.src[i].offset < 300)
@@ -624,8 +614,8 @@ static void test_store_runs_undo_restores_exactly(void **state) {
   stream_free(&st);
   ember_store_close(a);
   ember_store_close(b);
-  remove_store(pa);
-  remove_store(pb);
+  tu_store_remove(pa);
+  tu_store_remove(pb);
 }
 
 /* An idle window (no stacks) undone leaves its empty row and its zero CPU
@@ -636,8 +626,8 @@ static void test_store_runs_undo_restores_exactly(void **state) {
 static void test_store_runs_undo_idle_window(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "idle");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "runs", "idle");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   ember_profile_t *idle = make_window("api", "h0", T0, "a", 1, 0, 4, 1);
   ember_store_source_t src = {0, 0, 0, 1};
@@ -680,7 +670,7 @@ static void test_store_runs_undo_idle_window(void **state) {
   ember_profile_free(idle);
   ember_profile_free(busy);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* All or nothing: fail the Nth allocation of a write with sources, then of
@@ -690,8 +680,8 @@ static void test_store_runs_undo_idle_window(void **state) {
 static void test_store_runs_alloc_failures(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "alloc");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "runs", "alloc");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   enum { N = 5 };
   ember_profile_t *ps[N + 1];
@@ -781,7 +771,7 @@ static void test_store_runs_alloc_failures(void **state) {
 
   for (size_t i = 0; i < N; i++) ember_profile_free(ps[i]);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* Retention takes pending windows that started before the cutoff and runs
@@ -790,8 +780,8 @@ static void test_store_runs_alloc_failures(void **state) {
 static void test_store_runs_retention(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "retain");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "runs", "retain");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   /* One window a minute for three hours; partition 0 read in a run from 0
    * (the first hour) and a run from 60 (the rest). */
@@ -829,7 +819,7 @@ static void test_store_runs_retention(void **state) {
   assert_null(runs);
   for (size_t i = 0; i < N; i++) ember_profile_free(ps[i]);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static MDB_env *raw_open(const char *path) {
@@ -846,8 +836,8 @@ static MDB_env *raw_open(const char *path) {
 static void test_store_runs_old_store(void **state) {
   (void)state;
   char path[512], err[512];
-  store_path(path, sizeof path, "old");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "runs", "old");
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   ember_profile_t *p = make_window("api", "h0", T0, "a", 1, 4, 6, 1);
   assert_int_equal(ember_store_write(s, &p, 1, NULL), 0);
@@ -895,7 +885,7 @@ static void test_store_runs_old_store(void **state) {
   assert_int_equal(ember_store_verify(path, NULL, err, sizeof err), 0);
   ember_profile_free(p);
   ember_profile_free(q);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* Replace the value of the first entry of `table` with `len` bytes of
@@ -958,7 +948,7 @@ static size_t first_value(const char *path, const char *table, uint8_t *out, siz
 }
 
 static void build_small(const char *path) {
-  remove_store(path);
+  tu_store_remove(path);
   ember_store_t *s = open_store(path);
   ember_profile_t *ps[3];
   ember_store_source_t src[3];
@@ -978,7 +968,7 @@ static void build_small(const char *path) {
 static void test_store_runs_verify(void **state) {
   (void)state;
   char path[512], err[1024];
-  store_path(path, sizeof path, "verify");
+  tu_store_path(path, sizeof path, "runs", "verify");
   build_small(path);
   uint64_t entries = 0;
   assert_int_equal(ember_store_verify(path, &entries, err, sizeof err), 0);
@@ -1037,7 +1027,7 @@ static void test_store_runs_verify(void **state) {
   tamper(path, "series_part", NULL, 0);
   assert_int_equal(ember_store_verify(path, NULL, err, sizeof err), EMBER_ECORRUPT);
   assert_non_null(strstr(err, "\"series_part\" fails its checksum"));
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* A write with sources that outgrows the map grows it and writes the batch
@@ -1045,8 +1035,8 @@ static void test_store_runs_verify(void **state) {
 static void test_store_runs_map_growth(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "grow");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "runs", "grow");
+  tu_store_remove(path);
   ember_store_opts_t o = {
       .map_size = (size_t)1 << 20, .max_size = (size_t)256 << 20, .no_sync = true};
   ember_store_t *s = open_opts(path, &o);
@@ -1080,7 +1070,7 @@ static void test_store_runs_map_growth(void **state) {
   free(ps);
   free(src);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 int main(void) {

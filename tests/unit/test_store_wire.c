@@ -27,24 +27,9 @@
 
 static const ember_value_type_t cpu_types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
 
-static void store_path(char *buf, size_t size, const char *name) {
-  snprintf(buf, size, "%s/store_wire_%s_%ld.lmdb", EMBER_TEST_TMP, name, (long)getpid());
-}
-
-static void remove_store(const char *path) {
-  char lock[600];
-  snprintf(lock, sizeof lock, "%s-lock", path);
-  unlink(path);
-  unlink(lock);
-}
-
 static ember_store_t *open_store(const char *path) {
-  remove_store(path);
-  ember_store_opts_t o = {.map_size = (size_t)256 << 20, .no_sync = true};
-  ember_store_t *s = NULL;
-  char err[256];
-  if (ember_store_open(path, &o, &s, err, sizeof err) != 0) fail_msg("open %s: %s", path, err);
-  return s;
+  tu_store_remove(path);
+  return tu_store_open(path, (size_t)256 << 20);
 }
 
 /* A window of worker w: stacks fn<prefix><k> ... main, k < nstacks. */
@@ -117,8 +102,8 @@ static int64_t merged_total(ember_store_t *s, const char *worker, size_t *nstack
 static void test_store_wire_stores_what_profiles_store(void **state) {
   (void)state;
   char pa[512], pb[512];
-  store_path(pa, sizeof pa, "prof");
-  store_path(pb, sizeof pb, "view");
+  tu_store_path(pa, sizeof pa, "wire", "prof");
+  tu_store_path(pb, sizeof pb, "wire", "view");
   ember_store_t *a = open_store(pa), *b = open_store(pb);
   ember_profile_t *ps[3];
   ember_wire_t *ws[3];
@@ -147,8 +132,8 @@ static void test_store_wire_stores_what_profiles_store(void **state) {
   }
   ember_store_close(a);
   ember_store_close(b);
-  remove_store(pa);
-  remove_store(pb);
+  tu_store_remove(pa);
+  tu_store_remove(pb);
 }
 
 /* Generated names are stored with their frames and read back: a mapped
@@ -157,7 +142,7 @@ static void test_store_wire_stores_what_profiles_store(void **state) {
 static void test_store_wire_keeps_generated_names(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "gen");
+  tu_store_path(path, sizeof path, "wire", "gen");
   ember_store_t *s = open_store(path);
   ember_profile_t *p = NULL;
   assert_int_equal(ember_profile_new(cpu_types, 2, &p), 0);
@@ -225,7 +210,7 @@ static void test_store_wire_keeps_generated_names(void **state) {
   free(keep);
   ember_profile_free(p);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void wrong_location_hash(Ember__Wire__V2__Profile *m) { m->location_hash[0] ^= 0x10; }
@@ -271,7 +256,7 @@ static void expect_refused(ember_store_t *s, mutate_fn mutate, const char *want)
 static void test_store_wire_refuses_content_that_does_not_match(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "refuse");
+  tu_store_path(path, sizeof path, "wire", "refuse");
   ember_store_t *s = open_store(path);
   /* Warm the caches with the frames "run" and "main". */
   ember_profile_t *p = window("api", T0, 1, "", 5);
@@ -294,7 +279,7 @@ static void test_store_wire_refuses_content_that_does_not_match(void **state) {
     expect_refused(s, cases[i].fn, cases[i].want);
   }
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* A refused batch created frames and stacks in its transaction; the caches
@@ -303,7 +288,7 @@ static void test_store_wire_refuses_content_that_does_not_match(void **state) {
 static void test_store_wire_refused_batch_leaves_no_ids(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "ids");
+  tu_store_path(path, sizeof path, "wire", "ids");
   ember_store_t *s = open_store(path);
   ember_profile_t *warm = window("api", T0, 1, "", 3);
   assert_int_equal(ember_store_write(s, &warm, 1, NULL), 0);
@@ -328,7 +313,7 @@ static void test_store_wire_refused_batch_leaves_no_ids(void **state) {
   ember_profile_free(fresh);
   ember_profile_free(bad);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* v2 may send one stack twice: the store adds them into one entry. */
@@ -357,7 +342,7 @@ static void same_stack_twice(Ember__Wire__V2__Profile *m) {
 static void test_store_wire_same_stack_twice(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "twice");
+  tu_store_path(path, sizeof path, "wire", "twice");
   ember_store_t *s = open_store(path);
   ember_profile_t *p = window("api", T0, 1, "", 4);
   uint8_t *k;
@@ -372,7 +357,7 @@ static void test_store_wire_same_stack_twice(void **state) {
   free(k);
   ember_profile_free(p);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 int main(void) {
