@@ -674,6 +674,14 @@ static bool has_maps(const ember__srcmaps_t *m, const char *w, const char *v) {
   return i < m->n && cmp3(w, "", NULL, &m->e[i]) == 0;
 }
 
+static bool any(void *ctx) {
+  ember__srcmaps_t *m = ctx;
+  pthread_mutex_lock(&m->mu);
+  bool some = m->n > 0;
+  pthread_mutex_unlock(&m->mu);
+  return some;
+}
+
 static bool wants(void *ctx, const char *worker, const char *version) {
   ember__srcmaps_t *m = ctx;
   if (worker == NULL) return false;
@@ -753,5 +761,5 @@ done:
 }
 
 void ember__srcmaps_frame_map(ember__srcmaps_t *m, ember_store_frame_map_t *out) {
-  *out = (ember_store_frame_map_t){.wants = wants, .frame = frame, .ctx = m};
+  *out = (ember_store_frame_map_t){.any = any, .wants = wants, .frame = frame, .ctx = m};
 }

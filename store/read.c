@@ -296,7 +296,7 @@ static int dup_or_null(const char *src, const char **dst) {
 static int fm_group(ember_store_t *s, MDB_txn *txn, const uint32_t *sids, size_t nsids,
                     fm_groups_t *g) {
   *g = (fm_groups_t){0};
-  if (s->fmap.frame == NULL || nsids == 0) return 0;
+  if (s->fmap.frame == NULL || nsids == 0 || (s->fmap.any && !s->fmap.any(s->fmap.ctx))) return 0;
   g->of = ember_calloc(nsids, sizeof *g->of);
   if (g->of == NULL) return -ENOMEM;
   size_t cap = 0;

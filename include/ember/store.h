@@ -274,6 +274,9 @@ EMBER_API int ember_store_merge(ember_store_t *store, const ember_store_selector
  * added together before they are rewritten. Series it does not want merge
  * as before, at no extra cost; with no map set no series is looked at.
  *
+ *  - any (may be NULL): whether any series may be wanted at all right now;
+ *    false spares a read the look at each series' labels (a collector
+ *    with no maps uploaded).
  *  - wants: whether frames of (worker, version) may be rewritten (either
  *    may be NULL: the label is unset).
  *  - frame: rewrite `in`: 1 with *out set (its strings may point into
@@ -285,6 +288,7 @@ EMBER_API int ember_store_merge(ember_store_t *store, const ember_store_selector
  * thread-safe. Set the map once, after ember_store_open and before any
  * read; NULL removes it (also only while no read runs). */
 typedef struct ember_store_frame_map {
+  bool (*any)(void *ctx);
   bool (*wants)(void *ctx, const char *worker, const char *version);
   int (*frame)(void *ctx, const char *worker, const char *version, const ember_frame_t *in,
                ember_frame_t *out, char *buf, size_t size);
