@@ -3,6 +3,7 @@
  * stack hashes built on it. These values travel on the wire and key the
  * store's dictionary cache, so they never change: the unit test pins them
  * to vectors of the reference implementation. Thread-safe: pure functions. */
+#include <errno.h>
 #include <string.h>
 
 #include "ember/wire.h"
@@ -17,7 +18,21 @@
 
 static inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
-/* Little-endian loads (the spec reads lanes little-endian on every host). */
+/* Little-endian loads (the spec reads lanes little-endian on every host):
+ * one load on a little-endian host, bytes assembled elsewhere. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+static inline uint64_t le64(const unsigned char *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+
+static inline uint32_t le32(const unsigned char *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+#else
 static inline uint64_t le64(const unsigned char *p) {
   return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
          (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
@@ -26,6 +41,7 @@ static inline uint64_t le64(const unsigned char *p) {
 static inline uint32_t le32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
+#endif
 
 static inline uint64_t xround(uint64_t acc, uint64_t lane) {
   acc += lane * P2;
@@ -85,8 +101,12 @@ uint64_t ember__xxh64(const void *data, size_t len, uint64_t seed) {
 
 uint64_t ember_wire_string_hash(const void *s, size_t n) { return ember__xxh64(s, n, 0); }
 
-static void put_le(unsigned char *p, uint64_t v, int bytes) {
+static inline void put_le(unsigned char *p, uint64_t v, int bytes) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  memcpy(p, &v, (size_t)bytes);
+#else
   for (int i = 0; i < bytes; i++) p[i] = (unsigned char)(v >> (8 * i));
+#endif
 }
 
 uint64_t ember_wire_location_hash(uint64_t address, uint32_t line, uint32_t kind,
@@ -165,4 +185,57 @@ int ember_wire_check_location(const ember_wire_t *w, size_t i, char *errbuf, siz
                              "location %zu: hash %016llx does not match its content (%016llx)", i,
                              (unsigned long long)w->loc_hash[i], (unsigned long long)want);
   return 0;
+}
+
+int ember_wire_check_hashes(const ember_wire_t *w, char *errbuf, size_t errbuf_size) {
+  if (w == NULL) return -EINVAL;
+  if (w->version != EMBER_WIRE_V2) return 0;
+  /* A string's hash once, the first time a location names it. */
+  uint64_t *sh = ember_malloc((w->nstrings ? w->nstrings : 1) * sizeof *sh);
+  uint8_t *have = ember_calloc(w->nstrings ? w->nstrings : 1, 1);
+  if (sh == NULL || have == NULL) {
+    ember_free(sh);
+    ember_free(have);
+    return ember__codec_fail(-ENOMEM, errbuf, errbuf_size, "out of memory");
+  }
+  uint64_t empty = ember_wire_string_hash("", 0);
+  int rc = 0;
+  for (size_t i = 0; i < w->nlocations && rc == 0; i++) {
+    uint32_t f = w->loc_function[i], m = w->loc_module[i];
+    uint32_t idx[EMBER_WIRE_LOC_STRINGS] = {
+        f ? w->fn_name[f - 1] : 0, f ? w->fn_file[f - 1] : 0, m ? w->mod_name[m - 1] : 0,
+        m ? w->mod_build_id[m - 1] : 0, f && w->fn_generated ? w->fn_generated[f - 1] : 0};
+    uint64_t h[EMBER_WIRE_LOC_STRINGS];
+    for (int k = 0; k < EMBER_WIRE_LOC_STRINGS; k++) {
+      uint32_t s = idx[k];
+      if (s == 0 || w->str_len[s] == 0) {
+        h[k] = empty;
+        idx[k] = 0;
+        continue;
+      }
+      if (!have[s]) {
+        sh[s] = ember_wire_string_hash(w->blob + w->str_off[s], w->str_len[s]);
+        have[s] = 1;
+      }
+      h[k] = sh[s];
+    }
+    uint64_t want = ember_wire_location_hash(w->loc_address[i], w->loc_line[i], w->loc_kind[i], h,
+                                             idx[EMBER_WIRE_LOC_GENERATED] != 0);
+    /* The full check says best what is wrong (bad text, or the hash). */
+    if (want != w->loc_hash[i]) rc = ember_wire_check_location(w, i, errbuf, errbuf_size);
+  }
+  uint64_t lh[EMBER_MAX_STACK_DEPTH];
+  for (size_t i = 0; i < w->nsamples && rc == 0; i++) {
+    const uint32_t *locs = w->locs + w->stack_off[i];
+    for (size_t d = 0; d < w->depth[i]; d++) lh[d] = w->loc_hash[locs[d]];
+    uint64_t want = ember_wire_stack_hash(lh, w->depth[i]);
+    if (want != w->stack_hash[i])
+      rc =
+          ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
+                            "sample %zu: stack hash %016llx does not match its locations (%016llx)",
+                            i, (unsigned long long)w->stack_hash[i], (unsigned long long)want);
+  }
+  ember_free(sh);
+  ember_free(have);
+  return rc;
 }

@@ -11,15 +11,13 @@
  *
  * The producers' memo: once a stack of producer P (its agent id) was
  * confirmed that way, the next windows of P that send its hash take its id
- * without looking at its locations (EMBER__CACHE_MEMO: (P, stack hash) ->
- * stack id). A window repeats its producer's stacks, so most of its
- * locations are never looked up. This trusts P with P's own samples only:
- * content that P sends under a hash P confirmed before is read as that
- * stack, which P could have sent itself; no other producer's windows and
- * no stored frame change. What is given up is noticing, for those stacks,
- * a producer whose hashes disagree with its content (a writer's bug); new
- * stacks are checked as before (docs/internals/store.md, "The producers'
- * memo").
+ * without looking its locations up (EMBER__CACHE_MEMO: (P, stack hash) ->
+ * stack id). So that no hash is taken on trust, a window of a producer is
+ * first checked whole: every location's hash against its content, every
+ * stack's against its locations' (ember_wire_check_hashes); it is refused
+ * when they disagree. A hit then reads P's content as the stack P
+ * confirmed under that hash; only a collision P made itself could differ,
+ * and it moves P's own samples only (docs/internals/store.md).
  *
  * All of it runs inside the caller's write transaction (write.c), so
  * LMDB's writer lock serialises it; not thread-safe otherwise. */

@@ -153,6 +153,16 @@ EMBER_API void ember_wire_location_strings(const ember_wire_t *w, size_t i,
                                            const char *p[EMBER_WIRE_LOC_STRINGS],
                                            size_t n[EMBER_WIRE_LOC_STRINGS]);
 
+/* Check that every location's hash is its content's and every stack's is
+ * its locations' (not the strings' text: see ember_wire_check_location),
+ * hashing each string of the window once. For a reader that takes the
+ * hashes as the identity of content it does not look at (the store's
+ * producers' memo), so that a window whose hashes disagree with its
+ * content is still refused. A view made here from version 1 or from a
+ * profile (version 1) has hashes of its own making: 0 at once. Returns 0,
+ * EMBER_ECORRUPT with a sentence, or -ENOMEM. */
+EMBER_API int ember_wire_check_hashes(const ember_wire_t *w, char *errbuf, size_t errbuf_size);
+
 /* Check what ember_wire_decode left about location `i`: its strings are
  * UTF-8 without NUL, at most EMBER_MAX_STRING bytes, and its hash is its
  * content's. Returns 0 or EMBER_ECORRUPT with a sentence. */
