@@ -1424,8 +1424,11 @@ int ember__alerts_rule_sync(ember__alerts_t *a, const char *name, const json_t *
       rc = -EEXIST;
     }
   } else if (r == NULL) {
+    /* Said before the drop: rule i may be the last, and the drop moves
+     * nrules below it. */
+    if (i < a->nrules) done = "deleted";
     if (i < a->nrules) rc = api_rule_drop(a, i, "its rule was deleted", errbuf, errbuf_size);
-    if (rc == 0 && i < a->nrules) done = "deleted";
+    if (rc != 0) done = NULL;
   } else {
     char *have = i < a->nrules ? rule_text(a->rules[i].r, NULL) : NULL;
     if (i < a->nrules && have == NULL) {
