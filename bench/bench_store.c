@@ -122,7 +122,7 @@ static double run_pprof(const char *go, const char *dir, size_t nfiles) {
 
 static void usage(void) {
   fprintf(stderr, "usage: bench_store [--quick] [--workers N] [--minutes M] [--days D] "
-                  "[--util PCT] [--no-peer] [--sources] [--dir DIR]\n");
+                  "[--util PCT] [--no-peer] [--sources] [--v2-only] [--dir DIR]\n");
   exit(2);
 }
 
@@ -170,7 +170,8 @@ typedef struct ingest {
 } ingest_t;
 
 /* What the collector does with a batch of n messages: decode each into a
- * view (ember_wire_decode reads v1 and v2), one write, free. */
+ * view (ember_wire_decode reads v1 and v2) and verify its hashes, one
+ * write, free. */
 typedef struct job {
   const ember_buf_t *msg;
   ember_wire_t **out;
@@ -180,7 +181,8 @@ typedef struct job {
 static void decode_one(void *arg) {
   const job_t *j = arg;
   char err[256];
-  if (ember_wire_decode(j->msg->data, j->msg->len, NULL, j->out, err, sizeof err) != 0) {
+  if (ember_wire_decode(j->msg->data, j->msg->len, NULL, j->out, err, sizeof err) != 0 ||
+      ember_wire_verify_hashes(*j->out, err, sizeof err) != 0) {
     fprintf(stderr, "bench_store: decode v%d: %s\n", j->version, err);
     exit(1);
   }
@@ -230,7 +232,7 @@ static void ingest_batch(ingest_t *g, size_t n, const ember_store_source_t *srcs
 int main(int argc, char **argv) {
   uint64_t nworkers = 200, minutes = 60, days = 7;
   stream_util_pct = 0;
-  bool peer = true, with_sources = false;
+  bool peer = true, with_sources = false, v2_only = false;
   const char *dir = "/tmp";
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) {
@@ -240,6 +242,8 @@ int main(int argc, char **argv) {
       peer = false;
     } else if (strcmp(argv[i], "--sources") == 0) {
       with_sources = true;
+    } else if (strcmp(argv[i], "--v2-only") == 0) {
+      v2_only = true; /* one v2 ingest on the writer's thread: for profilers */
     } else if (i + 1 < argc && strcmp(argv[i], "--workers") == 0) {
       if (ember_parse_u64(argv[++i], 1, 100000, &nworkers)) usage();
     } else if (i + 1 < argc && strcmp(argv[i], "--minutes") == 0) {
@@ -327,7 +331,7 @@ int main(int argc, char **argv) {
       ember_profile_free(p);
     }
     for (int v = 0; v < 3; v++)
-      ingest_batch(&in[v], n, with_sources ? srcs : NULL, next_off, NPARTS);
+      if (!v2_only || v == 1) ingest_batch(&in[v], n, with_sources ? srcs : NULL, next_off, NPARTS);
     done += n;
   }
   ZSTD_freeCCtx(zc);
@@ -342,6 +346,13 @@ int main(int argc, char **argv) {
          pp_per, (unsigned long long)pp_windows, (double)pp_bytes / (double)pp_windows);
   for (int v = 0; v < 3; v++) {
     ingest_t *g = &in[v];
+    if (v2_only && v != 1) {
+      ember_store_close(g->s);
+      ember__dpool_free(g->pool);
+      for (size_t i = 0; i < BATCH; i++) ember_buf_free(&g->msgs[i]);
+      free(g->msgs);
+      continue;
+    }
     if (g->threads) {
       printf("wire v%d, %zu decode threads: ingest %.0f profiles/s wall (%.2f cores busy: %.0f "
              "profiles/s per core of process CPU)\n",

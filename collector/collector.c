@@ -555,6 +555,14 @@ static void decode_item(ember__collector_t *c, item_t *it) {
   char err[256] = "";
   ember_wire_t *w = NULL;
   int rc = ember_wire_decode(m->payload, m->len, &c->lim, &w, err, sizeof err);
+  /* A window's hashes are verified here, on the decode threads, rather
+   * than by the store's one writer (which would otherwise check them for
+   * its producers' memo): a mismatch is malformed input, to the DLQ. */
+  if (rc == 0 && w->session_id == NULL && w->agent_id != NULL &&
+      (rc = ember_wire_verify_hashes(w, err, sizeof err)) != 0) {
+    ember_wire_free(w);
+    w = NULL;
+  }
   if (rc == 0 && w->session_id != NULL) {
     /* Session results go to their own table as profiles; converting
      * checks what the store would check for a window. */

@@ -647,6 +647,7 @@ static int v1_columns(const wire_profile_t *m, const uint32_t *lens, ember__aren
     at += smp->n_locations;
   }
   w->version = 1;
+  w->hashes_checked = true; /* computed here */
   w->agent_id = text_or_null(m->agent_id);
   w->session_id = text_or_null(m->session_id);
   w->seq = m->seq;

@@ -242,6 +242,7 @@ int ember_wire_from_profile(const ember_profile_t *p, ember_wire_t **out) {
   ember_wire_t *w = &b->w;
   w->priv = &b->mem;
   w->version = 1;
+  w->hashes_checked = true; /* computed here */
   w->agent_id = ember_profile_agent_id(p);
   w->session_id = ember_profile_session_id(p);
   w->seq = ember_profile_seq(p);

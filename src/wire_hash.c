@@ -239,3 +239,11 @@ int ember_wire_check_hashes(const ember_wire_t *w, char *errbuf, size_t errbuf_s
   ember_free(have);
   return rc;
 }
+
+int ember_wire_verify_hashes(ember_wire_t *w, char *errbuf, size_t errbuf_size) {
+  if (w == NULL) return -EINVAL;
+  if (w->hashes_checked) return 0;
+  int rc = ember_wire_check_hashes(w, errbuf, errbuf_size);
+  if (rc == 0) w->hashes_checked = true;
+  return rc;
+}

@@ -258,7 +258,8 @@ int ember__dict_stacks(ember__dict_t *d, const ember_wire_t *w, uint32_t *ids, c
   /* The memo reads a known stack by its hash alone: the window's hashes
    * must be its content's, or it is refused as a window would be whose
    * content the store had not seen. */
-  if (producer && (rc = ember_wire_check_hashes(w, why, why_size)) != 0) return rc;
+  if (producer && !w->hashes_checked && (rc = ember_wire_check_hashes(w, why, why_size)) != 0)
+    return rc;
   uint64_t agent = producer ? ember__label_hash(w->agent_id) : 0;
   const ember__dcache_t *sc = &d->s->cache[EMBER__CTR_STACK];
   enum { AHEAD = 4 };

@@ -14,8 +14,9 @@
  * without looking its locations up (EMBER__CACHE_MEMO: (P, stack hash) ->
  * stack id). So that no hash is taken on trust, a window of a producer is
  * first checked whole: every location's hash against its content, every
- * stack's against its locations' (ember_wire_check_hashes); it is refused
- * when they disagree. A hit then reads P's content as the stack P
+ * stack's against its locations' (ember_wire_check_hashes, unless the
+ * view says it was: the collector verifies on its decode threads); it is
+ * refused when they disagree. A hit then reads P's content as the stack P
  * confirmed under that hash; only a collision P made itself could differ,
  * and it moves P's own samples only (docs/internals/store.md).
  *

@@ -80,6 +80,12 @@ typedef struct ember_wire {
   const uint64_t *stack_hash;
   size_t nsamples, nlocs;
 
+  /* True once every location and stack hash is known to be its content's:
+   * set by ember_wire_verify_hashes, and for views whose hashes were
+   * computed here (version 1, from a profile). A reader that would check
+   * them (the store's producers' memo) may skip it. */
+  bool hashes_checked;
+
   void *priv; /* the memory behind it all */
 } ember_wire_t;
 
@@ -162,6 +168,11 @@ EMBER_API void ember_wire_location_strings(const ember_wire_t *w, size_t i,
  * profile (version 1) has hashes of its own making: 0 at once. Returns 0,
  * EMBER_ECORRUPT with a sentence, or -ENOMEM. */
 EMBER_API int ember_wire_check_hashes(const ember_wire_t *w, char *errbuf, size_t errbuf_size);
+
+/* ember_wire_check_hashes, and on success set w->hashes_checked. For a
+ * caller that decodes windows on other threads than its writer's (the
+ * collector's decode pool): the check then costs the writer nothing. */
+EMBER_API int ember_wire_verify_hashes(ember_wire_t *w, char *errbuf, size_t errbuf_size);
 
 /* Check what ember_wire_decode left about location `i`: its strings are
  * UTF-8 without NUL, at most EMBER_MAX_STRING bytes, and its hash is its

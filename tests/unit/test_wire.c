@@ -97,6 +97,11 @@ static void test_wire_round_trip(void **state) {
     assert_int_equal(ember_wire_check_location(w, i, err, sizeof err), 0);
   }
   for (size_t i = 0; i < w->nsamples; i++) assert_true(f->stack_hash[i] == w->stack_hash[i]);
+  /* A decoded view's hashes are verified once; made ones need not be. */
+  assert_true(f->hashes_checked);
+  assert_false(w->hashes_checked);
+  assert_int_equal(ember_wire_verify_hashes(w, err, sizeof err), 0);
+  assert_true(w->hashes_checked);
   ember_wire_free(f);
   ember_wire_free(w);
 
@@ -279,6 +284,14 @@ static void expect_error_of(ember_profile_t *(*make)(void), mutate_fn mutate, bo
   int rc = ember_wire_decode(out, n, NULL, &w, err, sizeof err);
   if (view_ok) {
     if (rc != 0) fail_msg("the view refused it: rc %d '%s'", rc, err);
+    /* Content that disagrees with its hashes: verifying says what, and the
+     * view is not marked checked (the store would check it again). */
+    assert_false(w->hashes_checked);
+    err[0] = '\0';
+    rc = ember_wire_verify_hashes(w, err, sizeof err);
+    if (rc != want_rc || strstr(err, want_msg) == NULL)
+      fail_msg("verify: want rc %d and '%s', got rc %d and '%s'", want_rc, want_msg, rc, err);
+    assert_false(w->hashes_checked);
     ember_wire_free(w);
   } else if (rc != want_rc || strstr(err, want_msg) == NULL) {
     fail_msg("view: want rc %d and '%s', got rc %d and '%s'", want_rc, want_msg, rc, err);
