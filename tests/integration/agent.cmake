@@ -15,16 +15,10 @@ set_tests_properties(test_agent_windows PROPERTIES FIXTURES_REQUIRED kafka_broke
 set_property(TEST test_agent_windows APPEND PROPERTY
   ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
 
-# The agent through a 30 s broker outage. Halts the shared broker, so no
-# other test may run meanwhile.
+# The agent through a 30 s broker outage (the outage broker).
 ember_test(integration test_agent_outage integration)
 add_dependencies(test_agent_outage ember_agent)
-set_tests_properties(test_agent_outage PROPERTIES
-  FIXTURES_REQUIRED kafka_broker RUN_SERIAL TRUE TIMEOUT 400)
-set_property(TEST test_agent_outage APPEND PROPERTY ENVIRONMENT
-  EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap
-  EMBER_TEST_BROKER_DIR=${CMAKE_CURRENT_BINARY_DIR}/broker
-  EMBER_TEST_BROKER_SH=${PROJECT_SOURCE_DIR}/tests/kafka/broker.sh)
+ember_outage_test(test_agent_outage)
 
 # `ember up` end to end: the embedded Kafka, no broker needed.
 ember_test(integration test_up integration)

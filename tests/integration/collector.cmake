@@ -40,16 +40,10 @@ set_tests_properties(test_wire_mixed PROPERTIES FIXTURES_REQUIRED kafka_broker T
 set_property(TEST test_wire_mixed APPEND PROPERTY
   ENVIRONMENT EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap)
 
-# The collector through a 15 s broker outage. Halts the shared broker, so
-# no other test may run meanwhile.
+# The collector through a 15 s broker outage (the outage broker).
 ember_test(integration test_collector_outage integration)
 add_dependencies(test_collector_outage ember-collector)
-set_tests_properties(test_collector_outage PROPERTIES
-  FIXTURES_REQUIRED kafka_broker RUN_SERIAL TRUE TIMEOUT 400)
-set_property(TEST test_collector_outage APPEND PROPERTY ENVIRONMENT
-  EMBER_TEST_BOOTSTRAP_FILE=${CMAKE_CURRENT_BINARY_DIR}/broker/bootstrap
-  EMBER_TEST_BROKER_DIR=${CMAKE_CURRENT_BINARY_DIR}/broker
-  EMBER_TEST_BROKER_SH=${PROJECT_SOURCE_DIR}/tests/kafka/broker.sh)
+ember_outage_test(test_collector_outage)
 
 # On-demand sessions: collector + two agents + `ember profile`, CPU and
 # memory (uprobe and preload), against the real broker. It keeps a CPU
