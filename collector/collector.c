@@ -1,18 +1,25 @@
 /* The collector (collector.h): ingest, registry and API wired together.
  *
- * The ingest thread owns a batch of consumed messages. A message is kept
+ * The ingest thread fills a batch of consumed messages (decoded on the
+ * decode threads as they arrive) and hands it, once decoded, to the writer
+ * thread, then fills the other batch while that one is written: at most
+ * one batch is being written and one filled. A message is kept
  * (rd_kafka_message_t) until its batch is flushed, so that anything the
- * store refuses can still be copied to the DLQ byte for byte. Flushing a
- * batch is, in order:
+ * store refuses can still be copied to the DLQ byte for byte. The writer
+ * takes batches in the order they were handed over, and flushing one is,
+ * in order:
  *   1. one ember_store_write() of every decoded profile (a store error that
  *      is not about the input is retried with backoff, never skipped: the
  *      offsets are not committed until it succeeds);
  *   2. the malformed messages produced to ember.profiles.dlq and flushed
  *      until the broker acknowledged each one;
  *   3. a synchronous commit of the batch's offsets.
- * A crash between any two steps replays the batch; step 1 then finds every
- * (agent_id, seq) already stored and step 2 at worst copies a bad message
- * to the DLQ twice (the DLQ is at-least-once, the store exactly-once). */
+ * A crash between any two steps replays the batch (and the one being
+ * filled, never committed); step 1 then finds every (agent_id, seq)
+ * already stored and step 2 at worst copies a bad message to the DLQ twice
+ * (the DLQ is at-least-once, the store exactly-once). Before partitions
+ * are revoked, and at the end, the ingest thread hands over what it has
+ * and waits until the writer has flushed it (drain). */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -130,8 +137,16 @@ struct ember__collector {
   size_t batch_max, batch_max_bytes;
   int64_t linger_ns, retention_ns, retention_every_ns;
   ember_codec_limits_t lim;
-  batch_t batch;
+  batch_t batches[2];
+  batch_t *fill;        /* the ingest thread's; the other is the writer's */
   ember__dpool_t *pool; /* decode threads (ingest.decode_threads) */
+  /* The writer thread and the batch handed to it (NULL: none; set by the
+   * ingest thread, cleared by the writer once flushed), under wmu. */
+  pthread_t writer;
+  bool writer_started, writer_stop;
+  pthread_mutex_t wmu;
+  pthread_cond_t wcv;
+  batch_t *pending;
   uint64_t decode_threads;
 
   /* /healthz: fed by the ingest thread, read by the API's. */
@@ -145,7 +160,7 @@ struct ember__collector {
 static bool item_ok(const item_t *it) { return it->wire != NULL || it->profile != NULL; }
 
 static int batch_push(ember__collector_t *c, rd_kafka_message_t *msg) {
-  batch_t *b = &c->batch;
+  batch_t *b = c->fill;
   if (b->n == b->cap) {
     /* Decode jobs point into the items: none may run while they move. */
     ember__dpool_wait(c->pool);
@@ -202,9 +217,11 @@ static void set_malformed(ember__collector_t *c, item_t *it, const char *why) {
 
 static bool is_input_error(int rc) { return rc == -EINVAL || rc == -ERANGE; }
 
-/* Sleep up to ms, waking early on stop. Only the ingest thread naps (in
- * its retry loops): it beats, since a thread that retries is not stuck, and
- * the failures it retries reach /healthz through store_failed. */
+/* Sleep up to ms, waking early on stop. The writer thread naps in its
+ * retry loops: it beats, since a thread that retries is not stuck, and
+ * the failures it retries reach /healthz through store_failed. (A write
+ * that never returns stops the beats too: the ingest thread soon waits
+ * for the writer to take its next batch.) */
 static void nap(ember__collector_t *c, int ms) {
   for (int i = 0; i < ms / 50 && !atomic_load(&c->stop); i++) {
     struct timespec ts = {0, 50 * 1000000L};
@@ -247,7 +264,8 @@ static void count_wires(ember__collector_t *c, ember_wire_t *const *ws, size_t n
 /* Session results of a batch: stored (or found duplicate) together, or,
  * when the store refuses one as input, one at a time so the bad one goes
  * to the DLQ. Each one stored is reported to the sessions. */
-static int store_session_results(ember__collector_t *c, ember_profile_t **ps, size_t n) {
+static int store_session_results(ember__collector_t *c, batch_t *b, ember_profile_t **ps,
+                                 size_t n) {
   ember_store_write_result_t res = {0};
   int rc = ember_store_session_add(c->store, ps, n, &res);
   if (rc == 0) {
@@ -256,7 +274,6 @@ static int store_session_results(ember__collector_t *c, ember_profile_t **ps, si
     return 0;
   }
   if (!is_input_error(rc) && rc != EMBER_ETOOBIG) return rc;
-  batch_t *b = &c->batch;
   for (size_t i = 0; i < b->n; i++) {
     item_t *it = &b->items[i];
     if (it->profile == NULL || it->stored) continue;
@@ -300,12 +317,12 @@ static size_t unstored(batch_t *b, size_t max, ember_wire_t **ws, ember_store_so
 
 /* One write of windows refused for one window's content (result->bad):
  * that window goes to the DLQ with the store's sentence. */
-static bool refused_one(ember__collector_t *c, int rc, const ember_store_write_result_t *res,
-                        const size_t *idx, size_t n) {
+static bool refused_one(ember__collector_t *c, batch_t *b, int rc,
+                        const ember_store_write_result_t *res, const size_t *idx, size_t n) {
   if ((rc != EMBER_ECORRUPT && rc != -ERANGE) || res->bad >= n) return false;
   char why[256];
   snprintf(why, sizeof why, "the store refused it: %s", res->why);
-  set_malformed(c, &c->batch.items[idx[res->bad]], why);
+  set_malformed(c, &b->items[idx[res->bad]], why);
   return true;
 }
 
@@ -314,9 +331,8 @@ static bool refused_one(ember__collector_t *c, int rc, const ember_store_write_r
  * fit, so a batch larger than what is left never wedges ingest. Returns 0
  * when all are stored, else the error of the smallest part (EMBER_EMAPFULL
  * when not even one window fits). */
-static int store_split(ember__collector_t *c, ember_wire_t **ws, ember_store_source_t *srcs,
-                       size_t *idx, size_t left) {
-  batch_t *b = &c->batch;
+static int store_split(ember__collector_t *c, batch_t *b, ember_wire_t **ws,
+                       ember_store_source_t *srcs, size_t *idx, size_t left) {
   size_t part = (left + 1) / 2;
   ember_metric_add(c->m.splits, 1);
   EMBER_WARN_LIMITED("collector",
@@ -332,7 +348,7 @@ static int store_split(ember__collector_t *c, ember_wire_t **ws, ember_store_sou
       part = (part + 1) / 2;
       continue;
     }
-    if (refused_one(c, rc, &res, idx, k)) continue;
+    if (refused_one(c, b, rc, &res, idx, k)) continue;
     if (rc != 0) return rc;
     count_wires(c, ws, k, &res);
     for (size_t m = 0; m < k; m++) b->items[idx[m]].stored = true;
@@ -341,8 +357,7 @@ static int store_split(ember__collector_t *c, ember_wire_t **ws, ember_store_sou
 
 /* Step 1. Returns 0 when every window is stored (or found malformed), or
  * an error when stopping before the store accepted the batch. */
-static int store_batch(ember__collector_t *c) {
-  batch_t *b = &c->batch;
+static int store_batch(ember__collector_t *c, batch_t *b) {
   size_t cap = b->n ? b->n : 1;
   ember_profile_t **ps = ember_malloc(cap * sizeof *ps);
   ember_wire_t **ws = ember_malloc(cap * sizeof *ws);
@@ -357,7 +372,7 @@ static int store_batch(ember__collector_t *c) {
     size_t n = 0;
     for (size_t i = 0; i < b->n; i++)
       if (b->items[i].profile != NULL && !b->items[i].stored) ps[n++] = b->items[i].profile;
-    rc = n > 0 ? store_session_results(c, ps, n) : 0;
+    rc = n > 0 ? store_session_results(c, b, ps, n) : 0;
     if (rc != 0) {
       ember_metric_add(c->m.store_errors, 1);
       store_failed(c, rc);
@@ -384,9 +399,9 @@ static int store_batch(ember__collector_t *c) {
       break;
     }
     /* One window's content refused: it goes to the DLQ, the rest again. */
-    if (refused_one(c, rc, &res, idx, n)) continue;
+    if (refused_one(c, b, rc, &res, idx, n)) continue;
     if (rc == EMBER_EMAPFULL && n > 1) {
-      rc = store_split(c, ws, srcs, idx, n);
+      rc = store_split(c, b, ws, srcs, idx, n);
       if (rc == 0) continue; /* all stored: the loop finds nothing left */
     }
     if (rc == -EINVAL) {
@@ -404,7 +419,7 @@ static int store_batch(ember__collector_t *c) {
         } else if (rc == -EINVAL) {
           set_malformed(c, it, "the store refused it: invalid window");
           rc = 0;
-        } else if (!refused_one(c, rc, &res, &i, 1)) {
+        } else if (!refused_one(c, b, rc, &res, &i, 1)) {
           break;
         } else {
           rc = 0;
@@ -432,8 +447,7 @@ done:
 
 /* Step 2: every malformed message of the batch delivered to the DLQ, with
  * headers saying why and where it came from. */
-static int dlq_batch(ember__collector_t *c) {
-  batch_t *b = &c->batch;
+static int dlq_batch(ember__collector_t *c, batch_t *b) {
   int backoff_ms = 200;
   for (;;) {
     size_t pending = 0;
@@ -472,9 +486,9 @@ static int dlq_batch(ember__collector_t *c) {
   }
 }
 
-/* Step 3: commit the next offset of every partition in the batch. */
-static void commit_batch(ember__collector_t *c) {
-  batch_t *b = &c->batch;
+/* Step 3: commit the next offset of every partition in the batch, and
+ * record it in the store with the run the batch's messages were in. */
+static void commit_batch(ember__collector_t *c, batch_t *b) {
   rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(4);
   if (l == NULL) return;
   for (size_t i = 0; i < b->n; i++) {
@@ -485,7 +499,18 @@ static void commit_batch(ember__collector_t *c) {
     if (tp->offset < m->offset + 1) tp->offset = m->offset + 1;
   }
   rd_kafka_resp_err_t err = rd_kafka_commit(c->consumer, l, 0);
-  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) ember__shards_committed(c->member.shards, l);
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    /* Each partition's run: its last message's (a batch holds one run of
+     * a partition but after a seek back). */
+    for (int k = 0; k < l->cnt; k++) {
+      const rd_kafka_topic_partition_t *tp = &l->elems[k];
+      int64_t run_start = -1;
+      for (size_t i = b->n; i-- > 0 && run_start < 0;)
+        if (b->items[i].msg->partition == tp->partition) run_start = b->items[i].src.run_start;
+      if (run_start >= 0)
+        ember__shards_committed(c->member.shards, tp->partition, run_start, tp->offset);
+    }
+  }
   if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     /* Stored and safe: the messages will be read again and found duplicate. */
     ember_metric_add(c->m.commit_errors, 1);
@@ -499,15 +524,15 @@ static void commit_batch(ember__collector_t *c) {
  * EMBER_TEST_FAULT=kill_after_store:N the process kills itself right after
  * its Nth stored batch, between the store's commit and Kafka's, to show a
  * crash there stores nothing twice in the fleet. */
-static void fault_after_store(ember__collector_t *c) {
+static void fault_after_store(ember__collector_t *c, const batch_t *b) {
   if (c->fault_kill_after > 0 && ++c->fault_batches >= c->fault_kill_after) {
     EMBER_WARN("collector", "EMBER_TEST_FAULT: killing this process after stored batch %d",
                c->fault_batches);
     raise(SIGKILL);
   }
   if (c->fault_worker[0] == '\0') return;
-  for (size_t i = 0; i < c->batch.n; i++) {
-    const item_t *it = &c->batch.items[i];
+  for (size_t i = 0; i < b->n; i++) {
+    const item_t *it = &b->items[i];
     const char *w = it->wire      ? it->wire->labels.worker
                     : it->profile ? ember_profile_labels(it->profile)->worker
                                   : NULL;
@@ -521,10 +546,42 @@ static void fault_after_store(ember__collector_t *c) {
   }
 }
 
-static void flush_batch(ember__collector_t *c) {
-  batch_t *b = &c->batch;
-  if (b->n == 0) return;
+/* Steps 1-3 for batch `b`, on the writer thread; `b` is empty after. */
+static void write_batch(ember__collector_t *c, batch_t *b) {
   int64_t t0 = ember_time_mono_ns();
+  if (store_batch(c, b) == 0) {
+    fault_after_store(c, b);
+    if (dlq_batch(c, b) == 0) commit_batch(c, b);
+  }
+  ember_metric_add(c->m.batches, 1);
+  ember_metric_add(c->m.batch_seconds, (double)(ember_time_mono_ns() - t0) / 1e9);
+  batch_clear(b);
+}
+
+static void *writer_main(void *arg) {
+  ember__collector_t *c = arg;
+  pthread_mutex_lock(&c->wmu);
+  for (;;) {
+    while (c->pending == NULL && !c->writer_stop) pthread_cond_wait(&c->wcv, &c->wmu);
+    if (c->pending == NULL) break;
+    batch_t *b = c->pending;
+    pthread_mutex_unlock(&c->wmu);
+    write_batch(c, b);
+    pthread_mutex_lock(&c->wmu);
+    c->pending = NULL;
+    pthread_cond_broadcast(&c->wcv);
+  }
+  pthread_mutex_unlock(&c->wmu);
+  return NULL;
+}
+
+/* The ingest thread's batch, once every message in it is decoded, to the
+ * writer (waiting while the writer still has the previous one); the
+ * ingest thread then fills the other. Without a writer thread (it could
+ * not start), written here. */
+static void flush_batch(ember__collector_t *c) {
+  batch_t *b = c->fill;
+  if (b->n == 0) return;
   /* Every message decoded before anything is stored. */
   ember__dpool_wait(c->pool);
   for (size_t i = 0; i < b->n; i++) {
@@ -537,13 +594,26 @@ static void flush_batch(ember__collector_t *c) {
       ember_metric_add(v == EMBER_WIRE_V2 ? c->m.wire_v2 : c->m.wire_v1, 1);
     }
   }
-  if (store_batch(c) == 0) {
-    fault_after_store(c);
-    if (dlq_batch(c) == 0) commit_batch(c);
+  if (!c->writer_started) {
+    write_batch(c, b);
+    return;
   }
-  ember_metric_add(c->m.batches, 1);
-  ember_metric_add(c->m.batch_seconds, (double)(ember_time_mono_ns() - t0) / 1e9);
-  batch_clear(b);
+  pthread_mutex_lock(&c->wmu);
+  while (c->pending != NULL) pthread_cond_wait(&c->wcv, &c->wmu);
+  c->pending = b;
+  c->fill = b == &c->batches[0] ? &c->batches[1] : &c->batches[0];
+  pthread_cond_broadcast(&c->wcv);
+  pthread_mutex_unlock(&c->wmu);
+}
+
+/* Flush the ingest thread's batch and wait until the writer has stored,
+ * DLQ'd and committed it: before partitions go, and at the end. */
+static void drain(ember__collector_t *c) {
+  flush_batch(c);
+  if (!c->writer_started) return;
+  pthread_mutex_lock(&c->wmu);
+  while (c->pending != NULL) pthread_cond_wait(&c->wcv, &c->wmu);
+  pthread_mutex_unlock(&c->wmu);
 }
 
 /* ---- ingest thread --------------------------------------------------- */
@@ -604,7 +674,7 @@ static void take(ember__collector_t *c, rd_kafka_message_t *m) {
     rd_kafka_message_destroy(m);
     return;
   }
-  item_t *it = &c->batch.items[c->batch.n - 1];
+  item_t *it = &c->fill->items[c->fill->n - 1];
   ember__shards_source(c->member.shards, m, &it->src);
   if (m->payload == NULL || m->len == 0) {
     set_malformed(c, it, "empty message");
@@ -627,7 +697,7 @@ static void rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
       rd_kafka_assign(rk, parts);
   } else {
     /* Store and commit what we hold before another member takes over. */
-    flush_batch(c);
+    drain(c);
     ember__shards_revoke(c->member.shards, parts);
     EMBER_INFO("collector", "released %d partition(s) of %s", parts->cnt, EMBER_TOPIC_PROFILES);
     if (cooperative)
@@ -713,7 +783,7 @@ static void *ingest_main(void *arg) {
     rd_kafka_message_t *m = rd_kafka_consumer_poll(c->consumer, 100);
     if (m != NULL) take(c, m);
     int64_t now = ember_time_mono_ns();
-    batch_t *b = &c->batch;
+    batch_t *b = c->fill;
     if (b->n > 0 && (b->n >= c->batch_max || b->bytes >= c->batch_max_bytes ||
                      now - b->first_mono_ns >= c->linger_ns || m == NULL))
       flush_batch(c);
@@ -726,7 +796,7 @@ static void *ingest_main(void *arg) {
       next_gauges = now + NS_PER_S;
     }
   }
-  flush_batch(c);
+  drain(c);
   return NULL;
 }
 
@@ -1064,6 +1134,9 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
   ember__collector_t *c = ember_calloc(1, sizeof *c);
   if (c == NULL) return -ENOMEM;
   atomic_init(&c->stop, false);
+  c->fill = &c->batches[0];
+  pthread_mutex_init(&c->wmu, NULL);
+  pthread_cond_init(&c->wcv, NULL);
   /* Every thread made from here on (ours, librdkafka's, libmicrohttpd's)
    * starts with all signals blocked; the caller's mask comes back after. */
   sigset_t all, old;
@@ -1131,7 +1204,9 @@ int ember__collector_start(const ember_config_t *cfg, ember_kafka_t *kafka,
                              ember_config_get_str(cfg, "group_id", "ember-collector"),
                              ember__api_port(c->api), errbuf, errbuf_size);
   if (rc == 0) {
-    c->ingest_started = pthread_create(&c->ingest_thread, NULL, ingest_main, c) == 0;
+    c->writer_started = pthread_create(&c->writer, NULL, writer_main, c) == 0;
+    c->ingest_started =
+        c->writer_started && pthread_create(&c->ingest_thread, NULL, ingest_main, c) == 0;
     if (!c->ingest_started) {
       snprintf(errbuf, errbuf_size, "cannot start the collector's threads");
       rc = -EAGAIN;
@@ -1172,6 +1247,18 @@ void ember__collector_stop(ember__collector_t *c) {
   if (c->consumer != NULL) {
     /* Leaves the group; the revoke callback finds the batch already empty. */
     rd_kafka_consumer_close(c->consumer);
+  }
+  /* Every batch was drained (at the ingest thread's end, and by the revoke
+   * in the close above): the writer has nothing left, and commits with
+   * the consumer, so it goes first. */
+  if (c->writer_started) {
+    pthread_mutex_lock(&c->wmu);
+    c->writer_stop = true;
+    pthread_cond_broadcast(&c->wcv);
+    pthread_mutex_unlock(&c->wmu);
+    pthread_join(c->writer, NULL);
+  }
+  if (c->consumer != NULL) {
     rd_kafka_destroy(c->consumer);
   }
   if (c->dlq != NULL) {
@@ -1179,8 +1266,12 @@ void ember__collector_stop(ember__collector_t *c) {
     rd_kafka_destroy(c->dlq);
   }
   ember__dpool_free(c->pool);
-  batch_clear(&c->batch);
-  ember_free(c->batch.items);
+  for (int i = 0; i < 2; i++) {
+    batch_clear(&c->batches[i]);
+    ember_free(c->batches[i].items);
+  }
+  pthread_mutex_destroy(&c->wmu);
+  pthread_cond_destroy(&c->wcv);
   ember_store_close(c->store);
   /* After the store: its frame map points here. */
   ember__srcmaps_free(c->srcmaps);

@@ -13,8 +13,9 @@
  * CLOCK_MONOTONIC nanoseconds passed in by the caller, so tests can drive
  * it.
  *
- * Thread-safety: one writer (the ingest thread) calls _store, _lag and
- * _beat; any thread may call _ready at the same time. */
+ * Thread-safety: the ingest thread calls _lag (one writer of the lag's
+ * window), the ingest and the writer threads _store and _beat (atomic
+ * stores); any thread may call _ready at the same time. */
 #ifndef EMBER_COLLECTOR_HEALTH_H
 #define EMBER_COLLECTOR_HEALTH_H
 

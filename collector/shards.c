@@ -185,20 +185,16 @@ void ember__shards_source(ember__shards_t *s, const rd_kafka_message_t *m,
   out->run_started_ns = pt->run_started_ns;
 }
 
-void ember__shards_committed(ember__shards_t *s, const rd_kafka_topic_partition_list_t *committed) {
-  for (int i = 0; i < committed->cnt; i++) {
-    const rd_kafka_topic_partition_t *tp = &committed->elems[i];
-    if (tp->offset < 0 || tp->partition < 0 || (size_t)tp->partition >= s->nparts) continue;
-    const part_t *pt = &s->parts[tp->partition];
-    if (!pt->started) continue;
-    int rc = ember_store_committed(s->store, tp->partition, pt->run_start, tp->offset);
-    if (rc != 0) {
-      ember_metric_add(s->record_errors, 1);
-      EMBER_WARN_LIMITED("collector",
-                         "cannot record the commit of partition %" PRId32 " at %" PRId64
-                         " in the store (%s): its windows stay pending",
-                         tp->partition, tp->offset, ember_store_strerror(rc));
-    }
+void ember__shards_committed(ember__shards_t *s, int32_t partition, int64_t run_start,
+                             int64_t next) {
+  if (s == NULL || partition < 0 || next < 0) return;
+  int rc = ember_store_committed(s->store, partition, run_start, next);
+  if (rc != 0) {
+    ember_metric_add(s->record_errors, 1);
+    EMBER_WARN_LIMITED("collector",
+                       "cannot record the commit of partition %" PRId32 " at %" PRId64
+                       " in the store (%s): its windows stay pending",
+                       partition, next, ember_store_strerror(rc));
   }
 }
 

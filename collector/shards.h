@@ -32,8 +32,9 @@
  * twice), and never starts below the committed offset (whose windows may
  * be committed in another store, where they cannot be undone).
  *
- * Thread-safety: _assign, _revoke, _source and _committed run on the
- * ingest thread (the rebalance callback runs inside its poll);
+ * Thread-safety: _assign, _revoke and _source run on the ingest thread
+ * (the rebalance callback runs inside its poll), _committed on the
+ * collector's writer thread;
  * _reconcile may run on any one other thread (it reads the store's runs,
  * and undo is a store write transaction). Errors: the store's codes. */
 #ifndef EMBER_COLLECTOR_SHARDS_H
@@ -71,11 +72,15 @@ void ember__shards_revoke(ember__shards_t *s, const rd_kafka_topic_partition_lis
 void ember__shards_source(ember__shards_t *s, const rd_kafka_message_t *m,
                           ember_store_source_t *out);
 
-/* Offsets were committed to Kafka (`committed`: next offsets to read):
- * recorded in the store so their windows stop being pending. A failure is
- * logged and counted; harmless (they stay pending; nobody reads them
- * again, so the rule never undoes them). */
-void ember__shards_committed(ember__shards_t *s, const rd_kafka_topic_partition_list_t *committed);
+/* Partition `partition`'s offsets were committed to Kafka up to `next`
+ * (the next offset to read), in the run that started at `run_start` (what
+ * _source gave the batch's messages): recorded in the store so their
+ * windows stop being pending. A failure is logged and counted; harmless
+ * (they stay pending; nobody reads them again, so the rule never undoes
+ * them). Reads nothing _source writes, so the collector's writer thread
+ * may call it while the ingest thread takes the next batch. */
+void ember__shards_committed(ember__shards_t *s, int32_t partition, int64_t run_start,
+                             int64_t next);
 
 /* A run another collector holds, as it announced it. */
 typedef struct ember__foreign_run {
