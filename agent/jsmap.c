@@ -618,16 +618,12 @@ void ember__jsmaps_register_metrics(ember_metrics_t *m, ember__jsmaps_metrics_t 
   out->bytes = ember_metrics_gauge(m, "ember_agent_sourcemap_bytes",
                                    "Memory of the decoded source maps held");
   static const char help[] = "Source maps not used, by reason (the map's frames keep their names)";
-  char name[96];
-  for (int r = 1; r < EMBER_SOURCEMAP_REASONS; r++) {
-    snprintf(name, sizeof name, "ember_agent_sourcemap_refused_total{reason=\"%s\"}",
-             ember_sourcemap_reason_name((ember_sourcemap_reason_t)r));
-    out->refused[r] = ember_metrics_counter(m, name, help);
-  }
-  out->unsafe =
-      ember_metrics_counter(m, "ember_agent_sourcemap_refused_total{reason=\"unsafe\"}", help);
-  out->unsupported =
-      ember_metrics_counter(m, "ember_agent_sourcemap_refused_total{reason=\"unsupported\"}", help);
+  static const char family[] = "ember_agent_sourcemap_refused_total";
+  for (int r = 1; r < EMBER_SOURCEMAP_REASONS; r++)
+    out->refused[r] = ember_metrics_counter_of(
+        m, family, "reason", ember_sourcemap_reason_name((ember_sourcemap_reason_t)r), help);
+  out->unsafe = ember_metrics_counter_of(m, family, "reason", "unsafe", help);
+  out->unsupported = ember_metrics_counter_of(m, family, "reason", "unsupported", help);
 }
 
 void ember__jsmaps_update_metrics(const ember__jsmaps_metrics_t *mt,

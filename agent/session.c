@@ -113,11 +113,10 @@ void ember__sessions_register_metrics(ember_metrics_t *m, ember__session_metrics
   for (int v = 0; v < EMBER_SIGN_NVERDICTS; v++) {
     out->refused[v] = NULL;
     if (v == EMBER_SIGN_OK || v == EMBER_SIGN_MALFORMED || v == EMBER_SIGN_OTHER_HOST) continue;
-    char name[128];
-    snprintf(name, sizeof name, "ember_agent_commands_refused_total{reason=\"%s\"}",
-             ember_sign_verdict_name((ember_sign_verdict_t)v));
-    out->refused[v] = ember_metrics_counter(
-        m, name, "Commands for this host refused: unsigned, forged, replayed, stale or over-long");
+    out->refused[v] = ember_metrics_counter_of(
+        m, "ember_agent_commands_refused_total", "reason",
+        ember_sign_verdict_name((ember_sign_verdict_t)v),
+        "Commands for this host refused: unsigned, forged, replayed, stale or over-long");
   }
 }
 

@@ -947,10 +947,10 @@ static void register_metrics(ember__collector_t *c) {
       r, "ember_store_map_bytes", "Current size of the store's map (grows up to store.max_size).");
   m->map_grows = ember_metrics_counter(r, "ember_store_map_grows_total",
                                        "Times the store's map was full and was grown.");
-  m->wire_v1 = ember_metrics_counter(r, "ember_collector_wire_messages_total{version=\"1\"}",
-                                     "Messages of ember.profiles decoded, by wire version.");
-  m->wire_v2 = ember_metrics_counter(r, "ember_collector_wire_messages_total{version=\"2\"}",
-                                     "Messages of ember.profiles decoded, by wire version.");
+  m->wire_v1 = ember_metrics_counter_of(r, "ember_collector_wire_messages_total", "version", "1",
+                                        "Messages of ember.profiles decoded, by wire version.");
+  m->wire_v2 = ember_metrics_counter_of(r, "ember_collector_wire_messages_total", "version", "2",
+                                        "Messages of ember.profiles decoded, by wire version.");
 }
 
 static int read_config(ember__collector_t *c, const ember_config_t *cfg, char *err, size_t n) {

@@ -358,13 +358,12 @@ static void register_metrics(ember__srcmaps_t *m, ember_metrics_t *reg) {
   m->m_record_errors = ember_metrics_counter(reg, "ember_collector_sourcemap_record_errors_total",
                                              "Records of ember.sourcemaps refused");
   static const char help[] = "Source map uploads refused, by reason";
-  char name[96];
   for (int r = 1; r < NREFUSED; r++) {
     const char *why = r == REFUSED_TOO_BIG_STORED ? "too_big_compressed"
                       : r == REFUSED_NAME         ? "bad_name"
                                                   : ember_sourcemap_reason_name(r);
-    snprintf(name, sizeof name, "ember_collector_sourcemap_refused_total{reason=\"%s\"}", why);
-    m->m_refused[r] = ember_metrics_counter(reg, name, help);
+    m->m_refused[r] = ember_metrics_counter_of(reg, "ember_collector_sourcemap_refused_total",
+                                               "reason", why, help);
   }
 }
 

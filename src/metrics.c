@@ -96,6 +96,15 @@ ember_metric_t *ember_metrics_gauge(ember_metrics_t *m, const char *name, const 
   return add(m, name, help, false);
 }
 
+ember_metric_t *ember_metrics_counter_of(ember_metrics_t *m, const char *family, const char *label,
+                                         const char *value, const char *help) {
+  if (family == NULL || label == NULL || value == NULL) return NULL;
+  char name[256];
+  int n = snprintf(name, sizeof name, "%s{%s=\"%s\"}", family, label, value);
+  if (n < 0 || (size_t)n >= sizeof name) return NULL;
+  return add(m, name, help, true);
+}
+
 int ember_metrics_family(ember_metrics_t *m, const char *family, const char *help, bool counter,
                          ember_metrics_render_fn fn, void *ctx) {
   if (fn == NULL || family == NULL || family[family_len(family)] != '\0') return -EINVAL;

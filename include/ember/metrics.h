@@ -33,6 +33,11 @@ EMBER_API ember_metric_t *ember_metrics_counter(ember_metrics_t *m, const char *
                                                 const char *help);
 EMBER_API ember_metric_t *ember_metrics_gauge(ember_metrics_t *m, const char *name,
                                               const char *help);
+/* The counter `family{label="value"}`: one member of a family with one
+ * label, for the loops that register a member per reason or version. */
+EMBER_API ember_metric_t *ember_metrics_counter_of(ember_metrics_t *m, const char *family,
+                                                   const char *label, const char *value,
+                                                   const char *help);
 
 /* A family whose members are known only when it is rendered, such as one
  * gauge per alert rule: at each render, after HELP and TYPE, fn(ctx, out)

@@ -51,9 +51,12 @@ static void test_metrics_labelled_family(void **state) {
   ember_metrics_t *m = NULL;
   assert_int_equal(ember_metrics_new(&m), 0);
   ember_metric_t *a = ember_metrics_counter(m, "ember_test_refused_total{reason=\"bad_mac\"}", "R");
-  ember_metric_t *b = ember_metrics_counter(m, "ember_test_refused_total{reason=\"no_ttl\"}", "R");
+  ember_metric_t *b =
+      ember_metrics_counter_of(m, "ember_test_refused_total", "reason", "no_ttl", "R");
   assert_non_null(a);
   assert_non_null(b);
+  assert_null(ember_metrics_counter_of(m, "ember_test_x", "reason", "a b", "x"));
+  assert_null(ember_metrics_counter_of(m, "ember_test_x", "reason", NULL, "x"));
   assert_null(ember_metrics_counter(m, "ember_test_x{reason=\"a b\"}", "x"));
   assert_null(ember_metrics_counter(m, "ember_test_x{reason=\"a\"", "x"));
   assert_null(ember_metrics_counter(m, "ember_test_x{=\"a\"}", "x"));
