@@ -253,6 +253,15 @@ static void ingest_batch(ingest_t *g, size_t n, const ember_store_source_t *srcs
   g->proc_cpu += proc_cpu_s() - p0;
 }
 
+static void ingest_free(ingest_t *g) {
+  ember_store_close(g->s);
+  ember__dpool_free(g->pool);
+  for (size_t i = 0; i < BATCH; i++) ember_buf_free(&g->msgs[i]);
+  free(g->msgs);
+  free(g->views[0]);
+  free(g->views[1]);
+}
+
 /* The last batch a pipelined ingest holds. */
 static void ingest_finish(ingest_t *g) {
   if (g->threads == 0 || g->prev_n == 0) return;
@@ -385,12 +394,7 @@ int main(int argc, char **argv) {
   for (int v = 0; v < 3; v++) {
     ingest_t *g = &in[v];
     if (v2_only && v != 1) {
-      ember_store_close(g->s);
-      ember__dpool_free(g->pool);
-      for (size_t i = 0; i < BATCH; i++) ember_buf_free(&g->msgs[i]);
-      free(g->msgs);
-      free(g->views[0]);
-      free(g->views[1]);
+      ingest_free(g);
       continue;
     }
     if (g->threads) {
@@ -399,12 +403,7 @@ int main(int argc, char **argv) {
              "profiles/s per core of process CPU)\n",
              g->version, g->threads, (double)total / g->wall, g->proc_cpu / g->wall,
              (double)total / g->proc_cpu);
-      ember_store_close(g->s);
-      ember__dpool_free(g->pool);
-      for (size_t i = 0; i < BATCH; i++) ember_buf_free(&g->msgs[i]);
-      free(g->msgs);
-      free(g->views[0]);
-      free(g->views[1]);
+      ingest_free(g);
       continue;
     }
     printf("wire v%d: ingest (decode + write) %.0f profiles/s per core (thread CPU), %.0f "
@@ -429,12 +428,7 @@ int main(int argc, char **argv) {
            (unsigned long long)st.stacks, (unsigned long long)st.profile_rows,
            (unsigned long long)st.rollup_rows, (unsigned long long)st.rollup_1m_rows,
            ((double)st.file_bytes / (double)samples) / pp_per);
-    ember_store_close(g->s);
-    ember__dpool_free(g->pool);
-    for (size_t i = 0; i < BATCH; i++) ember_buf_free(&g->msgs[i]);
-    free(g->msgs);
-    free(g->views[0]);
-    free(g->views[1]);
+    ingest_free(g);
   }
   free(srcs);
   const char *paths[3] = {path, path2, path3};
