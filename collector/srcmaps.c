@@ -583,22 +583,23 @@ static void make_room(ember__srcmaps_t *m, size_t need) {
   }
 }
 
-/* The decoded map of `e`, reading and decoding it on a miss. NULL when it
- * cannot be had (broken, gone from the store, out of memory). Under mu. */
-static const ember_sourcemap_t *map_of(ember__srcmaps_t *m, entry_t *e) {
-  e->used = ++m->tick;
-  if (e->map != NULL || e->broken) return e->map;
+/* Read the stored map `doc_key` (of `json_bytes` bytes of JSON) and decode
+ * it. Touches nothing of the registry, so it runs without the lock: a
+ * big map takes tens of ms, and other reads go on meanwhile. 0 and *out;
+ * -ENOMEM; else an error with *why (set for a map that will never decode,
+ * NULL when the store could not be read). */
+static int decode_doc(ember_store_t *store, const char *doc_key, uint64_t json_bytes,
+                      ember_sourcemap_t **out, const char **why, char *why_buf, size_t why_size) {
+  *why = NULL;
   void *doc = NULL;
   size_t dlen = 0;
-  int rc = ember_store_doc_get(m->store, EMBER_STORE_DOC_SOURCEMAPS, e->doc_key, &doc, &dlen);
+  int rc = ember_store_doc_get(store, EMBER_STORE_DOC_SOURCEMAPS, doc_key, &doc, &dlen);
   if (rc != 0) {
     if (rc != -ENOMEM) {
-      EMBER_WARN_LIMITED("sourcemaps", "source map %s of %s %s cannot be read from the store: %s",
-                         e->script, e->worker, e->version, ember_strerror(rc));
-      e->broken = rc != -ENOMEM;
-      ember_metric_add(m->m_broken, 1);
+      snprintf(why_buf, why_size, "it cannot be read from the store: %s", ember_strerror(rc));
+      *why = why_buf;
     }
-    return NULL;
+    return rc;
   }
   const uint8_t *d = doc;
   size_t klen = dlen >= 2 ? (size_t)get_be(d, 2) : 0;
@@ -606,42 +607,77 @@ static const ember_sourcemap_t *map_of(ember__srcmaps_t *m, entry_t *e) {
   size_t zlen = dlen >= 2 + klen + REC_HDR ? dlen - 2 - klen - REC_HDR : 0;
   unsigned long long want = zlen ? ZSTD_getFrameContentSize(zs, zlen) : 0;
   char *json = NULL;
-  const char *why = NULL;
-  if (zlen == 0 || want != e->json_bytes || want > EMBER_SOURCEMAP_MAX_BYTES) {
-    why = "its compressed map does not say the size its record says";
+  if (zlen == 0 || want != json_bytes || want > EMBER_SOURCEMAP_MAX_BYTES) {
+    *why = "its compressed map does not say the size its record says";
   } else if ((json = ember_malloc((size_t)want)) == NULL) {
     ember_free(doc);
-    return NULL;
+    return -ENOMEM;
   } else if (ZSTD_decompress(json, (size_t)want, zs, zlen) != want) {
-    why = "its compressed map does not decompress";
+    *why = "its compressed map does not decompress";
   }
   ember_free(doc);
-  ember_sourcemap_t *sm = NULL;
   ember_sourcemap_error_t se = {0};
-  if (why == NULL) {
-    rc = ember_sourcemap_parse(json, (size_t)want, NULL, &sm, &se);
-    if (rc == -ENOMEM) {
-      ember_free(json);
-      return NULL;
+  rc = EMBER_ECORRUPT;
+  if (*why == NULL) {
+    rc = ember_sourcemap_parse(json, (size_t)want, NULL, out, &se);
+    if (rc != 0 && rc != -ENOMEM) {
+      snprintf(why_buf, why_size, "%s", se.text);
+      *why = why_buf;
     }
-    if (rc != 0) why = se.text;
   }
   ember_free(json);
-  if (why != NULL) {
+  return rc;
+}
+
+/* The decoded map of `*ep`, reading and decoding it on a miss. Called and
+ * returns under mu, but drops it while it decodes; entries may move
+ * meanwhile, so *ep is found again (NULL when the map was deleted). NULL
+ * when the map cannot be had (broken, gone from the store, out of
+ * memory). Two readers missing at once may both decode: the first to
+ * finish keeps its map. */
+static const ember_sourcemap_t *map_of(ember__srcmaps_t *m, entry_t **ep) {
+  entry_t *e = *ep;
+  e->used = ++m->tick;
+  if (e->map != NULL || e->broken) return e->map;
+  char *w = ember_strdup(e->worker), *v = ember_strdup(e->version), *sc = ember_strdup(e->script);
+  char doc_key[DOC_KEY_LEN + 1];
+  memcpy(doc_key, e->doc_key, sizeof doc_key);
+  uint64_t json_bytes = e->json_bytes;
+  ember_sourcemap_t *sm = NULL;
+  const char *why = NULL;
+  char why_buf[256];
+  int rc = -ENOMEM;
+  if (w != NULL && v != NULL && sc != NULL) {
+    pthread_mutex_unlock(&m->mu);
+    rc = decode_doc(m->store, doc_key, json_bytes, &sm, &why, why_buf, sizeof why_buf);
+    pthread_mutex_lock(&m->mu);
+  }
+  /* The same upload still there (not deleted, not replaced)? */
+  e = w && v && sc ? find(m, w, v, sc) : NULL;
+  if (e != NULL && strcmp(e->doc_key, doc_key) != 0) e = NULL;
+  *ep = e;
+  if (e == NULL || e->map != NULL || e->broken) {
+    /* Gone, or another reader got there first. */
+    ember_sourcemap_free(sm);
+    sm = NULL;
+  } else if (rc != 0 && why != NULL) {
     EMBER_WARN_LIMITED("sourcemaps", "source map %s of %s %s is not used: %s", e->script, e->worker,
                        e->version, why);
     e->broken = true;
     ember_metric_add(m->m_broken, 1);
-    return NULL;
+  } else if (rc == 0) {
+    size_t bytes = ember_sourcemap_memory(sm);
+    make_room(m, bytes);
+    e->map = sm;
+    e->map_bytes = bytes;
+    m->held += bytes;
+    ember_metric_add(m->m_decoded, 1);
+    ember_metric_set(m->m_bytes, (double)m->held);
   }
-  size_t bytes = ember_sourcemap_memory(sm);
-  make_room(m, bytes);
-  e->map = sm;
-  e->map_bytes = bytes;
-  m->held += bytes;
-  ember_metric_add(m->m_decoded, 1);
-  ember_metric_set(m->m_bytes, (double)m->held);
-  return sm;
+  ember_free(w);
+  ember_free(v);
+  ember_free(sc);
+  return e != NULL ? e->map : NULL;
 }
 
 /* The entry of (w, v) whose script `path` matches best: equal, or a tail
@@ -716,7 +752,7 @@ static int frame(void *ctx, const char *worker, const char *version, const ember
   int rc = 0;
   pthread_mutex_lock(&m->mu);
   entry_t *e = match(m, worker, v, path);
-  const ember_sourcemap_t *sm = e ? map_of(m, e) : NULL;
+  const ember_sourcemap_t *sm = e ? map_of(m, &e) : NULL;
   ember_sourcemap_pos_t pos;
   if (sm == NULL) goto done;
   if (!ember_sourcemap_function(sm, j.line, j.column, j.function_len, &pos) || pos.source == NULL) {

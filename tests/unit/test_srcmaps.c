@@ -12,7 +12,9 @@
  *    stands in for the versions without their own;
  *  - the maps survive a restart of the collector on a new broker (they are
  *    in its store, not only on the topic);
- *  - `ember sourcemaps upload`, `list` and `delete` against it. */
+ *  - `ember sourcemaps upload`, `list` and `delete` against it;
+ *  - maps that do not fit sourcemaps.memory together are evicted and
+ *    decoded again as they are read, and still name every frame. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -307,9 +309,69 @@ static void test_srcmaps_upload_map_list_delete_restart(void **state) {
   ember_config_free(cfg);
 }
 
+/* A map of `names` (two) whose mappings go on, on a second generated
+ * line, with `filler` segments that change nothing on the first: ~24
+ * bytes each once decoded. */
+static char *big_map(const char *names, size_t filler) {
+  static const char head[] = "{\"version\":3,\"file\":\"app.js\",\"sources\":[\"../src/"
+                             "alpha.ts\",\"../src/beta.ts\"],\"names\":[";
+  static const char mid[] = "],\"mappings\":\"AACA,SAASA,CAAS,YCDlB,SAASC,CAAQ;AAAA";
+  size_t cap = sizeof head + strlen(names) + sizeof mid + 5 * filler + 8;
+  char *m = malloc(cap);
+  assert_non_null(m);
+  char *at = m + snprintf(m, cap, "%s%s%s", head, names, mid);
+  for (size_t i = 0; i < filler; i++, at += 5) memcpy(at, ",CAAA", 5);
+  memcpy(at, "\"}", 3);
+  return m;
+}
+
+/* Two decoded maps that do not fit sourcemaps.memory together: each read
+ * evicts the other and decodes its own again (outside the maps' lock),
+ * and every read still names both versions' functions. */
+static void test_srcmaps_evicted_maps_decode_again(void **state) {
+  (void)state;
+  snprintf(dir, sizeof dir, "%s/srcmaps-evict-%d", EMBER_TEST_TMP, (int)getpid());
+  char err[512] = "", out[8192];
+  ember_config_t *cfg = config("4194304");
+  assert_int_equal(ember_config_set(cfg, "sourcemaps.memory", "1048576"), 0);
+  ember_kafka_t *k = NULL;
+  assert_int_equal(ember_kafka_new(cfg, &k, err, sizeof err), 0);
+  ember__collector_t *c = NULL;
+  if (ember__collector_start(cfg, k, &c, err, sizeof err) != 0) fail_msg("start: %s", err);
+  unsigned port = ember__collector_api_port(c);
+  produce(ember_kafka_brokers(k), "web", "1", 1, 30, 10);
+  produce(ember_kafka_brokers(k), "web", "2", 1, 6, 2);
+  assert_true(wait_metric(port, "ember_collector_profiles_stored_total", 2));
+
+  enum { FILLER = 50000 }; /* ~1.2 MB decoded, more than the bound alone */
+  char *m1 = big_map("\"alphaWork\",\"betaWork\"", FILLER);
+  char *m2 = big_map("\"gammaWork\",\"deltaWork\"", FILLER);
+  assert_int_equal(upload(port, "worker=web&version=1&script=app.js", m1, out, sizeof out), 201);
+  assert_int_equal(upload(port, "worker=web&version=2&script=app.js", m2, out, sizeof out), 201);
+  free(m1);
+  free(m2);
+  for (int round = 0; round < 3; round++) {
+    json_t *doc = tree(port, "web");
+    check_leaf(doc, "alphaWork", 30, "/srv/app/src/alpha.ts", "a /srv/app/dist/app.js:1:11");
+    check_leaf(doc, "gammaWork", 6, "/srv/app/src/alpha.ts", "a /srv/app/dist/app.js:1:11");
+    check_leaf(doc, "deltaWork", 2, "/srv/app/src/beta.ts", "b /srv/app/dist/app.js:1:33");
+    json_decref(doc);
+  }
+  double evicted = tu_metric(port, "ember_collector_sourcemap_evictions_total");
+  double decoded = tu_metric(port, "ember_collector_sourcemap_decoded_total");
+  print_message("3 reads of two maps over 1 MiB each: %.0f decoded, %.0f evicted\n", decoded,
+                evicted);
+  assert_true(decoded >= 6 && evicted >= 5);
+  assert_true(tu_metric(port, "ember_collector_sourcemap_bytes") <= 2.0 * 1048576);
+  ember__collector_stop(c);
+  ember_kafka_free(k);
+  ember_config_free(cfg);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_srcmaps_upload_map_list_delete_restart),
+      cmocka_unit_test(test_srcmaps_evicted_maps_decode_again),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
