@@ -14,12 +14,18 @@
 #include "json.h"
 
 /* A function of either profile, keyed by (display name, module) so that the
- * same function lines up across the two, whose frame ids are unrelated. */
+ * same function lines up across the two, whose frame ids are unrelated.
+ * Its file, line and generated name are those its frames agree on (two
+ * builds of a bundle name one function alike from different places): set
+ * by the first frame, cleared for good by the first that differs. */
 typedef struct dfn {
   const char *name;   /* borrowed from one profile's names block */
   const char *module; /* borrowed from that profile; may be NULL */
   ember_frame_kind_t kind;
   uint64_t hash;
+  const char *file, *generated; /* borrowed; NULL = none, or not agreed */
+  uint32_t line;
+  bool file_mixed, generated_mixed, line_mixed;
 } dfn_t;
 
 typedef struct fns {
@@ -55,6 +61,19 @@ static int fn_intern(fns_t *d, const char *name, const ember_frame_t *f, uint32_
   fn_key_t key = {d, name, f->module};
   int64_t found = ember__htab_find(&d->index, h, fn_eq, &key);
   if (found >= 0) {
+    dfn_t *fn = &d->fns[found];
+    if (!fn->file_mixed && !same_str(fn->file, f->file)) {
+      fn->file = NULL;
+      fn->file_mixed = true;
+    }
+    if (!fn->generated_mixed && !same_str(fn->generated, f->generated)) {
+      fn->generated = NULL;
+      fn->generated_mixed = true;
+    }
+    if (!fn->line_mixed && fn->line != f->line) {
+      fn->line = 0;
+      fn->line_mixed = true;
+    }
     *out = (uint32_t)found;
     return 0;
   }
@@ -66,7 +85,13 @@ static int fn_intern(fns_t *d, const char *name, const ember_frame_t *f, uint32_
     d->fns = nf;
     d->cap = ncap;
   }
-  d->fns[d->n] = (dfn_t){name, f->module, f->kind, h};
+  d->fns[d->n] = (dfn_t){.name = name,
+                         .module = f->module,
+                         .kind = f->kind,
+                         .hash = h,
+                         .file = f->file,
+                         .generated = f->generated,
+                         .line = f->line};
   int rc = ember__htab_insert(&d->index, h, (uint32_t)d->n, fn_rehash, &key);
   if (rc != 0) return rc;
   *out = (uint32_t)d->n++;
@@ -89,8 +114,13 @@ static int diff_add(ember__calltree_t *t, fns_t *d, const ember_profile_t *p,
 
 static void diff_fn_info(const void *ctx, uint32_t fn, ember__ctfn_t *out) {
   const fns_t *d = ctx;
-  *out = (ember__ctfn_t){
-      .name = d->fns[fn].name, .module = d->fns[fn].module, .kind = d->fns[fn].kind};
+  const dfn_t *f = &d->fns[fn];
+  *out = (ember__ctfn_t){.name = f->name,
+                         .module = f->module,
+                         .kind = f->kind,
+                         .file = f->file,
+                         .line = f->line,
+                         .generated = f->generated};
 }
 
 static int diff_values(const void *ctx, const ember__ctnode_t *nd, json_t *o) {

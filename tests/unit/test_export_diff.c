@@ -1,6 +1,6 @@
 /* The diff tree exporter: two profiles in one tree with both totals,
- * functions matched across profiles, the node cap, argument checks and
- * allocation failures. */
+ * functions matched across profiles (and what their frames agree on), the
+ * node cap, argument checks and allocation failures. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -211,6 +211,53 @@ static void test_export_diff_alloc_failures(void **state) {
   ember_profile_free(b);
 }
 
+/* A function's file, line and generated name travel into the diff where
+ * both profiles' frames agree on them, and are left out where they do not
+ * (two builds of one bundle: the same function from different places). */
+static void test_export_diff_keeps_what_frames_agree_on(void **state) {
+  (void)state;
+  ember_profile_t *a = profile(), *b = profile();
+  int64_t v[2] = {3, 3000};
+  ember_frame_t fa = {.function = "alphaWork",
+                      .module = "/srv/app/dist/app.js",
+                      .file = "/srv/app/src/alpha.ts",
+                      .line = 2,
+                      .generated = "a /srv/app/dist/app.js:1:11",
+                      .kind = EMBER_FRAME_JIT};
+  ember_frame_t fa2 = fa;
+  fa2.generated = "q /srv/app/dist/app.js:1:90"; /* the other build */
+  ember_frame_t fb = {.function = "betaWork",
+                      .module = "/srv/app/dist/app.js",
+                      .file = "/srv/app/src/beta.ts",
+                      .line = 7,
+                      .generated = "b /srv/app/dist/app.js:1:33",
+                      .kind = EMBER_FRAME_JIT};
+  ember_frame_t root = {.function = "main", .module = "/usr/bin/node"};
+  ember_frame_t s1[] = {fa, root}, s2[] = {fa2, root}, s3[] = {fb, root};
+  assert_int_equal(ember_profile_add(a, s1, 2, v), 0);
+  assert_int_equal(ember_profile_add(a, s3, 2, v), 0);
+  assert_int_equal(ember_profile_add(b, s2, 2, v), 0);
+  assert_int_equal(ember_profile_add(b, s3, 2, v), 0);
+  json_t *j = diff_json(a, b, 0);
+  json_t *m = child(json_object_get(j, "root"), "main");
+  assert_non_null(m);
+  json_t *na = child(m, "alphaWork"), *nb = child(m, "betaWork");
+  assert_non_null(na);
+  assert_non_null(nb);
+  assert_string_equal(json_string_value(json_object_get(na, "file")), "/srv/app/src/alpha.ts");
+  assert_int_equal(json_integer_value(json_object_get(na, "line")), 2);
+  assert_null(json_object_get(na, "generated"));
+  assert_string_equal(json_string_value(json_object_get(nb, "generated")),
+                      "b /srv/app/dist/app.js:1:33");
+  assert_string_equal(json_string_value(json_object_get(nb, "file")), "/srv/app/src/beta.ts");
+  assert_int_equal(json_integer_value(json_object_get(nb, "base")), 3000);
+  assert_int_equal(json_integer_value(json_object_get(nb, "vs")), 3000);
+  assert_null(json_object_get(m, "file"));
+  json_decref(j);
+  ember_profile_free(a);
+  ember_profile_free(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_export_diff_totals_per_node),
@@ -219,6 +266,7 @@ int main(void) {
       cmocka_unit_test(test_export_diff_too_big_leaves_buffer),
       cmocka_unit_test(test_export_diff_invalid_utf8_name),
       cmocka_unit_test(test_export_diff_alloc_failures),
+      cmocka_unit_test(test_export_diff_keeps_what_frames_agree_on),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
