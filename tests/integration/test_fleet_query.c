@@ -11,6 +11,9 @@
  *    burners and Debian's sha256sum (no frame pointers) under several
  *    workers: each of the three answers the workers, hosts and per-worker
  *    totals of the replica, which stored everything in the same run;
+ *  - a source map uploaded through one member names the JavaScript frames
+ *    of every member's answer and of the replica's, wherever the windows
+ *    are stored;
  *  - a collector killed between its store's commit and its offset commit
  *    (the test-only fault hook) while another takes its partitions: each
  *    window counts once in the fleet, also after it comes back with its
@@ -34,6 +37,7 @@
 #include "common/testutil.h"
 #include "ember/kafka.h"
 #include "ember/store.h"
+#include "ember/wire.h"
 
 #define BASE_NS (1764410400LL * 1000000000)
 #define WINDOW  10000000000LL
@@ -286,6 +290,52 @@ static void start_group(coll_t c[3], coll_t *rep) {
   assert_int_equal(assigned, 4);
 }
 
+/* One window of `worker` version 1 as an agent without source maps sends
+ * it: V8's names for two functions of /srv/app/dist/app.js, 30 and 10
+ * samples, under main. */
+#define V8_A "JS:*a /srv/app/dist/app.js:1:11"
+#define V8_B "JS:*b /srv/app/dist/app.js:1:33"
+static void produce_js(const char *worker) {
+  static const ember_value_type_t vt[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(vt, 2, &p), 0);
+  ember_labels_t l = {.worker = worker, .version = "1", .host = "js-host", .pid = 7};
+  assert_int_equal(ember_profile_set_labels(p, &l), 0);
+  assert_int_equal(ember_profile_set_window(p, BASE_NS, BASE_NS + WINDOW), 0);
+  ember_profile_set_period(p, 10000000);
+  assert_int_equal(ember_profile_set_origin(p, worker, 1, NULL), 0);
+  ember_frame_t fa = {.function = V8_A, .module = "/tmp/perf-7.map", .kind = EMBER_FRAME_JIT};
+  ember_frame_t fb = {.function = V8_B, .module = "/tmp/perf-7.map", .kind = EMBER_FRAME_JIT};
+  ember_frame_t main_f = {.function = "main", .module = "/usr/bin/node"};
+  ember_frame_t sa[] = {fa, main_f}, sb[] = {fb, main_f};
+  int64_t va[] = {30, 300000000}, vb[] = {10, 100000000};
+  assert_int_equal(ember_profile_add(p, sa, 2, va), 0);
+  assert_int_equal(ember_profile_add(p, sb, 2, vb), 0);
+  ember_buf_t b;
+  ember_buf_init(&b, 1 << 20);
+  assert_int_equal(ember_codec_encode_v2(p, &b), 0);
+  const void *v[] = {b.data};
+  size_t len[] = {b.len};
+  assert_int_equal(tu_produce(tu_bootstrap(), EMBER_TOPIC_PROFILES, worker, v, len, 1).ok, 1);
+  ember_buf_free(&b);
+  ember_profile_free(p);
+}
+
+/* Wait up to 30 s for `c`'s folded answer for `worker` to hold `want`. */
+static void wait_folded(const coll_t *c, const char *worker, const char *want) {
+  char path[512];
+  static char body[1 << 16];
+  snprintf(path, sizeof path,
+           "/api/v1/profile?worker=%s&from=%lld&to=%lld&type=samples&format=folded", worker,
+           (long long)STREAM_FROM_S, (long long)STREAM_TO_S);
+  for (int t = 0; t < 300; t++) {
+    if (get(c, path, body, sizeof body) == 200 && strstr(body, want) != NULL) return;
+    usleep(100000);
+  }
+  fail_msg("%s: no '%s' in the folded answer for %s: %.500s (log %s)", c->name, want, worker, body,
+           c->log);
+}
+
 static void test_fleet_any_collector_answers_for_all(void **state) {
   (void)state;
   setup_names("fleet");
@@ -411,6 +461,29 @@ static void test_fleet_any_collector_answers_for_all(void **state) {
   assert_true(has_api_rule(&c[0], "while-down"));
   print_message("API rules: added on c0, deleted on c2, added while c2 was down: every member of "
                 "the group agrees, the replica group has none\n");
+
+  /* A source map uploaded through c0 names the frames of a window stored
+   * on whichever member holds its partition, in every member's answer and
+   * the replica's (each follows ember.sourcemaps and maps its own part). */
+  char js[160];
+  snprintf(js, sizeof js, "js-%s", tag);
+  produce_js(js);
+  wait_folded(&c[2], js, "main;" V8_A " 30");
+  static const char map[] =
+      "{\"version\":3,\"file\":\"app.js\",\"sources\":[\"../src/alpha.ts\",\"../src/"
+      "beta.ts\"],\"names\":[\"alphaWork\",\"betaWork\"],\"mappings\":\"AACA,SAASA,CAAS,"
+      "YCDlB,SAASC,CAAQ\"}";
+  char upath[300], uout[1024];
+  snprintf(upath, sizeof upath, "/api/v1/sourcemaps?worker=%s&version=1&script=app.js", js);
+  assert_int_equal(tu_http(c[0].port, "POST", upath, "Content-Type: application/json\r\n", map,
+                           uout, sizeof uout),
+                   201);
+  const coll_t *readers[] = {&c[0], &c[2], &rep};
+  for (int i = 0; i < 3; i++) {
+    wait_folded(readers[i], js, "main;alphaWork 30");
+    wait_folded(readers[i], js, "main;betaWork 10");
+  }
+  print_message("a source map uploaded through c0: c0, c2 and the replica name the frames\n");
   stop(&rep);
   stop(&c[0]);
   stop(&c[2]);
