@@ -24,6 +24,7 @@
 #include "alerts.h"
 #include "notify.h"
 #include "ember/ember.h"
+#include "common/testutil.h"
 
 #define SEC  1000000000LL
 #define STEP (10 * SEC)
@@ -32,19 +33,12 @@
 static char path[512], rules_path[512];
 static ember_store_t *store;
 
-static void remove_store(void) {
-  char lock[600];
-  snprintf(lock, sizeof lock, "%s-lock", path);
-  unlink(path);
-  unlink(lock);
-}
-
 static int setup(void **state) {
   (void)state;
-  snprintf(path, sizeof path, "%s/alert_engine_%ld.lmdb", EMBER_TEST_TMP, (long)getpid());
+  tu_store_path(path, sizeof path, "alert_engine", "engine");
   snprintf(rules_path, sizeof rules_path, "%s/alert_rules_%ld.conf", EMBER_TEST_TMP,
            (long)getpid());
-  remove_store();
+  tu_store_remove(path);
   ember_store_opts_t o = {.map_size = (size_t)256 << 20, .no_sync = true};
   return ember_store_open(path, &o, &store, NULL, 0);
 }
@@ -53,7 +47,7 @@ static int teardown(void **state) {
   (void)state;
   ember_store_close(store);
   store = NULL;
-  remove_store();
+  tu_store_remove(path);
   unlink(rules_path);
   return 0;
 }

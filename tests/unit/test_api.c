@@ -124,13 +124,6 @@ static void write_fixture(ember_store_t *s) {
   for (size_t i = 0; i < 7; i++) ember_profile_free(p[i]);
 }
 
-static void remove_store(const char *path) {
-  char lock[600];
-  snprintf(lock, sizeof lock, "%s-lock", path);
-  unlink(path);
-  unlink(lock);
-}
-
 static ember__api_t *start_api(const char *token, size_t max_response, ember_metrics_t *m) {
   ember__api_opts_t o = {.listen = "127.0.0.1:0",
                          .token = token,
@@ -149,8 +142,8 @@ static ember__api_t *start_api(const char *token, size_t max_response, ember_met
 static int setup(void **state) {
   (void)state;
   mkdir(EMBER_TEST_TMP, 0755);
-  snprintf(fx.path, sizeof fx.path, "%s/api_%ld.lmdb", EMBER_TEST_TMP, (long)getpid());
-  remove_store(fx.path);
+  tu_store_path(fx.path, sizeof fx.path, "api", "fixture");
+  tu_store_remove(fx.path);
   ember_store_opts_t so = {.map_size = (size_t)64 << 20, .no_sync = true};
   char err[256];
   if (ember_store_open(fx.path, &so, &fx.store, err, sizeof err) != 0) return -1;
@@ -166,7 +159,7 @@ static int teardown(void **state) {
   ember__api_stop(fx.api);
   ember_metrics_free(fx.metrics);
   ember_store_close(fx.store);
-  remove_store(fx.path);
+  tu_store_remove(fx.path);
   return 0;
 }
 

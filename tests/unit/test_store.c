@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "common/testutil.h"
 #include "ember/store.h"
 
 #define SEC 1000000000LL
@@ -20,26 +21,8 @@
 
 static const ember_value_type_t cpu_types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
 
-/* A store file of its own per test, removed at the start and the end. */
-static void store_path(char *buf, size_t size, const char *name) {
-  snprintf(buf, size, "%s/store_%s_%ld.lmdb", EMBER_TEST_TMP, name, (long)getpid());
-}
-
-static void remove_store(const char *path) {
-  char lock[600];
-  snprintf(lock, sizeof lock, "%s-lock", path);
-  unlink(path);
-  unlink(lock);
-}
-
-static ember_store_t *open_store(const char *path) {
-  ember_store_opts_t o = {.map_size = (size_t)256 << 20, .no_sync = true};
-  ember_store_t *s = NULL;
-  char err[256];
-  int rc = ember_store_open(path, &o, &s, err, sizeof err);
-  if (rc != 0) fail_msg("open %s: %s", path, err);
-  return s;
-}
+/* A store file of its own per test (tu_store_path), removed at the start
+ * and the end. */
 
 static uint64_t rng_next(uint64_t *x) {
   *x ^= *x << 13;
@@ -157,9 +140,9 @@ static int64_t merge_total(ember_store_t *s, const ember_store_selector_t *sel, 
 static void test_store_roundtrip_equals_profile_merge(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "roundtrip");
-  remove_store(path);
-  ember_store_t *s = open_store(path);
+  tu_store_path(path, sizeof path, "store", "roundtrip");
+  tu_store_remove(path);
+  ember_store_t *s = tu_store_open(path, (size_t)256 << 20);
   ember_profile_t *ps[24];
   for (size_t i = 0; i < 24; i++)
     ps[i] = make_window("api", "v1", i % 2 ? "h1" : "h2", NULL, T0 + (int64_t)(i / 2) * 10 * SEC,
@@ -195,15 +178,15 @@ static void test_store_roundtrip_equals_profile_merge(void **state) {
   ember_profile_free(want);
   free_all(ps, 24);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void test_store_selects_by_each_label(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "select");
-  remove_store(path);
-  ember_store_t *s = open_store(path);
+  tu_store_path(path, sizeof path, "store", "select");
+  tu_store_remove(path);
+  ember_store_t *s = tu_store_open(path, (size_t)256 << 20);
   const char *workers[] = {"api", "db"}, *versions[] = {"v1", "v2"}, *hosts[] = {"h1", "h2"},
              *actors[] = {NULL, "room-7"};
   ember_profile_t *ps[16];
@@ -270,15 +253,15 @@ static void test_store_selects_by_each_label(void **state) {
 
   free_all(ps, 16);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void test_store_time_range_is_half_open(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "range");
-  remove_store(path);
-  ember_store_t *s = open_store(path);
+  tu_store_path(path, sizeof path, "store", "range");
+  tu_store_remove(path);
+  ember_store_t *s = tu_store_open(path, (size_t)256 << 20);
   ember_profile_t *ps[3];
   int64_t tot[3];
   for (size_t i = 0; i < 3; i++) {
@@ -317,15 +300,15 @@ static void test_store_time_range_is_half_open(void **state) {
   free_all(ps, 3);
   ember_profile_free(old);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void test_store_duplicate_seq_writes_nothing(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "dup");
-  remove_store(path);
-  ember_store_t *s = open_store(path);
+  tu_store_path(path, sizeof path, "store", "dup");
+  tu_store_remove(path);
+  ember_store_t *s = tu_store_open(path, (size_t)256 << 20);
   ember_profile_t *ps[4];
   for (size_t i = 0; i < 4; i++)
     ps[i] =
@@ -363,15 +346,15 @@ static void test_store_duplicate_seq_writes_nothing(void **state) {
   free_all(twice, 3);
   free_all(ps, 4);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void test_store_stack_dictionary_dedup(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "dedup");
-  remove_store(path);
-  ember_store_t *s = open_store(path);
+  tu_store_path(path, sizeof path, "store", "dedup");
+  tu_store_remove(path);
+  ember_store_t *s = tu_store_open(path, (size_t)256 << 20);
   /* 1000 windows with the same stacks (seed 42), written 100 at a time. */
   ember_profile_t *ps[100];
   ember_profile_t *first = make_window("api", "v1", "h", NULL, T0, NULL, 0, 50, 30, 42);
@@ -412,7 +395,7 @@ static void test_store_stack_dictionary_dedup(void **state) {
 
   ember_profile_free(first);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* Every series' own CPU timeline in one call: a series whose labels are a
@@ -422,9 +405,9 @@ static void test_store_stack_dictionary_dedup(void **state) {
 static void test_store_cpu_timelines_per_series(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "timelines");
-  remove_store(path);
-  ember_store_t *s = open_store(path);
+  tu_store_path(path, sizeof path, "store", "timelines");
+  tu_store_remove(path);
+  ember_store_t *s = tu_store_open(path, (size_t)256 << 20);
   /* Series: api (no actor), api/room-7, db; windows in buckets 0, 1 and 2
    * of 20 s (db only in bucket 2). */
   ember_profile_t *ps[7] = {
@@ -535,15 +518,15 @@ static void test_store_cpu_timelines_per_series(void **state) {
 
   free_all(ps, 7);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void test_store_reopen_persists(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "reopen");
-  remove_store(path);
-  ember_store_t *s = open_store(path);
+  tu_store_path(path, sizeof path, "store", "reopen");
+  tu_store_remove(path);
+  ember_store_t *s = tu_store_open(path, (size_t)256 << 20);
   ember_profile_t *ps[5];
   for (size_t i = 0; i < 5; i++)
     ps[i] = make_window("api", "v1", "h", "x", T0 + (int64_t)i * 10 * SEC, "a", i, 40, 25, i);
@@ -562,7 +545,7 @@ static void test_store_reopen_persists(void **state) {
   ember_store_close(s);
 
   /* Writable reopen keeps the dictionary and idempotency keys. */
-  s = open_store(path);
+  s = tu_store_open(path, (size_t)256 << 20);
   ember_store_write_result_t r;
   assert_int_equal(ember_store_write(s, ps, 5, &r), 0);
   assert_int_equal(r.duplicates, 5);
@@ -574,7 +557,7 @@ static void test_store_reopen_persists(void **state) {
 
   ember_profile_free(want);
   free_all(ps, 5);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void set_schema(const char *path, uint32_t version) {
@@ -598,9 +581,9 @@ static void set_schema(const char *path, uint32_t version) {
 static void test_store_schema_newer_refused(void **state) {
   (void)state;
   char path[512], err[256];
-  store_path(path, sizeof path, "schema");
-  remove_store(path);
-  ember_store_close(open_store(path));
+  tu_store_path(path, sizeof path, "store", "schema");
+  tu_store_remove(path);
+  ember_store_close(tu_store_open(path, (size_t)256 << 20));
   set_schema(path, EMBER_STORE_SCHEMA_VERSION + 1);
   ember_store_t *s = NULL;
   assert_int_equal(ember_store_open(path, NULL, &s, err, sizeof err), EMBER_EVERSION);
@@ -628,7 +611,7 @@ static void test_store_schema_newer_refused(void **state) {
   assert_int_equal(ember_store_open(path, NULL, &s, err, sizeof err), EMBER_ECORRUPT);
   assert_non_null(strstr(err, "without its checksum"));
   assert_null(s);
-  remove_store(path);
+  tu_store_remove(path);
 
   /* Not a store at all, and a missing file opened read-only. */
   ember_store_opts_t ro = {.read_only = true};
@@ -642,19 +625,19 @@ static void test_store_schema_newer_refused(void **state) {
   assert_int_equal(ember_store_open(path, NULL, &s, err, sizeof err), EMBER_ECORRUPT);
   assert_non_null(strstr(err, "cannot open"));
   assert_null(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void test_store_rejects_bad_arguments(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "args");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "store", "args");
+  tu_store_remove(path);
   ember_store_t *s = NULL;
   assert_int_equal(ember_store_open(NULL, NULL, &s, NULL, 0), -EINVAL);
   assert_int_equal(ember_store_open("", NULL, &s, NULL, 0), -EINVAL);
   assert_int_equal(ember_store_open(path, NULL, NULL, NULL, 0), -EINVAL);
-  s = open_store(path);
+  s = tu_store_open(path, (size_t)256 << 20);
   ember_profile_t *p = make_window("api", "v1", "h", NULL, T0, "a", 1, 3, 3, 1);
   ember_profile_t *bad = NULL;
   assert_int_equal(ember_profile_new(cpu_types, 2, &bad), 0); /* no window */
@@ -678,14 +661,14 @@ static void test_store_rejects_bad_arguments(void **state) {
   ember_profile_free(p);
   ember_profile_free(bad);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void test_store_alloc_failures(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "alloc");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "store", "alloc");
+  tu_store_remove(path);
   ember_profile_t *ps[3];
   for (size_t i = 0; i < 3; i++)
     ps[i] = make_window("api", "v1", "h", NULL, T0 + (int64_t)i * 35 * SEC, "a", i, 60, 30, i);
@@ -783,15 +766,15 @@ static void test_store_alloc_failures(void **state) {
   ember_profile_free(want);
   free_all(ps, 3);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void test_store_profile_with_10000_stacks(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "big");
-  remove_store(path);
-  ember_store_t *s = open_store(path);
+  tu_store_path(path, sizeof path, "store", "big");
+  tu_store_remove(path);
+  ember_store_t *s = tu_store_open(path, (size_t)256 << 20);
   ember_profile_t *ps[2] = {
       make_window("api", "v1", "h", NULL, T0, "a", 1, 12000, 2000, 5),
       make_window("api", "v1", "h", NULL, T0 + 10 * SEC, "a", 2, 12000, 2000, 6)};
@@ -804,7 +787,7 @@ static void test_store_profile_with_10000_stacks(void **state) {
   ember_profile_free(want);
   free_all(ps, 2);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* Merge the windows of `ps` whose start lies in [from, to). */
@@ -832,9 +815,9 @@ static void assert_range(ember_store_t *s, ember_profile_t *const *ps, size_t n,
 static void test_store_hourly_rollups_merge_exactly(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "rollup");
-  remove_store(path);
-  ember_store_t *s = open_store(path);
+  tu_store_path(path, sizeof path, "store", "rollup");
+  tu_store_remove(path);
+  ember_store_t *s = tu_store_open(path, (size_t)256 << 20);
   /* 12 hosts x 1000 windows from T0 - 20 min to T0 + 2 h 26 min: more rows
    * than a read transaction covers before it is renewed. */
   enum { HOSTS = 12, PER_HOST = 1000 };
@@ -883,15 +866,15 @@ static void test_store_hourly_rollups_merge_exactly(void **state) {
   free_all(ps, n);
   free(ps);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void test_store_minute_rollups_merge_exactly(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "minute");
-  remove_store(path);
-  ember_store_t *s = open_store(path);
+  tu_store_path(path, sizeof path, "store", "minute");
+  tu_store_remove(path);
+  ember_store_t *s = tu_store_open(path, (size_t)256 << 20);
   /* 3 hosts x 1,000 windows from T0 - 25 min (2 h 41 min), plus a second
    * agent on host h0 with the same labels every 7th window (same key:
    * summed), written in batches of 450 that span several minutes and
@@ -968,15 +951,15 @@ static void test_store_minute_rollups_merge_exactly(void **state) {
   free_all(ps, n);
   free(ps);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 static void test_store_retention_deletes_whole_hours(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "retain");
-  remove_store(path);
-  ember_store_t *s = open_store(path);
+  tu_store_path(path, sizeof path, "store", "retain");
+  tu_store_remove(path);
+  ember_store_t *s = tu_store_open(path, (size_t)256 << 20);
   /* Two hosts, one window a minute for three hours from T0. */
   enum { N = 2 * 180 };
   ember_profile_t *ps[N];
@@ -1023,7 +1006,7 @@ static void test_store_retention_deletes_whole_hours(void **state) {
 
   free_all(ps, N);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* Session results are kept apart from the series: they never show in
@@ -1032,9 +1015,9 @@ static void test_store_retention_deletes_whole_hours(void **state) {
 static void test_store_session_results(void **state) {
   (void)state;
   char path[512];
-  store_path(path, sizeof path, "session");
-  remove_store(path);
-  ember_store_t *s = open_store(path);
+  tu_store_path(path, sizeof path, "store", "session");
+  tu_store_remove(path);
+  ember_store_t *s = tu_store_open(path, (size_t)256 << 20);
   ember_profile_t *ps[4];
   ps[0] = make_window("api", "v1", "h1", "A", T0, "a1", 1, 6, 8, 1);
   ps[1] = make_window("api", "v1", "h2", "B", T0 + 60 * SEC, "a2", 1, 5, 8, 2);
@@ -1107,7 +1090,7 @@ static void test_store_session_results(void **state) {
   ember_profile_free(plain);
   free_all(ps, 4);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 int main(void) {

@@ -289,17 +289,6 @@ static void test_store_disk_full_sweep(void **state) {
   unmount_tmpfs(dir);
 }
 
-static void store_path(char *buf, size_t size, const char *name) {
-  snprintf(buf, size, "%s/disk_%s_%ld.lmdb", EMBER_TEST_TMP, name, (long)getpid());
-}
-
-static void remove_store(const char *path) {
-  char lock[700];
-  snprintf(lock, sizeof lock, "%s-lock", path);
-  unlink(path);
-  unlink(lock);
-}
-
 /* Queries running while the writer grows the map under them. */
 typedef struct reader {
   ember_store_t *s;
@@ -327,8 +316,8 @@ static void *reader_main(void *arg) {
 static void test_store_map_full_grows_then_reports_map_full(void **state) {
   (void)state;
   char path[600];
-  store_path(path, sizeof path, "mapfull");
-  remove_store(path);
+  tu_store_path(path, sizeof path, "disk", "mapfull");
+  tu_store_remove(path);
   ember_store_opts_t o = {
       .map_size = (size_t)256 << 10, .max_size = (size_t)4 << 20, .no_sync = true};
   ember_store_t *s = NULL;
@@ -407,12 +396,12 @@ static void test_store_map_full_grows_then_reports_map_full(void **state) {
   e.windows++;
   assert_queries_exact(s, &e, span);
   ember_store_close(s);
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* A store of a few MiB with `windows` windows; *e gets its totals. */
 static void build_store(const char *path, size_t windows, expect_t *e) {
-  remove_store(path);
+  tu_store_remove(path);
   ember_store_opts_t o = {.map_size = (size_t)64 << 20, .no_sync = true};
   ember_store_t *s = NULL;
   char err[256];
@@ -510,8 +499,8 @@ static int start_on(const char *path, char *msg, size_t msize) {
 static void test_store_damaged_pages_refused_never_crash(void **state) {
   (void)state;
   char path[600], copy[600], msg[1024];
-  store_path(path, sizeof path, "damage");
-  store_path(copy, sizeof copy, "damage_copy");
+  tu_store_path(path, sizeof path, "disk", "damage");
+  tu_store_path(copy, sizeof copy, "disk", "damage_copy");
   expect_t e;
   build_store(path, 400, &e);
   struct stat st;
@@ -520,7 +509,7 @@ static void test_store_damaged_pages_refused_never_crash(void **state) {
   assert_true(npages > 64);
   int refused = 0, passed = 0;
   for (int trial = 0; trial < 24; trial++) {
-    remove_store(copy);
+    tu_store_remove(copy);
     copy_file(path, copy);
     size_t nbad = 1 + (size_t)trial % 3;
     /* Pages 0 and 1 are LMDB's meta pages; damage after them, spread over
@@ -539,13 +528,13 @@ static void test_store_damaged_pages_refused_never_crash(void **state) {
   assert_true(refused >= 12);
 
   /* The meta pages themselves: LMDB falls back to the other one or refuses. */
-  remove_store(copy);
+  tu_store_remove(copy);
   copy_file(path, copy);
   damage(copy, 0, 2, 99);
   int r = start_on(copy, msg, sizeof msg);
   if (r != 0 && r != 1 && r != 2) fail_msg("meta pages: exit %d: %s", r, msg);
-  remove_store(copy);
-  remove_store(path);
+  tu_store_remove(copy);
+  tu_store_remove(path);
 }
 
 /* A value changed on disk in a way LMDB cannot see (same size, valid
@@ -554,7 +543,7 @@ static void test_store_damaged_pages_refused_never_crash(void **state) {
 static void test_store_checksum_refuses_a_changed_value(void **state) {
   (void)state;
   char path[600], err[1024];
-  store_path(path, sizeof path, "crc");
+  tu_store_path(path, sizeof path, "disk", "crc");
   expect_t e;
   build_store(path, 8, &e);
   {
@@ -612,14 +601,14 @@ static void test_store_checksum_refuses_a_changed_value(void **state) {
   assert_int_equal(ember_store_verify(path, NULL, err, sizeof err), EMBER_ECORRUPT);
   assert_non_null(strstr(err, "\"profiles\" fails its checksum"));
   assert_non_null(strstr(err, "mdb_copy"));
-  remove_store(path);
+  tu_store_remove(path);
 
   /* An intact store verifies, counting its entries; a missing one is -ENOENT. */
   build_store(path, 8, &e);
   uint64_t entries = 0;
   assert_int_equal(ember_store_verify(path, &entries, err, sizeof err), 0);
   assert_true(entries > 8);
-  remove_store(path);
+  tu_store_remove(path);
   assert_int_equal(ember_store_verify(path, NULL, err, sizeof err), -ENOENT);
 }
 
@@ -652,7 +641,7 @@ static void test_store_checksum_guards_the_meta_table(void **state) {
   (void)state;
   char path[512], err[512];
   expect_t e;
-  store_path(path, sizeof path, "meta");
+  tu_store_path(path, sizeof path, "disk", "meta");
   build_store(path, 8, &e);
   ember_store_t *s = NULL;
   uint64_t deleted = 0;
@@ -693,7 +682,7 @@ static void test_store_checksum_guards_the_meta_table(void **state) {
   assert_int_equal(ember_store_open(path, NULL, &s, err, sizeof err), EMBER_ECORRUPT);
   assert_null(s);
   assert_non_null(strstr(err, "schema version fails its checksum"));
-  remove_store(path);
+  tu_store_remove(path);
 }
 
 /* An error that is not damage (here the lock file is a directory: EISDIR,
@@ -704,7 +693,7 @@ static void test_store_verify_tells_errors_from_damage(void **state) {
   (void)state;
   char path[512], lock[600], err[512];
   expect_t e;
-  store_path(path, sizeof path, "notdamage");
+  tu_store_path(path, sizeof path, "disk", "notdamage");
   build_store(path, 1, &e);
   snprintf(lock, sizeof lock, "%s-lock", path);
   unlink(lock);
@@ -714,7 +703,7 @@ static void test_store_verify_tells_errors_from_damage(void **state) {
   assert_null(strstr(err, "damaged"));
   assert_null(strstr(err, "Kafka"));
   rmdir(lock);
-  remove_store(path);
+  tu_store_remove(path);
 
   assert_int_equal(ember__store_err(MDB_PANIC), -EIO);
   assert_int_equal(ember__store_err(MDB_CORRUPTED), EMBER_ECORRUPT);
