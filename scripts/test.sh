@@ -77,7 +77,7 @@ fuzz_all() {
   fuzz_one() {
     local name=$1 seeds=$2 seconds=$3 corpus=build-fuzz/corpus-$1 log=build-fuzz/$1.log
     rm -rf "$corpus" && mkdir -p "$corpus" && cp "$seeds"/* "$corpus"/
-    ./build-fuzz/tests/"$name" -max_total_time="$seconds" -rss_limit_mb=2048 \
+    nice -n 19 ./build-fuzz/tests/"$name" -max_total_time="$seconds" -rss_limit_mb=2048 \
       -print_final_stats=1 "$corpus" 2>&1 | tee "$log" | grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|==|SUMMARY)' || true
     if grep -qE 'ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer)|runtime error|SUMMARY:' "$log"; then
       echo "fuzz: $name failed, see $log and crash-* files" >&2
@@ -109,12 +109,14 @@ build_tree build-asan -DCMAKE_BUILD_TYPE=Debug -DEMBER_SANITIZE=ON
 # those tests wait on windows, brokers and timers, and the fuzzers take the
 # idle CPU (weight 15 against a test's 1024, so ~1.5% of a core when they
 # compete). That saves their ~3.5 minutes of wall time; the tests are built
-# to hold on a loaded machine anyway. Their fuzzer environment is their own.
+# to hold on a loaded machine anyway. Their build is not niced: at nice 19
+# beside a loaded machine's tests it waited for them all (seen beside two
+# CPU hogs). Their sanitizer environment is their own.
 step "fuzz the wire decoder for ${fuzz_seconds}s, the perf map, maps, heap control file, CFI, debug-info, rules and source map parsers for ${parser_fuzz_seconds}s each, at nice 19 beside the next step (output at its end)"
 rm -f build-fuzz/summary
 (
   unset ASAN_OPTIONS UBSAN_OPTIONS
-  exec nice -n 19 bash -c "$(declare -f fuzz_all); jobs=$jobs fuzz_seconds=$fuzz_seconds parser_fuzz_seconds=$parser_fuzz_seconds fuzz_all"
+  exec bash -c "$(declare -f fuzz_all); jobs=$jobs fuzz_seconds=$fuzz_seconds parser_fuzz_seconds=$parser_fuzz_seconds fuzz_all"
 ) >build-fuzz.run.log 2>&1 &
 fuzz_pid=$!
 
