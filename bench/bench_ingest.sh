@@ -2,10 +2,11 @@
 # Collector ingest with 1, 2 and 3 collectors in one consumer group on one
 # real broker (issue 13): is there a coordination tax per collector core?
 #
-#   bench/bench_ingest.sh [BUILD_DIR] [WORKERS] [MINUTES]   (default: build 200 30)
+#   bench/bench_ingest.sh [BUILD_DIR] [WORKERS] [MINUTES] [WIRE]   (default: build 200 30 2)
 #
 # bench/ingest_produce writes bench_store's stream (WORKERS workers, MINUTES
-# minutes of 10 s windows: 36,000 profiles by default) to ember.profiles at
+# minutes of 10 s windows: 36,000 profiles by default; wire version WIRE,
+# 2 as agents send by default, 1 as older agents) to ember.profiles at
 # 12 partitions on a broker of tests/kafka/broker.sh, once. Then for K = 1,
 # 2, 3: K real ember-collector processes (own data dirs, own API ports, a
 # new group per K so each starts from the earliest offset) read all of it;
@@ -25,6 +26,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 workers=${2:-200}
 minutes=${3:-30}
+wire=${4:-2}
 tmp=$(mktemp -d /tmp/ember-bench-ingest.XXXXXX)
 pids=()
 cleanup() {
@@ -43,7 +45,8 @@ metric() { { curl -s "http://127.0.0.1:$2/metrics" || true; } | awk -v m="$1" '$
 
 cmake --build "$build" --target ember-collector bench_ingest_produce >/dev/null
 brokers=$(tests/kafka/broker.sh start "$tmp/broker")
-produced=$("$build/bench/ingest_produce" "$brokers" --workers "$workers" --minutes "$minutes")
+produced=$("$build/bench/ingest_produce" "$brokers" --workers "$workers" --minutes "$minutes" \
+  --wire "$wire")
 echo "$produced"
 total=$(echo "$produced" | awk '{print $2}')
 
@@ -97,5 +100,5 @@ for k in 1 2 3; do
   for p in "${cpids[@]}"; do kill -TERM "$p"; done
   for p in "${cpids[@]}"; do wait "$p" || true; done
 done
-echo "stream: $workers workers, $minutes min of 10 s windows, 12 partitions; broker on this machine"
+echo "stream: $workers workers, $minutes min of 10 s windows, wire v$wire, 12 partitions; broker on this machine"
 echo "date: $(date -u +%Y-%m-%d), host: $(nproc) CPUs, kernel $(uname -r)"

@@ -2,13 +2,14 @@
  * (bench/stream.h) written to a real broker's ember.profiles exactly as
  * agents write it, so collectors can be timed reading it.
  *
- *   ingest_produce BROKERS [--workers N] [--minutes M] [--partitions P]
+ *   ingest_produce BROKERS [--workers N] [--minutes M] [--partitions P] [--wire V]
  *
  * Creates Ember's topics where missing (ember_kafka_ensure_topics, with
  * ember.profiles at P partitions, default 12, so 1, 2 and 3 consumers get
  * even shares), then produces M minutes (default 10) of 10 s windows of N
  * workers (default 200) in wire format, keyed by worker as the agent keys
- * them, through a producer with the agent's settings
+ * them, in wire version V (default 2, the agent's default; 1 as agents
+ * before issue 14 send), through a producer with the agent's settings
  * (ember_kafka_producer_conf: zstd, idempotent, acks=all). Waits for every
  * delivery report and prints one line: profiles, samples, wire bytes
  * before compression. Exit 1 when any message was not delivered. */
@@ -24,6 +25,7 @@
 #include "ember/ember.h"
 #include "ember/kafka.h"
 #include "ember/parse.h"
+#include "ember/wire.h"
 #include "stream.h"
 
 static size_t delivered, failed;
@@ -38,13 +40,14 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: ingest_produce BROKERS [--workers N] [--minutes M] [--partitions P]\n");
+  fprintf(stderr, "usage: ingest_produce BROKERS [--workers N] [--minutes M] [--partitions P] "
+                  "[--wire 1|2]\n");
   exit(2);
 }
 
 int main(int argc, char **argv) {
   if (argc < 2) usage();
-  uint64_t nworkers = 200, minutes = 10, parts = 12;
+  uint64_t nworkers = 200, minutes = 10, parts = 12, wire = 2;
   for (int i = 2; i < argc; i++) {
     if (i + 1 < argc && strcmp(argv[i], "--workers") == 0) {
       if (ember_parse_u64(argv[++i], 1, 100000, &nworkers)) usage();
@@ -52,6 +55,8 @@ int main(int argc, char **argv) {
       if (ember_parse_u64(argv[++i], 1, 100000, &minutes)) usage();
     } else if (i + 1 < argc && strcmp(argv[i], "--partitions") == 0) {
       if (ember_parse_u64(argv[++i], 1, 1024, &parts)) usage();
+    } else if (i + 1 < argc && strcmp(argv[i], "--wire") == 0) {
+      if (ember_parse_u64(argv[++i], 1, 2, &wire)) usage();
     } else {
       usage();
     }
@@ -91,7 +96,7 @@ int main(int argc, char **argv) {
     ember_profile_t *p =
         stream_window(&ws[widx], widx, STREAM_T0 + (int64_t)(kk / nworkers) * STREAM_WIN, &ns);
     ember_buf_reset(&msg);
-    rc = ember_codec_encode(p, &msg);
+    rc = wire == 1 ? ember_codec_encode(p, &msg) : ember_codec_encode_v2(p, &msg);
     ember_profile_free(p);
     if (rc != 0) {
       fprintf(stderr, "ingest_produce: encode: %s\n", ember_strerror(rc));
