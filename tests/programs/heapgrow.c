@@ -8,16 +8,22 @@
  *     small blocks until killed.
  *   heapgrow leak: leak_step() leaks 64 KiB 16 times a second (1 MiB/s,
  *     on absolute deadlines, so a late wake-up catches up), while
- *     steady() allocates and frees around it; until killed.
+ *     steady() allocates and frees around it; until killed. With
+ *     HEAPGROW_STEPS=FILE, the number of leak_step calls made so far is
+ *     written there (8 bytes, native order) after each one: the truth a
+ *     test compares with, since on a loaded machine the steps come late
+ *     and then in a burst.
  *
  * Prints "ready" (and flushes) once the startup part is done. The
  * functions are noinline and use what their callees return, so each is a
  * real frame. */
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define NOINLINE __attribute__((noinline))
 #define BLOCK    (64u * 1024u)
@@ -103,10 +109,17 @@ int main(int argc, char **argv) {
       sleep_until(&next);
     }
   }
+  const char *steps_path = getenv("HEAPGROW_STEPS");
+  int steps_fd = steps_path ? open(steps_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
   printf("ready 0\n");
   fflush(stdout);
   for (unsigned i = 0;; i++) {
     keep_sink = leak_step(i);
+    uint64_t done = (uint64_t)i + 1;
+    if (steps_fd >= 0 && pwrite(steps_fd, &done, sizeof done, 0) != (ssize_t)sizeof done) {
+      close(steps_fd);
+      steps_fd = -1;
+    }
     for (int k = 0; k < 8; k++) seed = steady(seed);
     sum += seed;
     add_ns(&next, 62500000L); /* 16 a second */
