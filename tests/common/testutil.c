@@ -505,6 +505,33 @@ tu_dr_tally_t tu_produce(const char *brokers, const char *topic, const char *key
   return tally;
 }
 
+void tu_produce_js(const char *brokers, const char *worker, const char *version, const char *host,
+                   const char *agent, uint64_t seq, int64_t start_ns, int64_t na, int64_t nb) {
+  static const ember_value_type_t vt[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(vt, 2, &p), 0);
+  ember_labels_t l = {.worker = worker, .version = version, .host = host, .pid = 7};
+  assert_int_equal(ember_profile_set_labels(p, &l), 0);
+  assert_int_equal(ember_profile_set_window(p, start_ns, start_ns + 10000000000LL), 0);
+  ember_profile_set_period(p, 10000000);
+  assert_int_equal(ember_profile_set_origin(p, agent, seq, NULL), 0);
+  ember_frame_t fa = {.function = TU_V8_A, .module = "/tmp/perf-7.map", .kind = EMBER_FRAME_JIT};
+  ember_frame_t fb = {.function = TU_V8_B, .module = "/tmp/perf-7.map", .kind = EMBER_FRAME_JIT};
+  ember_frame_t main_f = {.function = "main", .module = "/usr/bin/node"};
+  ember_frame_t sa[] = {fa, main_f}, sb[] = {fb, main_f};
+  int64_t va[] = {na, na * 10000000}, vb[] = {nb, nb * 10000000};
+  assert_int_equal(ember_profile_add(p, sa, 2, va), 0);
+  assert_int_equal(ember_profile_add(p, sb, 2, vb), 0);
+  ember_buf_t b;
+  ember_buf_init(&b, 1 << 20);
+  assert_int_equal(ember_codec_encode_v2(p, &b), 0);
+  const void *v[] = {b.data};
+  size_t len[] = {b.len};
+  assert_int_equal(tu_produce(brokers, EMBER_TOPIC_PROFILES, worker, v, len, 1).ok, 1);
+  ember_buf_free(&b);
+  ember_profile_free(p);
+}
+
 tu_dr_tally_t tu_produce_command(const char *brokers, const char *host, const void *value,
                                  size_t len, const char *key_id, const char *mac) {
   tu_dr_tally_t tally = {0};

@@ -127,6 +127,18 @@ int64_t tu_profile_samples(uint64_t seq); /* work_a's samples; the window has on
 tu_dr_tally_t tu_produce(const char *brokers, const char *topic, const char *key,
                          const void *const *values, const size_t *lens, size_t n);
 
+/* V8's names (--perf-basic-prof) of the functions a and b of the bundle
+ * /srv/app/dist/app.js, whose one line is
+ * "function a(){for(;;);}function b(){}": a at column 11, b at 33. */
+#define TU_V8_A "JS:*a /srv/app/dist/app.js:1:11"
+#define TU_V8_B "JS:*b /srv/app/dist/app.js:1:33"
+
+/* Produce to ember.profiles (keyed by `worker`) one wire v2 window of 10 s
+ * from `start_ns`, as an agent without source maps sends it: `na` samples
+ * of TU_V8_A and `nb` of TU_V8_B, each under main, from (agent, seq). */
+void tu_produce_js(const char *brokers, const char *worker, const char *version, const char *host,
+                   const char *agent, uint64_t seq, int64_t start_ns, int64_t na, int64_t nb);
+
 /* Produce one message to ember.commands keyed by `host`, with the headers
  * of a signed command (include/ember/sign.h) when key_id / mac are not
  * NULL, and wait for its delivery report. */

@@ -37,7 +37,6 @@
 #include "common/testutil.h"
 #include "ember/kafka.h"
 #include "ember/store.h"
-#include "ember/wire.h"
 
 #define BASE_NS (1764410400LL * 1000000000)
 #define WINDOW  10000000000LL
@@ -290,36 +289,7 @@ static void start_group(coll_t c[3], coll_t *rep) {
   assert_int_equal(assigned, 4);
 }
 
-/* One window of `worker` version 1 as an agent without source maps sends
- * it: V8's names for two functions of /srv/app/dist/app.js, 30 and 10
- * samples, under main. */
-#define V8_A "JS:*a /srv/app/dist/app.js:1:11"
-#define V8_B "JS:*b /srv/app/dist/app.js:1:33"
-static void produce_js(const char *worker) {
-  static const ember_value_type_t vt[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
-  ember_profile_t *p = NULL;
-  assert_int_equal(ember_profile_new(vt, 2, &p), 0);
-  ember_labels_t l = {.worker = worker, .version = "1", .host = "js-host", .pid = 7};
-  assert_int_equal(ember_profile_set_labels(p, &l), 0);
-  assert_int_equal(ember_profile_set_window(p, BASE_NS, BASE_NS + WINDOW), 0);
-  ember_profile_set_period(p, 10000000);
-  assert_int_equal(ember_profile_set_origin(p, worker, 1, NULL), 0);
-  ember_frame_t fa = {.function = V8_A, .module = "/tmp/perf-7.map", .kind = EMBER_FRAME_JIT};
-  ember_frame_t fb = {.function = V8_B, .module = "/tmp/perf-7.map", .kind = EMBER_FRAME_JIT};
-  ember_frame_t main_f = {.function = "main", .module = "/usr/bin/node"};
-  ember_frame_t sa[] = {fa, main_f}, sb[] = {fb, main_f};
-  int64_t va[] = {30, 300000000}, vb[] = {10, 100000000};
-  assert_int_equal(ember_profile_add(p, sa, 2, va), 0);
-  assert_int_equal(ember_profile_add(p, sb, 2, vb), 0);
-  ember_buf_t b;
-  ember_buf_init(&b, 1 << 20);
-  assert_int_equal(ember_codec_encode_v2(p, &b), 0);
-  const void *v[] = {b.data};
-  size_t len[] = {b.len};
-  assert_int_equal(tu_produce(tu_bootstrap(), EMBER_TOPIC_PROFILES, worker, v, len, 1).ok, 1);
-  ember_buf_free(&b);
-  ember_profile_free(p);
-}
+#define V8_A TU_V8_A
 
 /* Wait up to 30 s for `c`'s folded answer for `worker` to hold `want`. */
 static void wait_folded(const coll_t *c, const char *worker, const char *want) {
@@ -467,7 +437,7 @@ static void test_fleet_any_collector_answers_for_all(void **state) {
    * the replica's (each follows ember.sourcemaps and maps its own part). */
   char js[160];
   snprintf(js, sizeof js, "js-%s", tag);
-  produce_js(js);
+  tu_produce_js(tu_bootstrap(), js, "1", "js-host", js, 1, BASE_NS, 30, 10);
   wait_folded(&c[2], js, "main;" V8_A " 30");
   static const char map[] =
       "{\"version\":3,\"file\":\"app.js\",\"sources\":[\"../src/alpha.ts\",\"../src/"

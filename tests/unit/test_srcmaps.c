@@ -42,8 +42,7 @@
 /* The bundle's one line: "function a(){for(;;);}function b(){}"; V8 names
  * a at the '(' of column 11, b at column 33. Each map puts a in
  * ../src/alpha.ts and b in ../src/beta.ts, under its own names. */
-#define V8_A     "JS:*a /srv/app/dist/app.js:1:11"
-#define V8_B     "JS:*b /srv/app/dist/app.js:1:33"
+#define V8_A     TU_V8_A
 #define MAPPINGS "\"mappings\":\"AACA,SAASA,CAAS,YCDlB,SAASC,CAAQ\"}"
 static const char map_v1[] = "{\"version\":3,\"file\":\"app.js\",\"sources\":[\"../src/alpha.ts\","
                              "\"../src/beta.ts\"],\"names\":[\"alphaWork\",\"betaWork\"]," MAPPINGS;
@@ -72,32 +71,9 @@ static ember_config_t *config(const char *max_bytes) {
  * under main, as an agent without the maps sends them. */
 static void produce(const char *brokers, const char *worker, const char *version, uint64_t seq,
                     int64_t na, int64_t nb) {
-  static const ember_value_type_t vt[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS};
-  ember_profile_t *p = NULL;
-  assert_int_equal(ember_profile_new(vt, 2, &p), 0);
-  ember_labels_t l = {.worker = worker, .version = version, .host = "h1", .pid = 7};
-  assert_int_equal(ember_profile_set_labels(p, &l), 0);
-  assert_int_equal(ember_profile_set_window(p, BASE_NS, BASE_NS + WINDOW), 0);
-  ember_profile_set_period(p, 10000000);
   char agent[64];
   snprintf(agent, sizeof agent, "agent-%s-%s", worker, version);
-  assert_int_equal(ember_profile_set_origin(p, agent, seq, NULL), 0);
-  ember_frame_t fa = {.function = V8_A, .module = "/tmp/perf-7.map", .kind = EMBER_FRAME_JIT};
-  ember_frame_t fb = {.function = V8_B, .module = "/tmp/perf-7.map", .kind = EMBER_FRAME_JIT};
-  ember_frame_t main_f = {.function = "main", .module = "/usr/bin/node"};
-  ember_frame_t sa[] = {fa, main_f}, sb[] = {fb, main_f};
-  int64_t va[] = {na, na * 10000000}, vb[] = {nb, nb * 10000000};
-  assert_int_equal(ember_profile_add(p, sa, 2, va), 0);
-  assert_int_equal(ember_profile_add(p, sb, 2, vb), 0);
-  ember_buf_t b;
-  ember_buf_init(&b, 1 << 20);
-  assert_int_equal(ember_codec_encode_v2(p, &b), 0);
-  const void *v[] = {b.data};
-  size_t len[] = {b.len};
-  tu_dr_tally_t t = tu_produce(brokers, EMBER_TOPIC_PROFILES, worker, v, len, 1);
-  assert_int_equal(t.ok, 1);
-  ember_buf_free(&b);
-  ember_profile_free(p);
+  tu_produce_js(brokers, worker, version, "h1", agent, seq, BASE_NS, na, nb);
 }
 
 static bool wait_metric(unsigned port, const char *name, double want) {
