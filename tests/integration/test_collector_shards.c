@@ -122,7 +122,10 @@ static void test_collector_killed_before_its_commit_reads_nothing_twice(void **s
   store_runs(dir, &windows, &pending, &nruns);
   print_message("killed after its 4th batch: %zu runs, %llu windows stored, %llu not committed\n",
                 nruns, (unsigned long long)windows, (unsigned long long)pending);
-  assert_true(windows >= 200 && pending > 0);
+  /* Four batches, not necessarily of 50: a batch also closes when the
+   * collector has read all there is, which it may while the producer is
+   * still sending (a loaded machine, a fast decode). */
+  assert_true(windows >= 4 && pending > 0);
   ember_store_run_t *before = NULL;
   size_t nbefore = store_run_list(dir, &before);
 
