@@ -58,6 +58,11 @@ int ember__codec_decode_v1_view(const void *data, size_t len, const ember_codec_
  * (wire_hash.c; wire v2's hashes are built on it). */
 uint64_t ember__xxh64(const void *data, size_t len, uint64_t seed);
 
+/* out[i] = the hash of location i of `w` from its content, for every
+ * location, hashing each string the locations name once (wire_hash.c).
+ * 0 or -ENOMEM. */
+int ember__wire_hash_locations(const ember_wire_t *w, uint64_t *out);
+
 /* The checks every wire text (ids, labels, strings) passes: at most
  * EMBER_MAX_STRING bytes and valid UTF-8. `what` and `idx` name it in the
  * sentence. 0, EMBER_ETOOBIG or EMBER_ECORRUPT. */

@@ -3,9 +3,11 @@
  *
  * protobuf-c unpacks the message into a per-message arena (about twenty
  * arrays and the string blob); the view points into it, with the string
- * offsets and the stack offsets computed once. Checks follow the header:
- * everything but the blob's bytes and the hashes, which the readers that
- * use them check (the store only for content it has not seen). */
+ * offsets and the stack offsets computed once, front-coded strings
+ * rebuilt and the location hashes a message does not carry computed.
+ * Checks follow the header: everything but the strings' text and the
+ * hashes sent, which the readers that use them check (the store only for
+ * content it has not seen). */
 #include <errno.h>
 #include <string.h>
 
@@ -106,14 +108,28 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
   if (ns > lim->max_strings)
     return FAIL(EMBER_ETOOBIG, "%zu strings (at most %zu)", ns, lim->max_strings);
   if (ns > 0 && m->string_lengths[0] != 0) return FAIL(EMBER_ECORRUPT, "string 0 must be empty");
+  const uint32_t *pre = m->n_string_prefix != 0 ? m->string_prefix : NULL;
+  if (pre != NULL && m->n_string_prefix != ns)
+    return FAIL(EMBER_ECORRUPT, "%zu string prefixes for %zu strings", m->n_string_prefix, ns);
   uint32_t *off = ember__arena_alloc(a, (ns ? ns : 1) * sizeof *off);
-  if (off == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
-  uint64_t total = 0;
+  uint32_t *len = pre == NULL ? NULL : ember__arena_alloc(a, (ns ? ns : 1) * sizeof *len);
+  if (off == NULL || (pre != NULL && len == NULL))
+    return FAIL(-ENOMEM, "out of memory while decoding");
+  uint64_t total = 0, full = 0; /* the blob's bytes; the strings' */
   for (size_t i = 0; i < ns; i++) {
-    if (m->string_lengths[i] > EMBER_MAX_STRING)
-      return FAIL(EMBER_ETOOBIG, "string %zu: %u bytes (at most %u)", i, m->string_lengths[i],
+    uint64_t n = m->string_lengths[i];
+    if (pre != NULL) {
+      if (pre[i] > (i ? len[i - 1] : 0))
+        return FAIL(EMBER_ECORRUPT, "string %zu: a prefix of %u bytes of a string of %u", i, pre[i],
+                    i ? len[i - 1] : 0);
+      n += pre[i];
+    }
+    if (n > EMBER_MAX_STRING)
+      return FAIL(EMBER_ETOOBIG, "string %zu: %llu bytes (at most %u)", i, (unsigned long long)n,
                   EMBER_MAX_STRING);
-    off[i] = (uint32_t)total;
+    if (pre != NULL) len[i] = (uint32_t)n;
+    off[i] = (uint32_t)full;
+    full += n;
     total += m->string_lengths[i];
     if (total > m->strings.len) break;
   }
@@ -121,9 +137,31 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
     return FAIL(EMBER_ECORRUPT, "string lengths add up to %s%llu bytes, the blob has %zu",
                 total > m->strings.len ? "more than " : "", (unsigned long long)total,
                 m->strings.len);
-  w->blob = (const char *)m->strings.data;
+  if (pre == NULL) {
+    w->blob = (const char *)m->strings.data;
+    w->str_len = m->string_lengths;
+  } else {
+    /* Front-coded: each string is rebuilt after the one before, from
+     * which it takes its prefix. Prefixes can make the strings far longer
+     * than the message; they may take as much as a message may. */
+    if (full > lim->max_message)
+      return FAIL(EMBER_ETOOBIG,
+                  "strings of %llu bytes once their prefixes are restored (at most %zu)",
+                  (unsigned long long)full, lim->max_message);
+    char *blob = ember__arena_alloc(a, full ? full : 1);
+    if (blob == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
+    const char *src = (const char *)m->strings.data;
+    for (size_t i = 1; i < ns; i++) {
+      char *dst = blob + off[i];
+      if (pre[i]) memcpy(dst, blob + off[i - 1], pre[i]);
+      size_t n = m->string_lengths[i];
+      if (n) memcpy(dst + pre[i], src, n);
+      src += n;
+    }
+    w->blob = blob;
+    w->str_len = len;
+  }
   w->str_off = off;
-  w->str_len = m->string_lengths;
   w->nstrings = ns;
 
   /* Modules and functions. */
@@ -163,7 +201,7 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
   if (nl > lim->max_locations)
     return FAIL(EMBER_ETOOBIG, "%zu locations (at most %zu)", nl, lim->max_locations);
   if (m->n_location_module != nl || m->n_location_address != nl || m->n_location_line != nl ||
-      m->n_location_kind != nl || m->n_location_hash != nl)
+      m->n_location_kind != nl || (m->n_location_hash != nl && m->n_location_hash != 0))
     return FAIL(EMBER_ECORRUPT,
                 "location columns of different lengths (%zu functions, %zu modules, %zu "
                 "addresses, %zu lines, %zu kinds, %zu hashes)",
@@ -191,7 +229,6 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
   w->loc_address = la;
   w->loc_line = m->location_line;
   w->loc_kind = m->location_kind;
-  w->loc_hash = m->location_hash;
   w->nlocations = nl;
 
   /* Samples: depths within the limit and adding up to the locations. */
@@ -249,6 +286,19 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
   w->stack_hash = m->stack_hash;
   w->nsamples = nsamp;
   w->nlocs = at;
+
+  /* Hashes the writer left out are computed here, once per string and
+   * per location (the reader would check them against this anyway). */
+  if (m->n_location_hash == nl) {
+    w->loc_hash = m->location_hash;
+  } else {
+    uint64_t *lh = ember__arena_alloc(a, (nl ? nl : 1) * sizeof *lh);
+    if (lh == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
+    w->loc_hash = lh; /* before hashing: it reads the finished view */
+    if (ember__wire_hash_locations(w, lh) != 0)
+      return FAIL(-ENOMEM, "out of memory while decoding");
+    w->location_hashes_computed = true;
+  }
 
   w->version = m->version;
   w->agent_id = text_or_null(m->agent_id);

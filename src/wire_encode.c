@@ -4,10 +4,12 @@
  * Only frames that a stack uses become locations, in order of first use,
  * so every location of a message is used (the decoder insists). Strings,
  * modules and functions are tables keyed by the profile's interned
- * pointers. Hashes are computed here, once per string and per location:
- * an agent pays them so that the collector does not. Thread-safe: no
- * shared state. */
+ * pointers. Hashes are computed here, once per string and per location;
+ * only the stacks' travel (a reader computes the locations' from the
+ * content, docs/internals/codec.md). The encoder sorts the strings and
+ * front-codes them. Thread-safe: no shared state. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codec_internal.h"
@@ -52,13 +54,30 @@ static int str_idx(ember__ptrtab_t *t, const char *s, uint32_t *idx) {
   return ember__ptrtab_get(t, s, NULL, NULL, idx);
 }
 
-static int build(const ember_profile_t *p, built_t *b) {
+/* One string of the table, for sorting it. */
+typedef struct sorted_str {
+  const char *s;
+  uint32_t n, idx;
+} sorted_str_t;
+
+static int str_cmp(const void *x, const void *y) {
+  const sorted_str_t *a = x, *b = y;
+  int c = memcmp(a->s, b->s, a->n < b->n ? a->n : b->n);
+  return c ? c : (a->n > b->n) - (a->n < b->n);
+}
+
+/* Columns of `p` into `b`. With `sort`, the strings are in byte order (the
+ * encoder's front coding wants neighbours that share prefixes); else in
+ * order of first use. */
+static int build(const ember_profile_t *p, built_t *b, bool sort) {
   ember_wire_t *w = &b->w;
   int rc = -ENOMEM;
   ember__ptrtab_t strings = {0}, modules = {0}, functions = {0};
   uint32_t *loc_of = NULL;   /* profile frame id -> location index (UINT32_MAX: unused) */
   uint32_t *frame_of = NULL; /* location index -> profile frame id */
   uint64_t *shash = NULL;
+  sorted_str_t *order = NULL; /* new index -> string */
+  uint32_t *rank = NULL;      /* table index -> new index */
   size_t nframes = ember_profile_nframes(p), nstacks = ember_profile_nstacks(p);
   size_t ntypes = ember_profile_ntypes(p), nlocs = 0, nused = 0;
 
@@ -130,13 +149,21 @@ static int build(const ember_profile_t *p, built_t *b) {
   if (!b->str_off || !b->str_len || !b->mod_name || !b->mod_build_id || !b->fn_name ||
       !b->fn_file || (generated && !b->fn_generated) || !shash)
     goto cleanup;
-  size_t blen = 0;
+  order = alloc_n(ns, sizeof *order);
+  rank = alloc_n(ns, sizeof *rank);
+  if (order == NULL || rank == NULL) goto cleanup;
   for (size_t i = 0; i < ns; i++) {
     const char *s = ember__ptrtab_key(&strings, i, 0);
-    size_t n = i == 0 ? 0 : ember_profile_string_len(s);
-    b->str_off[i] = (uint32_t)blen; /* profile strings are at most EMBER_MAX_STRING */
-    b->str_len[i] = (uint32_t)n;
-    blen += n;
+    /* profile strings are at most EMBER_MAX_STRING */
+    order[i] = (sorted_str_t){s, i == 0 ? 0 : (uint32_t)ember_profile_string_len(s), (uint32_t)i};
+  }
+  if (sort && ns > 2) qsort(order + 1, ns - 1, sizeof *order, str_cmp); /* "" stays first */
+  size_t blen = 0;
+  for (size_t i = 0; i < ns; i++) {
+    rank[order[i].idx] = (uint32_t)i;
+    b->str_off[i] = (uint32_t)blen;
+    b->str_len[i] = order[i].n;
+    blen += order[i].n;
     if (blen > UINT32_MAX) {
       rc = EMBER_ETOOBIG;
       goto cleanup;
@@ -145,8 +172,7 @@ static int build(const ember_profile_t *p, built_t *b) {
   b->blob = alloc_n(blen, 1);
   if (b->blob == NULL) goto cleanup;
   for (size_t i = 0; i < ns; i++) {
-    const char *s = ember__ptrtab_key(&strings, i, 0);
-    if (b->str_len[i]) memcpy(b->blob + b->str_off[i], s, b->str_len[i]);
+    if (b->str_len[i]) memcpy(b->blob + b->str_off[i], order[i].s, b->str_len[i]);
     shash[i] = ember_wire_string_hash(b->blob + b->str_off[i], b->str_len[i]);
   }
   /* Already in the string table, so these lookups cannot allocate. */
@@ -159,6 +185,15 @@ static int build(const ember_profile_t *p, built_t *b) {
         str_idx(&strings, ember__ptrtab_key(&functions, i, 1), &b->fn_file[i]) ||
         (generated && str_idx(&strings, ember__ptrtab_key(&functions, i, 2), &b->fn_generated[i])))
       goto cleanup;
+  for (size_t i = 0; i < nm; i++) {
+    b->mod_name[i] = rank[b->mod_name[i]];
+    b->mod_build_id[i] = rank[b->mod_build_id[i]];
+  }
+  for (size_t i = 0; i < nf; i++) {
+    b->fn_name[i] = rank[b->fn_name[i]];
+    b->fn_file[i] = rank[b->fn_file[i]];
+    if (generated) b->fn_generated[i] = rank[b->fn_generated[i]];
+  }
 
   w->blob = b->blob;
   w->str_off = b->str_off;
@@ -228,14 +263,15 @@ cleanup:
   ember_free(loc_of);
   ember_free(frame_of);
   ember_free(shash);
+  ember_free(order);
+  ember_free(rank);
   ember__ptrtab_free(&strings);
   ember__ptrtab_free(&modules);
   ember__ptrtab_free(&functions);
   return rc;
 }
 
-int ember_wire_from_profile(const ember_profile_t *p, ember_wire_t **out) {
-  if (p == NULL || out == NULL) return -EINVAL;
+static int from_profile(const ember_profile_t *p, bool sort, ember_wire_t **out) {
   built_t *b = ember_calloc(1, sizeof *b);
   if (b == NULL) return -ENOMEM;
   b->mem.release = built_release;
@@ -249,13 +285,18 @@ int ember_wire_from_profile(const ember_profile_t *p, ember_wire_t **out) {
   w->labels = *ember_profile_labels(p);
   ember_profile_window(p, &w->start_ns, &w->end_ns);
   w->period_ns = ember_profile_period(p);
-  int rc = build(p, b);
+  int rc = build(p, b, sort);
   if (rc != 0) {
     built_release(&b->mem);
     return rc;
   }
   *out = w;
   return 0;
+}
+
+int ember_wire_from_profile(const ember_profile_t *p, ember_wire_t **out) {
+  if (p == NULL || out == NULL) return -EINVAL;
+  return from_profile(p, false, out);
 }
 
 /* d[i] = a[i] - a[i - 1] (a[-1] = 0). Indices are below 2^31: the
@@ -274,7 +315,7 @@ _Static_assert(EMBER__WIRE_END_MARK == 0x454d4252u, "end_mark's bytes");
 int ember_codec_encode_v2(const ember_profile_t *p, ember_buf_t *out) {
   if (p == NULL || out == NULL) return -EINVAL;
   ember_wire_t *w = NULL;
-  int rc = ember_wire_from_profile(p, &w);
+  int rc = from_profile(p, true, &w);
   if (rc != 0) return rc;
   Ember__Wire__V2__Profile m;
   ember__wire__v2__profile__init(&m);
@@ -295,10 +336,11 @@ int ember_codec_encode_v2(const ember_profile_t *p, ember_buf_t *out) {
   m.n_value_types = w->ntypes;
   m.value_types = types;
   /* protobuf-c does not write through these pointers when packing. */
-  m.strings.len = w->nstrings ? w->str_off[w->nstrings - 1] + w->str_len[w->nstrings - 1] : 0;
-  m.strings.data = (uint8_t *)(uintptr_t)w->blob;
-  m.n_string_lengths = w->nstrings;
-  m.string_lengths = (uint32_t *)(uintptr_t)w->str_len;
+  /* Front coding: each string without what it shares with the one before
+   * (sorted, so ~40% of the strings' bytes; docs/internals/codec.md). */
+  uint32_t *pre = alloc_n(w->nstrings, sizeof *pre), *suf = alloc_n(w->nstrings, sizeof *suf);
+  char *blob =
+      alloc_n(w->nstrings ? w->str_off[w->nstrings - 1] + w->str_len[w->nstrings - 1] : 0, 1);
   m.n_module_name = m.n_module_build_id = w->nmodules;
   m.module_name = (uint32_t *)(uintptr_t)w->mod_name;
   m.module_build_id = (uint32_t *)(uintptr_t)w->mod_build_id;
@@ -308,12 +350,13 @@ int ember_codec_encode_v2(const ember_profile_t *p, ember_buf_t *out) {
     m.n_function_generated = w->nfunctions;
     m.function_generated = (uint32_t *)(uintptr_t)w->fn_generated;
   }
+  /* No location hashes: a reader computes them from the content anyway
+   * (codec.md, "Hashes"). */
   m.n_location_function = m.n_location_module = m.n_location_address = m.n_location_line =
-      m.n_location_kind = m.n_location_hash = w->nlocations;
+      m.n_location_kind = w->nlocations;
   m.location_module = (uint32_t *)(uintptr_t)w->loc_module;
   m.location_line = (uint32_t *)(uintptr_t)w->loc_line;
   m.location_kind = (uint32_t *)(uintptr_t)w->loc_kind;
-  m.location_hash = (uint64_t *)(uintptr_t)w->loc_hash;
   m.n_sample_depth = m.n_stack_hash = w->nsamples;
   m.sample_depth = (uint32_t *)(uintptr_t)w->depth;
   m.stack_hash = (uint64_t *)(uintptr_t)w->stack_hash;
@@ -326,10 +369,30 @@ int ember_codec_encode_v2(const ember_profile_t *p, ember_buf_t *out) {
   int32_t *dfn = alloc_n(w->nfunctions, sizeof *dfn), *dlf = alloc_n(w->nlocations, sizeof *dlf);
   int32_t *dlocs = alloc_n(w->nlocs, sizeof *dlocs);
   int64_t *daddr = alloc_n(w->nlocations, sizeof *daddr);
-  if (dfn == NULL || dlf == NULL || dlocs == NULL || daddr == NULL) {
+  if (dfn == NULL || dlf == NULL || dlocs == NULL || daddr == NULL || pre == NULL || suf == NULL ||
+      blob == NULL) {
     rc = -ENOMEM;
     goto cleanup;
   }
+  size_t blen = 0;
+  for (size_t i = 0; i < w->nstrings; i++) {
+    const char *s = w->blob + w->str_off[i];
+    uint32_t n = w->str_len[i], k = 0;
+    if (i > 0) {
+      const char *q = w->blob + w->str_off[i - 1];
+      uint32_t qn = w->str_len[i - 1];
+      while (k < n && k < qn && s[k] == q[k]) k++;
+    }
+    pre[i] = k;
+    suf[i] = n - k;
+    memcpy(blob + blen, s + k, n - k);
+    blen += n - k;
+  }
+  m.strings.len = blen;
+  m.strings.data = (uint8_t *)blob;
+  m.n_string_lengths = m.n_string_prefix = w->nstrings;
+  m.string_lengths = suf;
+  m.string_prefix = pre;
   delta32(w->fn_name, w->nfunctions, dfn);
   delta32(w->loc_function, w->nlocations, dlf);
   delta32(w->locs, w->nlocs, dlocs);
@@ -351,6 +414,9 @@ cleanup:
   ember_free(dlf);
   ember_free(dlocs);
   ember_free(daddr);
+  ember_free(pre);
+  ember_free(suf);
+  ember_free(blob);
   ember_wire_free(w);
   return rc;
 }

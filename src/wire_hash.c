@@ -187,20 +187,17 @@ int ember_wire_check_location(const ember_wire_t *w, size_t i, char *errbuf, siz
   return 0;
 }
 
-int ember_wire_check_hashes(const ember_wire_t *w, char *errbuf, size_t errbuf_size) {
-  if (w == NULL) return -EINVAL;
-  if (w->version != EMBER_WIRE_V2) return 0;
+int ember__wire_hash_locations(const ember_wire_t *w, uint64_t *out) {
   /* A string's hash once, the first time a location names it. */
   uint64_t *sh = ember_malloc((w->nstrings ? w->nstrings : 1) * sizeof *sh);
   uint8_t *have = ember_calloc(w->nstrings ? w->nstrings : 1, 1);
   if (sh == NULL || have == NULL) {
     ember_free(sh);
     ember_free(have);
-    return ember__codec_fail(-ENOMEM, errbuf, errbuf_size, "out of memory");
+    return -ENOMEM;
   }
   uint64_t empty = ember_wire_string_hash("", 0);
-  int rc = 0;
-  for (size_t i = 0; i < w->nlocations && rc == 0; i++) {
+  for (size_t i = 0; i < w->nlocations; i++) {
     uint32_t f = w->loc_function[i], m = w->loc_module[i];
     uint32_t idx[EMBER_WIRE_LOC_STRINGS] = {
         f ? w->fn_name[f - 1] : 0, f ? w->fn_file[f - 1] : 0, m ? w->mod_name[m - 1] : 0,
@@ -219,24 +216,44 @@ int ember_wire_check_hashes(const ember_wire_t *w, char *errbuf, size_t errbuf_s
       }
       h[k] = sh[s];
     }
-    uint64_t want = ember_wire_location_hash(w->loc_address[i], w->loc_line[i], w->loc_kind[i], h,
-                                             idx[EMBER_WIRE_LOC_GENERATED] != 0);
+    out[i] = ember_wire_location_hash(w->loc_address[i], w->loc_line[i], w->loc_kind[i], h,
+                                      idx[EMBER_WIRE_LOC_GENERATED] != 0);
+  }
+  ember_free(sh);
+  ember_free(have);
+  return 0;
+}
+
+int ember_wire_check_hashes(const ember_wire_t *w, char *errbuf, size_t errbuf_size) {
+  if (w == NULL) return -EINVAL;
+  if (w->version != EMBER_WIRE_V2) return 0;
+  int rc = 0;
+  if (!w->location_hashes_computed) {
+    uint64_t *want = ember_malloc((w->nlocations ? w->nlocations : 1) * sizeof *want);
+    if (want == NULL || ember__wire_hash_locations(w, want) != 0) {
+      ember_free(want);
+      return ember__codec_fail(-ENOMEM, errbuf, errbuf_size, "out of memory");
+    }
     /* The full check says best what is wrong (bad text, or the hash). */
-    if (want != w->loc_hash[i]) rc = ember_wire_check_location(w, i, errbuf, errbuf_size);
+    for (size_t i = 0; i < w->nlocations && rc == 0; i++)
+      if (want[i] != w->loc_hash[i]) rc = ember_wire_check_location(w, i, errbuf, errbuf_size);
+    ember_free(want);
   }
   uint64_t lh[EMBER_MAX_STACK_DEPTH];
   for (size_t i = 0; i < w->nsamples && rc == 0; i++) {
     const uint32_t *locs = w->locs + w->stack_off[i];
     for (size_t d = 0; d < w->depth[i]; d++) lh[d] = w->loc_hash[locs[d]];
     uint64_t want = ember_wire_stack_hash(lh, w->depth[i]);
-    if (want != w->stack_hash[i])
+    if (want == w->stack_hash[i]) continue;
+    /* Content the writer did not hash: bad text says best what is wrong. */
+    for (size_t d = 0; d < w->depth[i] && rc == 0; d++)
+      rc = ember_wire_check_location(w, locs[d], errbuf, errbuf_size);
+    if (rc == 0)
       rc =
           ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
                             "sample %zu: stack hash %016llx does not match its locations (%016llx)",
                             i, (unsigned long long)w->stack_hash[i], (unsigned long long)want);
   }
-  ember_free(sh);
-  ember_free(have);
   return rc;
 }
 

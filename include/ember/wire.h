@@ -7,16 +7,19 @@
  * structure and hands out an ember_wire_t that points into them, so the
  * store (ember_store_write_wire) can map its locations and stacks to
  * dictionary ids without a profile in between. Every location and every
- * stack carries a 64-bit content hash computed by its writer (the
- * definitions are below and in docs/internals/codec.md, "Hashes"), so the
- * store looks its dictionary up by hash and compares bytes only to
- * confirm.
+ * stack has a 64-bit content hash (the definitions are below and in
+ * docs/internals/codec.md, "Hashes"), so the store looks its dictionary up
+ * by hash and compares bytes only to confirm. Stack hashes come from the
+ * writer; location hashes are computed by ember_wire_decode from the
+ * content (writers since 2026-12-03 do not send them; older writers' are
+ * kept, and checked like stack hashes).
  *
  * What decoding checks, and what it leaves to the reader: ember_wire_decode
  * checks every count, length and index (so a reader may index anything
  * without checks), the window, the value types, the labels' and ids' text,
- * and that every location is used by a sample. It does not read the string
- * blob nor recompute hashes: a reader that takes a location's content
+ * and that every location is used by a sample. It rebuilds front-coded
+ * strings and hashes the strings locations name, but does not check their
+ * text nor the hashes sent: a reader that takes a location's content
  * checks that its strings are UTF-8 without NUL and that its hash is its
  * content's (ember_wire_check_location), and a stack's hash against its
  * locations' (ember_wire_stack_hash); a reader that finds the content
@@ -79,6 +82,11 @@ typedef struct ember_wire {
   const int64_t *values;
   const uint64_t *stack_hash;
   size_t nsamples, nlocs;
+
+  /* True when loc_hash was computed here from the content (a version 2
+   * message that did not send its locations' hashes): a check of the
+   * hashes then checks only the stacks'. */
+  bool location_hashes_computed;
 
   /* True once every location and stack hash is known to be its content's:
    * set by ember_wire_verify_hashes, and for views whose hashes were

@@ -102,6 +102,11 @@ static bool view_readers(const uint8_t *data, size_t size) {
     }
     if (ember_wire_stack_hash(lh, w->depth[i]) != w->stack_hash[i]) ok = false;
   }
+  /* The collector's whole-window check agrees: it passes whenever every
+   * content check does (it checks hashes, and text only to explain). */
+  int hv = ember_wire_check_hashes(w, err, sizeof err);
+  CHECK(hv == 0 || hv == EMBER_ECORRUPT || hv == -ENOMEM);
+  if (ok) CHECK(hv == 0);
   ember_profile_t *p = NULL;
   int rc = ember_wire_to_profile(w, &p, err, sizeof err);
   /* A v1 view's hashes are computed from it, so they always match. */

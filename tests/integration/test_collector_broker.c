@@ -188,7 +188,8 @@ static void test_collector_dlq_with_kcat(void **state) {
 
 /* A v2 message of tu_profile(agent, seq, ...), broken by `how`:
  * 0 cut before its end mark, 1 a string length past the limit, 2 a blob shorter than its
- * lengths, 3 a location whose hash is not its content's. */
+ * lengths, 3 a location whose hash is not its content's, 4 a stack whose hash is not its
+ * locations'. */
 static void *bad_v2(const char *agent, uint64_t seq, const char *worker, int how, size_t *len) {
   ember_profile_t *p = tu_profile(agent, seq, worker, "host-v2", BASE_NS + (int64_t)seq * WINDOW);
   ember_buf_t b;
@@ -207,10 +208,15 @@ static void *bad_v2(const char *agent, uint64_t seq, const char *worker, int how
   Ember__Wire__V2__Profile *m =
       ember__wire__v2__profile__unpack(NULL, b.len, (const uint8_t *)b.data);
   assert_non_null(m);
-  assert_true(m->n_string_lengths > 1 && m->n_location_hash > 0);
+  assert_true(m->n_string_lengths > 1 && m->n_location_function > 0);
   if (how == 1) m->string_lengths[1] = EMBER_MAX_STRING + 1;
   if (how == 2) m->strings.len -= 2;
-  if (how == 3) m->location_hash[0] ^= 1;
+  if (how == 3) {
+    /* Location hashes as writers before 2026-12-03 sent them. */
+    tu_v2_add_location_hashes(m, NULL);
+    m->location_hash[0] ^= 1;
+  }
+  if (how == 4) m->stack_hash[0] ^= 1;
   *len = ember__wire__v2__profile__get_packed_size(m);
   void *out = malloc(*len);
   ember__wire__v2__profile__pack(m, out);
@@ -232,22 +238,24 @@ static void test_collector_dlq_wire_v2(void **state) {
   unsigned port = tu_free_port();
   pid_t c = start_collector(port);
 
-  /* Good v1 windows, four bad v2 ones, good v1 windows: one key (the
+  /* Good v1 windows, five bad v2 ones, good v1 windows: one key (the
    * worker), so one partition, in this order. */
   int64_t want = tu_produce_profiles(brokers, tag, 1, 10, worker, "host-d", BASE_NS);
   static const char *const reasons[] = {"truncated", "string 1: 4097 bytes",
-                                        "string lengths add up to more than", "location 0: hash"};
-  const void *values[4];
-  size_t lens[4];
-  for (int i = 0; i < 4; i++) values[i] = bad_v2(tag, 100 + (uint64_t)i, worker, i, &lens[i]);
-  tu_dr_tally_t t = tu_produce(brokers, EMBER_TOPIC_PROFILES, worker, values, lens, 4);
-  assert_int_equal(t.ok, 4);
-  for (int i = 0; i < 4; i++) free((void *)(uintptr_t)values[i]);
+                                        "string lengths add up to more than", "location 0: hash",
+                                        "sample 0: stack hash"};
+  enum { NBAD = sizeof reasons / sizeof reasons[0] };
+  const void *values[NBAD];
+  size_t lens[NBAD];
+  for (int i = 0; i < NBAD; i++) values[i] = bad_v2(tag, 100 + (uint64_t)i, worker, i, &lens[i]);
+  tu_dr_tally_t t = tu_produce(brokers, EMBER_TOPIC_PROFILES, worker, values, lens, NBAD);
+  assert_int_equal(t.ok, NBAD);
+  for (int i = 0; i < NBAD; i++) free((void *)(uintptr_t)values[i]);
   want += tu_produce_profiles(brokers, tag, 11, 10, worker, "host-d", BASE_NS + 200 * WINDOW);
 
   int64_t got = -1;
   double malformed = 0;
-  for (int i = 0; i < 600 && (got != want || malformed < 4); i++) {
+  for (int i = 0; i < 600 && (got != want || malformed < NBAD); i++) {
     usleep(100000);
     got = stored_samples(worker, NULL);
     malformed = tu_metric(port, "ember_collector_malformed_total");
@@ -255,12 +263,12 @@ static void test_collector_dlq_wire_v2(void **state) {
   assert_true(got == want);
   /* At least: other tests put malformed messages on the shared topic too,
    * and this collector's group reads it from the start. */
-  assert_true(malformed >= 4);
+  assert_true(malformed >= NBAD);
 
-  /* The DLQ: the four, keyed by the worker, each with its reason
+  /* The DLQ: the five, keyed by the worker, each with its reason
    * (payloads are binary: only keys and headers are read). */
-  int found = dlq_find(kcat, brokers, worker, false, reasons, 4);
-  if (found < 4) fail_msg("only %d of the 4 reasons in the DLQ", found);
+  int found = dlq_find(kcat, brokers, worker, false, reasons, NBAD);
+  if (found < NBAD) fail_msg("only %d of the %d reasons in the DLQ", found, (int)NBAD);
   stop_collector(c);
 }
 

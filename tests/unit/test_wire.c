@@ -90,6 +90,17 @@ static void test_wire_round_trip(void **state) {
   assert_string_equal(w->agent_id, "agent-7");
   assert_null(w->session_id);
   assert_string_equal(w->labels.actor, "room-7");
+  /* Front-coded strings, no location hashes: the view computed them. */
+  assert_true(w->location_hashes_computed);
+  Ember__Wire__V2__Profile *m =
+      ember__wire__v2__profile__unpack(NULL, b.len, (const uint8_t *)b.data);
+  assert_non_null(m);
+  assert_int_equal(m->n_location_hash, 0);
+  assert_int_equal(m->n_string_prefix, m->n_string_lengths);
+  size_t shared = 0;
+  for (size_t i = 0; i < m->n_string_prefix; i++) shared += m->string_prefix[i];
+  assert_true(shared > 0);
+  ember__wire__v2__profile__free_unpacked(m, NULL);
   assert_int_equal(ember_wire_from_profile(p, &f), 0);
   assert_int_equal(f->nlocations, w->nlocations);
   for (size_t i = 0; i < w->nlocations; i++) {
@@ -263,6 +274,10 @@ static void test_wire_limits(void **state) {
  * unpacked into blocks freed together. */
 typedef void (*mutate_fn)(Ember__Wire__V2__Profile *m);
 
+/* The allocator of the message being mutated, for mutations that add
+ * arrays (tu_v2_add_location_hashes). */
+static ProtobufCAllocator *mutating;
+
 /* view_ok: the view's structural checks pass and only the profile's
  * content checks (hashes, text) refuse it. */
 static void expect_error_of(ember_profile_t *(*make)(void), mutate_fn mutate, bool view_ok,
@@ -275,6 +290,7 @@ static void expect_error_of(ember_profile_t *(*make)(void), mutate_fn mutate, bo
   Ember__Wire__V2__Profile *m =
       ember__wire__v2__profile__unpack(&alloc, b.len, (const uint8_t *)b.data);
   assert_non_null(m);
+  mutating = &alloc;
   mutate(m);
   size_t n = ember__wire__v2__profile__get_packed_size(m);
   uint8_t *out = malloc(n ? n : 1);
@@ -331,7 +347,16 @@ static void modules_uneven(Ember__Wire__V2__Profile *m) { m->n_module_build_id--
 static void bad_function(Ember__Wire__V2__Profile *m) { m->location_function[0] = 99; }
 static void bad_module(Ember__Wire__V2__Profile *m) { m->location_module[0] = 77; }
 static void bad_kind(Ember__Wire__V2__Profile *m) { m->location_kind[0] = 9; }
-static void columns_uneven(Ember__Wire__V2__Profile *m) { m->n_location_hash--; }
+static void columns_uneven(Ember__Wire__V2__Profile *m) { m->n_location_kind--; }
+static void hashes_short(Ember__Wire__V2__Profile *m) {
+  tu_v2_add_location_hashes(m, mutating);
+  m->n_location_hash--;
+}
+static void prefixes_uneven(Ember__Wire__V2__Profile *m) { m->n_string_prefix--; }
+static void prefix_of_empty(Ember__Wire__V2__Profile *m) { m->string_prefix[1] = 1; }
+static void prefix_too_long(Ember__Wire__V2__Profile *m) {
+  m->string_prefix[3] = m->string_prefix[2] + m->string_lengths[2] + 1;
+}
 static void depth_zero(Ember__Wire__V2__Profile *m) { m->sample_depth[3] = 0; }
 static void depths_past_end(Ember__Wire__V2__Profile *m) { m->sample_depth[4] += 5; }
 static void depths_short(Ember__Wire__V2__Profile *m) { m->sample_depth[4] -= 1; }
@@ -350,7 +375,10 @@ static void unused_location(Ember__Wire__V2__Profile *m) {
 static char bad_label[] = "\xed\xa0\x80";
 static void bad_utf8_label(Ember__Wire__V2__Profile *m) { m->worker = bad_label; }
 /* Content checks: the view takes these, the profile refuses them. */
-static void wrong_location_hash(Ember__Wire__V2__Profile *m) { m->location_hash[1] ^= 1; }
+static void wrong_location_hash(Ember__Wire__V2__Profile *m) {
+  tu_v2_add_location_hashes(m, mutating);
+  m->location_hash[1] ^= 1;
+}
 static void wrong_stack_hash(Ember__Wire__V2__Profile *m) { m->stack_hash[2] += 1; }
 static void bad_utf8(Ember__Wire__V2__Profile *m) { m->strings.data[1] = 0xff; }
 static void nul_in_string(Ember__Wire__V2__Profile *m) { m->strings.data[1] = 0; }
@@ -374,6 +402,11 @@ static void test_wire_rejects_bad_input(void **state) {
   expect_error(bad_module, false, EMBER_ECORRUPT, "location 0: module 77 out of range");
   expect_error(bad_kind, false, EMBER_ECORRUPT, "location 0: unknown frame kind 9");
   expect_error(columns_uneven, false, EMBER_ECORRUPT, "location columns of different lengths");
+  expect_error(hashes_short, false, EMBER_ECORRUPT, "7 hashes)");
+  expect_error(prefixes_uneven, false, EMBER_ECORRUPT, "string prefixes for");
+  expect_error(prefix_of_empty, false, EMBER_ECORRUPT,
+               "string 1: a prefix of 1 bytes of a string of 0");
+  expect_error(prefix_too_long, false, EMBER_ECORRUPT, "string 3: a prefix of");
   expect_error(depth_zero, false, EMBER_ECORRUPT, "sample 3: stack of 0 frames");
   expect_error(depths_past_end, false, EMBER_ECORRUPT, "sample 4: its 7 frames run past");
   expect_error(depths_short, false, EMBER_ECORRUPT, "the depths add up to");
@@ -497,8 +530,14 @@ static void test_wire_generated_names(void **state) {
 static void generated_uneven(Ember__Wire__V2__Profile *m) { m->n_function_generated--; }
 static void generated_index(Ember__Wire__V2__Profile *m) { m->function_generated[0] = 4000; }
 static void generated_renamed(Ember__Wire__V2__Profile *m) {
-  /* The generated name of function 0 becomes another string: its
-   * locations' hashes no longer match. */
+  /* The generated name of function 0 becomes another string: the stacks
+   * of its locations no longer hash as the writer said. */
+  m->function_generated[0] = m->function_file[0];
+}
+static void generated_renamed_hashed(Ember__Wire__V2__Profile *m) {
+  /* The same, from a writer that sent location hashes: they disagree
+   * first. */
+  tu_v2_add_location_hashes(m, mutating);
   m->function_generated[0] = m->function_file[0];
 }
 
@@ -508,7 +547,8 @@ static void test_wire_rejects_bad_generated_names(void **state) {
                   "4 function names for 3 generated names");
   expect_error_of(generated_profile, generated_index, false, EMBER_ECORRUPT,
                   "function 0: string index 4000");
-  expect_error_of(generated_profile, generated_renamed, true, EMBER_ECORRUPT,
+  expect_error_of(generated_profile, generated_renamed, true, EMBER_ECORRUPT, "stack hash");
+  expect_error_of(generated_profile, generated_renamed_hashed, true, EMBER_ECORRUPT,
                   "does not match its content");
 }
 
@@ -540,7 +580,7 @@ static void test_wire_same_stack_twice_adds(void **state) {
   u->n_sample_values = 4;
   u->sample_values = vals;
   u->n_location_function = u->n_location_module = u->n_location_address = u->n_location_line =
-      u->n_location_kind = u->n_location_hash = 2;
+      u->n_location_kind = 2;
   size_t n = ember__wire__v2__profile__get_packed_size(u);
   uint8_t *out = malloc(n);
   ember__wire__v2__profile__pack(u, out);
@@ -552,6 +592,94 @@ static void test_wire_same_stack_twice_adds(void **state) {
   free(out);
   tu_blocks_free(&blocks);
   ember_profile_free(q);
+  ember_buf_free(&b);
+  ember_profile_free(p);
+}
+
+/* What writers before 2026-12-03 sent: every string whole (no field 32)
+ * and every location's hash (field 25). Still read, to the same profile
+ * and hashes; a wrong hash among them is still refused (above). */
+static void test_wire_reads_older_writers(void **state) {
+  (void)state;
+  ember_profile_t *p = sample_profile();
+  ember_buf_t b;
+  encode_v2(p, &b);
+  ember_wire_t *w = NULL, *old = NULL;
+  char err[256] = "";
+  assert_int_equal(ember_wire_decode(b.data, b.len, NULL, &w, err, sizeof err), 0);
+  Ember__Wire__V2__Profile *m =
+      ember__wire__v2__profile__unpack(NULL, b.len, (const uint8_t *)b.data);
+  assert_non_null(m);
+  tu_v2_add_location_hashes(m, NULL);
+  /* The strings whole, from the view. */
+  uint8_t *saved_blob = m->strings.data;
+  uint32_t *saved_lengths = m->string_lengths;
+  size_t saved_n = m->n_string_prefix;
+  m->strings.data = (uint8_t *)(uintptr_t)w->blob;
+  m->strings.len = w->str_off[w->nstrings - 1] + w->str_len[w->nstrings - 1];
+  m->string_lengths = (uint32_t *)(uintptr_t)w->str_len;
+  m->n_string_prefix = 0;
+  size_t n = ember__wire__v2__profile__get_packed_size(m);
+  uint8_t *out = malloc(n);
+  ember__wire__v2__profile__pack(m, out);
+  m->strings.data = saved_blob;
+  m->string_lengths = saved_lengths;
+  m->n_string_prefix = saved_n;
+  ember__wire__v2__profile__free_unpacked(m, NULL);
+  assert_true(n > b.len); /* what front coding and no hashes save */
+
+  assert_int_equal(ember_wire_decode(out, n, NULL, &old, err, sizeof err), 0);
+  assert_false(old->location_hashes_computed);
+  assert_int_equal(old->nlocations, w->nlocations);
+  for (size_t i = 0; i < w->nlocations; i++) assert_true(old->loc_hash[i] == w->loc_hash[i]);
+  assert_int_equal(ember_wire_verify_hashes(old, err, sizeof err), 0);
+  ember_profile_t *q = NULL;
+  assert_int_equal(ember_codec_decode(out, n, NULL, &q, err, sizeof err), 0);
+  tu_assert_profiles_equal(p, q);
+  ember_profile_free(q);
+  ember_wire_free(old);
+  ember_wire_free(w);
+  free(out);
+  ember_buf_free(&b);
+  ember_profile_free(p);
+}
+
+/* Prefixes can make strings far longer than the message that carries
+ * them: they may take no more than a message may. */
+static void test_wire_prefixes_are_bounded(void **state) {
+  (void)state;
+  ember_profile_t *p = sample_profile();
+  ember_buf_t b;
+  encode_v2(p, &b);
+  Ember__Wire__V2__Profile *m =
+      ember__wire__v2__profile__unpack(NULL, b.len, (const uint8_t *)b.data);
+  assert_non_null(m);
+  /* Each string takes all of the one before as its prefix. */
+  uint64_t full = 0, prev = 0;
+  for (size_t i = 1; i < m->n_string_prefix; i++) {
+    m->string_prefix[i] = (uint32_t)prev;
+    prev += m->string_lengths[i];
+    full += prev;
+  }
+  size_t n = ember__wire__v2__profile__get_packed_size(m);
+  uint8_t *out = malloc(n);
+  ember__wire__v2__profile__pack(m, out);
+  ember__wire__v2__profile__free_unpacked(m, NULL);
+  assert_true(full > n);
+  ember_codec_limits_t lim;
+  ember_codec_limits_default(&lim);
+  lim.max_message = n;
+  ember_wire_t *w = NULL;
+  char err[256] = "";
+  assert_int_equal(ember_wire_decode(out, n, &lim, &w, err, sizeof err), EMBER_ETOOBIG);
+  if (strstr(err, "once their prefixes are restored") == NULL) fail_msg("'%s'", err);
+  assert_null(w);
+  /* Within the default limit it decodes (to other strings than sent:
+   * the stacks' hashes say so). */
+  assert_int_equal(ember_wire_decode(out, n, NULL, &w, err, sizeof err), 0);
+  assert_int_not_equal(ember_wire_verify_hashes(w, err, sizeof err), 0);
+  ember_wire_free(w);
+  free(out);
   ember_buf_free(&b);
   ember_profile_free(p);
 }
@@ -594,6 +722,8 @@ int main(void) {
       cmocka_unit_test(test_wire_same_stack_twice_adds),
       cmocka_unit_test(test_wire_generated_names),
       cmocka_unit_test(test_wire_rejects_bad_generated_names),
+      cmocka_unit_test(test_wire_reads_older_writers),
+      cmocka_unit_test(test_wire_prefixes_are_bounded),
       cmocka_unit_test(test_wire_survives_allocation_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
