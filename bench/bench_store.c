@@ -50,6 +50,7 @@
 #include "ember/store.h"
 #include "ember/wire.h"
 #include "decode_pool.h"
+#include "ingest.h"
 #include "stream.h"
 
 #define SEC   STREAM_SEC
@@ -273,6 +274,7 @@ static void ingest_finish(ingest_t *g) {
 }
 
 int main(int argc, char **argv) {
+  ember__ingest_malloc_policy(); /* the collector's */
   uint64_t nworkers = 200, minutes = 60, days = 7;
   stream_util_pct = 0;
   bool peer = true, with_sources = false, v2_only = false;

@@ -1,6 +1,7 @@
 /* Ingest's batches (ingest.h). */
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -579,6 +580,11 @@ void ember__ingest_tick(ember__ingest_t *g, bool idle, int64_t now_mono_ns) {
   if (b->n > 0 && (b->n >= g->o.batch_max || b->bytes >= g->o.batch_max_bytes ||
                    now_mono_ns - b->first_mono_ns >= g->o.linger_ns || idle))
     flush_batch(g);
+}
+
+void ember__ingest_malloc_policy(void) {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }
 
 int ember__ingest_new(const ember__ingest_opts_t *o, ember__ingest_t **out) {

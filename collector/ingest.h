@@ -80,6 +80,18 @@ typedef struct ember__ingest_opts {
 
 typedef struct ember__ingest ember__ingest_t;
 
+/* The process's malloc policy for ingest, set once at start by the
+ * collector (and bench_store, which measures its ingest): a fixed mmap
+ * threshold of 32 MiB and a trim threshold of 512 MiB. A decoded window
+ * is a few arena blocks of ~100 KiB, a batch ~1,000 of them, all freed when
+ * the batch is written, then the same again for the next batch. With
+ * glibc's defaults those blocks could be mappings of their own or the
+ * heap's top given back to the kernel, and every batch then faulted its
+ * ~100 MiB in again: measured, ~45 us a window of its ~80 us decode
+ * (bench/RESULTS.md, 2026-12-03). The price: the process keeps the memory
+ * its largest batches used (at most about twice batch.max_bytes in views). */
+void ember__ingest_malloc_policy(void);
+
 /* Start the writer thread (the caller blocks signals for it). 0, -EINVAL,
  * -ENOMEM, -EAGAIN. */
 int ember__ingest_new(const ember__ingest_opts_t *o, ember__ingest_t **out);

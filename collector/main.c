@@ -6,8 +6,10 @@
  * keys. */
 #include "collector.h"
 #include "ember/log.h"
+#include "ingest.h"
 
 int main(int argc, char **argv) {
+  ember__ingest_malloc_policy();
   ember_config_t *cfg = NULL;
   int status = ember_config_daemon_args("ember-collector",
                                         "usage: ember-collector [--config FILE] [key=value ...]\n",

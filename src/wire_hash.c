@@ -101,34 +101,57 @@ uint64_t ember__xxh64(const void *data, size_t len, uint64_t seed) {
 
 uint64_t ember_wire_string_hash(const void *s, size_t n) { return ember__xxh64(s, n, 0); }
 
-static inline void put_le(unsigned char *p, uint64_t v, int bytes) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  memcpy(p, &v, (size_t)bytes);
-#else
-  for (int i = 0; i < bytes; i++) p[i] = (unsigned char)(v >> (8 * i));
-#endif
+/* XXH64, seed 0, of the little-endian bytes of v[0..n): ember__xxh64 of
+ * 8n bytes, taken as words (no buffer to fill, no tail to finish). The
+ * location and stack hashes are of such lists. */
+static uint64_t xxh64_words(const uint64_t *v, size_t n) {
+  size_t i = 0;
+  uint64_t h;
+  if (n >= 4) {
+    uint64_t v1 = P1 + P2, v2 = P2, v3 = 0, v4 = 0 - P1;
+    do {
+      v1 = xround(v1, v[i]);
+      v2 = xround(v2, v[i + 1]);
+      v3 = xround(v3, v[i + 2]);
+      v4 = xround(v4, v[i + 3]);
+      i += 4;
+    } while (n - i >= 4);
+    h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18);
+    h = xmerge(h, v1);
+    h = xmerge(h, v2);
+    h = xmerge(h, v3);
+    h = xmerge(h, v4);
+  } else {
+    h = P5;
+  }
+  h += (uint64_t)n * 8;
+  for (; i < n; i++) {
+    h ^= xround(0, v[i]);
+    h = rotl(h, 27) * P1 + P4;
+  }
+  h ^= h >> 33;
+  h *= P2;
+  h ^= h >> 29;
+  h *= P3;
+  h ^= h >> 32;
+  return h;
 }
 
 uint64_t ember_wire_location_hash(uint64_t address, uint32_t line, uint32_t kind,
                                   const uint64_t string_hashes[EMBER_WIRE_LOC_STRINGS],
                                   bool generated) {
-  unsigned char b[56];
-  put_le(b, address, 8);
-  put_le(b + 8, line, 4);
-  put_le(b + 12, kind, 4);
+  /* The 48 or 56 bytes as little-endian words: line and kind share one. */
+  uint64_t w[2 + EMBER_WIRE_LOC_STRINGS] = {address, (uint64_t)line | (uint64_t)kind << 32};
   int n = generated ? EMBER_WIRE_LOC_STRINGS : EMBER_WIRE_LOC_GENERATED;
-  for (int i = 0; i < n; i++) put_le(b + 16 + 8 * i, string_hashes[i], 8);
-  return ember__xxh64(b, 16 + 8 * (size_t)n, 0);
+  for (int i = 0; i < n; i++) w[2 + i] = string_hashes[i];
+  return xxh64_words(w, 2 + (size_t)n);
 }
 
 uint64_t ember_wire_stack_hash(const uint64_t *location_hashes, size_t depth) {
-  /* The input is the list's little-endian bytes, written out first so
-   * that every host hashes the same bytes. Stacks are at most
-   * EMBER_MAX_STACK_DEPTH deep (decoding and profiles enforce it). */
-  unsigned char buf[8 * EMBER_MAX_STACK_DEPTH];
+  /* Stacks are at most EMBER_MAX_STACK_DEPTH deep (decoding and profiles
+   * enforce it). */
   if (depth > EMBER_MAX_STACK_DEPTH) depth = EMBER_MAX_STACK_DEPTH;
-  for (size_t i = 0; i < depth; i++) put_le(buf + 8 * i, location_hashes[i], 8);
-  return ember__xxh64(buf, 8 * depth, 0);
+  return xxh64_words(location_hashes, depth);
 }
 
 void ember_wire_location_strings(const ember_wire_t *w, size_t i,
@@ -188,39 +211,27 @@ int ember_wire_check_location(const ember_wire_t *w, size_t i, char *errbuf, siz
 }
 
 int ember__wire_hash_locations(const ember_wire_t *w, uint64_t *out) {
-  /* A string's hash once, the first time a location names it. */
+  /* Every string's hash, once, in one pass over the blob (a writer sends
+   * only strings its locations name). */
   uint64_t *sh = ember_malloc((w->nstrings ? w->nstrings : 1) * sizeof *sh);
-  uint8_t *have = ember_calloc(w->nstrings ? w->nstrings : 1, 1);
-  if (sh == NULL || have == NULL) {
-    ember_free(sh);
-    ember_free(have);
-    return -ENOMEM;
-  }
-  uint64_t empty = ember_wire_string_hash("", 0);
+  if (sh == NULL) return -ENOMEM;
+  sh[0] = ember_wire_string_hash("", 0);
+  for (size_t i = 1; i < w->nstrings; i++)
+    sh[i] = ember_wire_string_hash(w->blob + w->str_off[i], w->str_len[i]);
   for (size_t i = 0; i < w->nlocations; i++) {
     uint32_t f = w->loc_function[i], m = w->loc_module[i];
     uint32_t idx[EMBER_WIRE_LOC_STRINGS] = {
         f ? w->fn_name[f - 1] : 0, f ? w->fn_file[f - 1] : 0, m ? w->mod_name[m - 1] : 0,
         m ? w->mod_build_id[m - 1] : 0, f && w->fn_generated ? w->fn_generated[f - 1] : 0};
     uint64_t h[EMBER_WIRE_LOC_STRINGS];
-    for (int k = 0; k < EMBER_WIRE_LOC_STRINGS; k++) {
-      uint32_t s = idx[k];
-      if (s == 0 || w->str_len[s] == 0) {
-        h[k] = empty;
-        idx[k] = 0;
-        continue;
-      }
-      if (!have[s]) {
-        sh[s] = ember_wire_string_hash(w->blob + w->str_off[s], w->str_len[s]);
-        have[s] = 1;
-      }
-      h[k] = sh[s];
-    }
-    out[i] = ember_wire_location_hash(w->loc_address[i], w->loc_line[i], w->loc_kind[i], h,
-                                      idx[EMBER_WIRE_LOC_GENERATED] != 0);
+    /* An empty string hashes as "" (sh[s] is that hash) and is "none". */
+    for (int k = 0; k < EMBER_WIRE_LOC_STRINGS; k++) h[k] = sh[idx[k]];
+    bool generated =
+        idx[EMBER_WIRE_LOC_GENERATED] != 0 && w->str_len[idx[EMBER_WIRE_LOC_GENERATED]];
+    out[i] =
+        ember_wire_location_hash(w->loc_address[i], w->loc_line[i], w->loc_kind[i], h, generated);
   }
   ember_free(sh);
-  ember_free(have);
   return 0;
 }
 
