@@ -62,11 +62,17 @@ static const char *text_or_null(const char *s) { return s == NULL || s[0] == '\0
 
 #define FAIL(rc, ...) ember__codec_fail((rc), errbuf, errbuf_size, __VA_ARGS__)
 
-static int check_index(uint32_t idx, size_t n, const char *what, size_t i, char *errbuf,
-                       size_t errbuf_size) {
-  if (idx == 0 || idx < n) return 0;
+static int index_fail(uint32_t idx, size_t n, const char *what, size_t i, char *errbuf,
+                      size_t errbuf_size) {
   return FAIL(EMBER_ECORRUPT, "%s %zu: string index %u out of range (have %zu strings)", what, i,
               idx, n);
+}
+
+/* Inline: it runs for every string index of a window. */
+static inline int check_index(uint32_t idx, size_t n, const char *what, size_t i, char *errbuf,
+                              size_t errbuf_size) {
+  if (idx == 0 || idx < n) return 0;
+  return index_fail(idx, n, what, i, errbuf, errbuf_size);
 }
 
 /* Everything of `m` but the blob's bytes and the hashes; fills the view. */
