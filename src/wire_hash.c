@@ -54,6 +54,30 @@ static inline uint64_t xmerge(uint64_t acc, uint64_t v) {
   return acc * P1 + P4;
 }
 
+/* The pieces both readers of input share: the four accumulators' merge
+ * once the 32-byte stripes are done, one 8-byte lane of the tail, and the
+ * final avalanche. */
+static inline uint64_t converge(uint64_t v1, uint64_t v2, uint64_t v3, uint64_t v4) {
+  uint64_t h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18);
+  h = xmerge(h, v1);
+  h = xmerge(h, v2);
+  h = xmerge(h, v3);
+  return xmerge(h, v4);
+}
+
+static inline uint64_t tail_lane(uint64_t h, uint64_t lane) {
+  h ^= xround(0, lane);
+  return rotl(h, 27) * P1 + P4;
+}
+
+static inline uint64_t avalanche(uint64_t h) {
+  h ^= h >> 33;
+  h *= P2;
+  h ^= h >> 29;
+  h *= P3;
+  return h ^ (h >> 32);
+}
+
 uint64_t ember__xxh64(const void *data, size_t len, uint64_t seed) {
   const unsigned char *p = data;
   size_t n = len;
@@ -68,19 +92,12 @@ uint64_t ember__xxh64(const void *data, size_t len, uint64_t seed) {
       p += 32;
       n -= 32;
     } while (n >= 32);
-    h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18);
-    h = xmerge(h, v1);
-    h = xmerge(h, v2);
-    h = xmerge(h, v3);
-    h = xmerge(h, v4);
+    h = converge(v1, v2, v3, v4);
   } else {
     h = seed + P5;
   }
   h += (uint64_t)len;
-  for (; n >= 8; p += 8, n -= 8) {
-    h ^= xround(0, le64(p));
-    h = rotl(h, 27) * P1 + P4;
-  }
+  for (; n >= 8; p += 8, n -= 8) h = tail_lane(h, le64(p));
   if (n >= 4) {
     h ^= (uint64_t)le32(p) * P1;
     h = rotl(h, 23) * P2 + P3;
@@ -91,18 +108,13 @@ uint64_t ember__xxh64(const void *data, size_t len, uint64_t seed) {
     h ^= (uint64_t)*p * P5;
     h = rotl(h, 11) * P1;
   }
-  h ^= h >> 33;
-  h *= P2;
-  h ^= h >> 29;
-  h *= P3;
-  h ^= h >> 32;
-  return h;
+  return avalanche(h);
 }
 
 uint64_t ember_wire_string_hash(const void *s, size_t n) { return ember__xxh64(s, n, 0); }
 
 /* XXH64, seed 0, of the little-endian bytes of v[0..n): ember__xxh64 of
- * 8n bytes, taken as words (no buffer to fill, no tail to finish). The
+ * 8n bytes, taken as words (no buffer to fill, no 4- or 1-byte tail). The
  * location and stack hashes are of such lists. */
 static uint64_t xxh64_words(const uint64_t *v, size_t n) {
   size_t i = 0;
@@ -116,25 +128,13 @@ static uint64_t xxh64_words(const uint64_t *v, size_t n) {
       v4 = xround(v4, v[i + 3]);
       i += 4;
     } while (n - i >= 4);
-    h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18);
-    h = xmerge(h, v1);
-    h = xmerge(h, v2);
-    h = xmerge(h, v3);
-    h = xmerge(h, v4);
+    h = converge(v1, v2, v3, v4);
   } else {
     h = P5;
   }
   h += (uint64_t)n * 8;
-  for (; i < n; i++) {
-    h ^= xround(0, v[i]);
-    h = rotl(h, 27) * P1 + P4;
-  }
-  h ^= h >> 33;
-  h *= P2;
-  h ^= h >> 29;
-  h *= P3;
-  h ^= h >> 32;
-  return h;
+  for (; i < n; i++) h = tail_lane(h, v[i]);
+  return avalanche(h);
 }
 
 uint64_t ember_wire_location_hash(uint64_t address, uint32_t line, uint32_t kind,
