@@ -26,6 +26,16 @@ static const ember_value_type_t types[] = {EMBER_VT_CPU_SAMPLES, EMBER_VT_CPU_NS
  * and one no stack uses (not sent). */
 static ember_profile_t *sample_profile(void) { return tu_sample_profile(true); }
 
+/* The bytes of an unpacked message, as a writer would send them (malloc'd;
+ * *n their length). */
+static uint8_t *repack(const Ember__Wire__V2__Profile *m, size_t *n) {
+  *n = ember__wire__v2__profile__get_packed_size(m);
+  uint8_t *out = malloc(*n ? *n : 1);
+  assert_non_null(out);
+  ember__wire__v2__profile__pack(m, out);
+  return out;
+}
+
 static void encode_v2(const ember_profile_t *p, ember_buf_t *b) {
   ember_buf_init(b, 1u << 24);
   assert_int_equal(ember_codec_encode_v2(p, b), 0);
@@ -292,9 +302,8 @@ static void expect_error_of(ember_profile_t *(*make)(void), mutate_fn mutate, bo
   assert_non_null(m);
   mutating = &alloc;
   mutate(m);
-  size_t n = ember__wire__v2__profile__get_packed_size(m);
-  uint8_t *out = malloc(n ? n : 1);
-  ember__wire__v2__profile__pack(m, out);
+  size_t n;
+  uint8_t *out = repack(m, &n);
   ember_wire_t *w = NULL;
   char err[256] = "";
   int rc = ember_wire_decode(out, n, NULL, &w, err, sizeof err);
@@ -581,9 +590,8 @@ static void test_wire_same_stack_twice_adds(void **state) {
   u->sample_values = vals;
   u->n_location_function = u->n_location_module = u->n_location_address = u->n_location_line =
       u->n_location_kind = 2;
-  size_t n = ember__wire__v2__profile__get_packed_size(u);
-  uint8_t *out = malloc(n);
-  ember__wire__v2__profile__pack(u, out);
+  size_t n;
+  uint8_t *out = repack(u, &n);
   ember_profile_t *q = NULL;
   char err[256] = "";
   assert_int_equal(ember_codec_decode(out, n, NULL, &q, err, sizeof err), 0);
@@ -619,9 +627,8 @@ static void test_wire_reads_older_writers(void **state) {
   m->strings.len = w->str_off[w->nstrings - 1] + w->str_len[w->nstrings - 1];
   m->string_lengths = (uint32_t *)(uintptr_t)w->str_len;
   m->n_string_prefix = 0;
-  size_t n = ember__wire__v2__profile__get_packed_size(m);
-  uint8_t *out = malloc(n);
-  ember__wire__v2__profile__pack(m, out);
+  size_t n;
+  uint8_t *out = repack(m, &n);
   m->strings.data = saved_blob;
   m->string_lengths = saved_lengths;
   m->n_string_prefix = saved_n;
@@ -661,9 +668,8 @@ static void test_wire_prefixes_are_bounded(void **state) {
     prev += m->string_lengths[i];
     full += prev;
   }
-  size_t n = ember__wire__v2__profile__get_packed_size(m);
-  uint8_t *out = malloc(n);
-  ember__wire__v2__profile__pack(m, out);
+  size_t n;
+  uint8_t *out = repack(m, &n);
   ember__wire__v2__profile__free_unpacked(m, NULL);
   assert_true(full > n);
   ember_codec_limits_t lim;
