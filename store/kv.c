@@ -11,7 +11,7 @@ void ember__out_free(ember__out_t *o) {
   *o = (ember__out_t){0};
 }
 
-static int out_reserve(ember__out_t *o, size_t n) {
+int ember__out_reserve(ember__out_t *o, size_t n) {
   if (o->cap - o->len >= n) return 0;
   size_t cap = o->cap ? o->cap : 64;
   while (cap - o->len < n) {
@@ -26,7 +26,7 @@ static int out_reserve(ember__out_t *o, size_t n) {
 }
 
 int ember__out_bytes(ember__out_t *o, const void *p, size_t n) {
-  int rc = out_reserve(o, n);
+  int rc = ember__out_reserve(o, n);
   if (rc < 0) return rc;
   if (n) memcpy(o->data + o->len, p, n);
   o->len += n;
@@ -34,14 +34,10 @@ int ember__out_bytes(ember__out_t *o, const void *p, size_t n) {
 }
 
 int ember__out_varint(ember__out_t *o, uint64_t v) {
-  uint8_t b[10];
-  size_t n = 0;
-  do {
-    uint8_t c = (uint8_t)(v & 0x7f);
-    v >>= 7;
-    b[n++] = (uint8_t)(c | (v ? 0x80 : 0));
-  } while (v);
-  return ember__out_bytes(o, b, n);
+  int rc = ember__out_reserve(o, EMBER__VARINT_MAX);
+  if (rc < 0) return rc;
+  o->len += ember__put_varint(o->data + o->len, v);
+  return 0;
 }
 
 int ember__out_str(ember__out_t *o, const char *s) {

@@ -41,8 +41,22 @@ typedef struct ember__out {
 } ember__out_t;
 
 void ember__out_free(ember__out_t *o);
+/* Make room for `n` more bytes at data + len, for callers that write many
+ * small fields in place (ember__put_varint) rather than call out per field. */
+int ember__out_reserve(ember__out_t *o, size_t n);
 int ember__out_bytes(ember__out_t *o, const void *p, size_t n);
 int ember__out_varint(ember__out_t *o, uint64_t v);
+
+/* The longest varint: 64 bits in groups of 7. */
+#define EMBER__VARINT_MAX 10
+/* Write `v` as a LEB128 varint at `p`, which has room for EMBER__VARINT_MAX
+ * bytes; returns the bytes written. */
+static inline size_t ember__put_varint(uint8_t *p, uint64_t v) {
+  size_t n = 0;
+  for (; v >= 0x80; v >>= 7) p[n++] = (uint8_t)(v | 0x80);
+  p[n++] = (uint8_t)v;
+  return n;
+}
 /* An optional string: 0x00 for NULL, else 0x01 then the bytes and a NUL. */
 int ember__out_str(ember__out_t *o, const char *s);
 

@@ -12,21 +12,31 @@ static unsigned popcount8(uint8_t m) {
 
 int ember__row_encode(ember__out_t *o, const ember__row_hdr_t *h, const uint32_t *ids,
                       const int64_t *vals, uint64_t n) {
-  uint8_t head[2] = {1, h->mask};
   unsigned nt = popcount8(h->mask);
-  int rc = ember__out_bytes(o, head, sizeof head);
-  if (rc == 0) rc = ember__out_varint(o, h->duration_ns);
-  if (rc == 0) rc = ember__out_varint(o, h->period_ns);
-  if (rc == 0) rc = ember__out_varint(o, n);
+  /* A row is hundreds of varints: each is written in place into room
+   * reserved for the header, then for one whole entry at a time, rather
+   * than through a call and a copy per varint. */
+  int rc = ember__out_reserve(o, 2 + 3 * EMBER__VARINT_MAX);
+  if (rc < 0) return rc;
+  uint8_t *p = o->data + o->len;
+  *p++ = 1;
+  *p++ = h->mask;
+  p += ember__put_varint(p, h->duration_ns);
+  p += ember__put_varint(p, h->period_ns);
+  p += ember__put_varint(p, n);
+  o->len = (size_t)(p - o->data);
+  size_t entry_max = (1 + (size_t)nt) * EMBER__VARINT_MAX;
   uint32_t prev = 0;
-  for (uint64_t i = 0; rc == 0 && i < n; i++) {
+  for (uint64_t i = 0; i < n; i++) {
+    if (o->cap - o->len < entry_max && (rc = ember__out_reserve(o, entry_max)) < 0) return rc;
+    p = o->data + o->len;
     /* Callers sort and deduplicate: ids strictly increase. */
-    rc = ember__out_varint(o, ids[i] - prev);
+    p += ember__put_varint(p, ids[i] - prev);
     prev = ids[i];
-    for (unsigned t = 0; rc == 0 && t < nt; t++)
-      rc = ember__out_varint(o, (uint64_t)vals[i * nt + t]);
+    for (unsigned t = 0; t < nt; t++) p += ember__put_varint(p, (uint64_t)vals[i * nt + t]);
+    o->len = (size_t)(p - o->data);
   }
-  return rc;
+  return 0;
 }
 
 bool ember__row_open(ember__row_iter_t *it, const void *p, size_t n) {
