@@ -14,6 +14,7 @@
 #include "intern.h"
 #include "row.h"
 #include "runs.h"
+#include "sort_u64.h"
 #include "store_int.h"
 
 /* One rollup row being summed in memory for the length of a batch, so
@@ -35,10 +36,7 @@ typedef struct wctx {
   MDB_txn *txn;
   ember__dict_t dict;
   ember__out_t row; /* encoded profile row */
-  struct ent {
-    uint32_t id;    /* store stack id */
-    uint32_t local; /* sample index in the view */
-  } * ents;
+  uint64_t *ents;   /* store stack id << 32 | sample index in the view */
   size_t ents_cap;
   uint32_t *sids; /* the view's samples' stack ids */
   size_t sids_cap;
@@ -58,11 +56,6 @@ typedef struct wctx {
   ember__srcs_t srcs;   /* runs of a batch with sources (runs.h) */
   char why[192];        /* why a view was refused */
 } wctx_t;
-
-static int ent_cmp(const void *a, const void *b) {
-  const struct ent *x = a, *y = b;
-  return (x->id > y->id) - (x->id < y->id);
-}
 
 static int add_checked(int64_t *dst, int64_t v) {
   if (v > INT64_MAX - *dst) return -ERANGE;
@@ -336,19 +329,22 @@ static int write_one(wctx_t *w, const ember_wire_t *v, const ember_store_source_
   if (rc == 0) rc = ember__grow(&w->sids, &w->sids_cap, nsamples, sizeof *w->sids);
   if (rc == 0) rc = ember__dict_stacks(&w->dict, v, w->sids, w->why, sizeof w->why);
   if (rc < 0) return rc;
-  for (size_t i = 0; i < nsamples; i++) w->ents[i] = (struct ent){w->sids[i], (uint32_t)i};
-  if (nsamples) qsort(w->ents, nsamples, sizeof *w->ents, ent_cmp);
+  /* Each sample as one integer key, so that the sort compares integers
+   * inline rather than call a comparator per compare as qsort would. */
+  for (size_t i = 0; i < nsamples; i++) w->ents[i] = (uint64_t)w->sids[i] << 32 | (uint32_t)i;
+  ember__sort_u64(w->ents, nsamples);
   /* Sorted by stack id; samples of one stack (a v2 message may send a
    * stack twice) are added into one entry. */
   size_t n = 0;
   for (size_t i = 0; i < nsamples; i++) {
-    const int64_t *sv = v->values + (size_t)w->ents[i].local * v->ntypes;
-    if (n > 0 && w->wids[n - 1] == w->ents[i].id) {
+    uint32_t id = (uint32_t)(w->ents[i] >> 32);
+    const int64_t *sv = v->values + (size_t)(uint32_t)w->ents[i] * v->ntypes;
+    if (n > 0 && w->wids[n - 1] == id) {
       for (unsigned t = 0; t < nt; t++)
         if (add_checked(&w->wvals[(n - 1) * nt + t], sv[cols[t]]) < 0) return -ERANGE;
       continue;
     }
-    w->wids[n] = w->ents[i].id;
+    w->wids[n] = id;
     for (unsigned t = 0; t < nt; t++) w->wvals[n * nt + t] = sv[cols[t]];
     n++;
   }
