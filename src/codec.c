@@ -583,21 +583,18 @@ static int v1_columns(const wire_profile_t *m, const uint32_t *lens, ember__aren
            *fnn = cols(a, nf, 4), *fnf = cols(a, nf, 4), *lf = cols(a, nl, 4), *lm = cols(a, nl, 4),
            *ll = cols(a, nl, 4), *lk = cols(a, nl, 4), *depth = cols(a, nsamp, 4),
            *soff = cols(a, nsamp, 4), *locs = cols(a, nlocs, 4);
-  uint64_t *la = cols(a, nl, 8), *lh = cols(a, nl, 8), *sh = cols(a, nsamp, 8),
-           *strh = cols(a, ns, 8);
+  uint64_t *la = cols(a, nl, 8), *lh = cols(a, nl, 8), *sh = cols(a, nsamp, 8);
   int64_t *vals = cols(a, nsamp * nt, 8);
   if (!blob || !off || !len || !mn || !mb || !fnn || !fnf || !lf || !lm || !ll || !lk || !depth ||
-      !soff || !locs || !la || !lh || !sh || !strh || !vals)
+      !soff || !locs || !la || !lh || !sh || !vals)
     return -ENOMEM;
   size_t at = 0;
   for (size_t i = 0; i < ns; i++) {
     off[i] = (uint32_t)at; /* the message size bounds it */
     len[i] = lens[i];
     memcpy(blob + at, m->strings[i], lens[i]);
-    strh[i] = ember_wire_string_hash(blob + at, lens[i]);
     at += lens[i];
   }
-  uint64_t empty = ember_wire_string_hash("", 0);
   for (size_t i = 0; i < nm; i++) {
     mn[i] = m->modules[i]->name;
     mb[i] = m->modules[i]->build_id;
@@ -620,29 +617,13 @@ static int v1_columns(const wire_profile_t *m, const uint32_t *lens, ember__aren
     la[i] = l->address;
     ll[i] = l->line;
     lk[i] = (uint32_t)l->kind;
-    uint32_t idx[EMBER_WIRE_LOC_STRINGS] = {
-        l->function ? fnn[l->function - 1] : 0, l->function ? fnf[l->function - 1] : 0,
-        l->module ? mn[l->module - 1] : 0, l->module ? mb[l->module - 1] : 0,
-        l->function && fng ? fng[l->function - 1] : 0};
-    uint64_t h[EMBER_WIRE_LOC_STRINGS];
-    bool none[EMBER_WIRE_LOC_STRINGS];
-    for (int k = 0; k < EMBER_WIRE_LOC_STRINGS; k++) {
-      none[k] = idx[k] == 0 || lens[idx[k]] == 0;
-      h[k] = none[k] ? empty : strh[idx[k]];
-    }
-    lh[i] = ember_wire_location_hash(la[i], ll[i], lk[i], h, !none[EMBER_WIRE_LOC_GENERATED]);
   }
   at = 0;
-  uint64_t stack[EMBER_MAX_STACK_DEPTH];
   for (size_t i = 0; i < nsamp; i++) {
     const Ember__Wire__V1__Sample *smp = m->samples[i];
     depth[i] = (uint32_t)smp->n_locations; /* validated: 1..EMBER_MAX_STACK_DEPTH */
     soff[i] = (uint32_t)at;
-    for (size_t j = 0; j < smp->n_locations; j++) {
-      locs[at + j] = smp->locations[j];
-      stack[j] = lh[smp->locations[j]];
-    }
-    sh[i] = ember_wire_stack_hash(stack, smp->n_locations);
+    for (size_t j = 0; j < smp->n_locations; j++) locs[at + j] = smp->locations[j];
     memcpy(vals + i * nt, smp->values, nt * sizeof *vals);
     at += smp->n_locations;
   }
@@ -685,6 +666,9 @@ static int v1_columns(const wire_profile_t *m, const uint32_t *lens, ember__aren
   w->stack_hash = sh;
   w->nsamples = nsamp;
   w->nlocs = nlocs;
+  /* The hashes a v2 writer would have sent, from the finished columns. */
+  if (ember__wire_hash_locations(w, lh) != 0) return -ENOMEM;
+  for (size_t i = 0; i < nsamp; i++) sh[i] = ember__wire_stack_hash_of(w, i);
   return 0;
 }
 

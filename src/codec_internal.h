@@ -63,6 +63,10 @@ uint64_t ember__xxh64(const void *data, size_t len, uint64_t seed);
  * 0 or -ENOMEM. */
 int ember__wire_hash_locations(const ember_wire_t *w, uint64_t *out);
 
+/* The hash of sample i's stack of `w` from its locations' hashes
+ * (w->loc_hash), as ember_wire_stack_hash defines it (wire_hash.c). */
+uint64_t ember__wire_stack_hash_of(const ember_wire_t *w, size_t i);
+
 /* The checks every wire text (ids, labels, strings) passes: at most
  * EMBER_MAX_STRING bytes and valid UTF-8. `what` and `idx` name it in the
  * sentence. 0, EMBER_ETOOBIG or EMBER_ECORRUPT. */

@@ -412,14 +412,10 @@ int ember_wire_to_profile(const ember_wire_t *w, ember_profile_t **out, char *er
     }
   }
   uint32_t ids[EMBER_MAX_STACK_DEPTH];
-  uint64_t lh[EMBER_MAX_STACK_DEPTH];
   for (size_t i = 0; i < w->nsamples; i++) {
     const uint32_t *locs = w->locs + w->stack_off[i];
-    for (size_t d = 0; d < w->depth[i]; d++) {
-      ids[d] = frame_of[locs[d]];
-      lh[d] = w->loc_hash[locs[d]];
-    }
-    uint64_t want = ember_wire_stack_hash(lh, w->depth[i]);
+    for (size_t d = 0; d < w->depth[i]; d++) ids[d] = frame_of[locs[d]];
+    uint64_t want = ember__wire_stack_hash_of(w, i);
     if (want != w->stack_hash[i]) {
       rc = FAIL(EMBER_ECORRUPT,
                 "sample %zu: stack hash %016llx does not match its locations (%016llx)", i,

@@ -73,9 +73,8 @@ static int build(const ember_profile_t *p, built_t *b, bool sort) {
   ember_wire_t *w = &b->w;
   int rc = -ENOMEM;
   ember__ptrtab_t strings = {0}, modules = {0}, functions = {0};
-  uint32_t *loc_of = NULL;   /* profile frame id -> location index (UINT32_MAX: unused) */
-  uint32_t *frame_of = NULL; /* location index -> profile frame id */
-  uint64_t *shash = NULL;
+  uint32_t *loc_of = NULL;    /* profile frame id -> location index (UINT32_MAX: unused) */
+  uint32_t *frame_of = NULL;  /* location index -> profile frame id */
   sorted_str_t *order = NULL; /* new index -> string */
   uint32_t *rank = NULL;      /* table index -> new index */
   size_t nframes = ember_profile_nframes(p), nstacks = ember_profile_nstacks(p);
@@ -145,9 +144,8 @@ static int build(const ember_profile_t *p, built_t *b, bool sort) {
   b->fn_name = alloc_n(nf, sizeof *b->fn_name);
   b->fn_file = alloc_n(nf, sizeof *b->fn_file);
   if (generated) b->fn_generated = alloc_n(nf, sizeof *b->fn_generated);
-  shash = alloc_n(ns, sizeof *shash);
   if (!b->str_off || !b->str_len || !b->mod_name || !b->mod_build_id || !b->fn_name ||
-      !b->fn_file || (generated && !b->fn_generated) || !shash)
+      !b->fn_file || (generated && !b->fn_generated))
     goto cleanup;
   order = alloc_n(ns, sizeof *order);
   rank = alloc_n(ns, sizeof *rank);
@@ -171,10 +169,8 @@ static int build(const ember_profile_t *p, built_t *b, bool sort) {
   }
   b->blob = alloc_n(blen, 1);
   if (b->blob == NULL) goto cleanup;
-  for (size_t i = 0; i < ns; i++) {
+  for (size_t i = 0; i < ns; i++)
     if (b->str_len[i]) memcpy(b->blob + b->str_off[i], order[i].s, b->str_len[i]);
-    shash[i] = ember_wire_string_hash(b->blob + b->str_off[i], b->str_len[i]);
-  }
   /* Already in the string table, so these lookups cannot allocate. */
   for (size_t i = 0; i < nm; i++)
     if (str_idx(&strings, ember__ptrtab_key(&modules, i, 0), &b->mod_name[i]) ||
@@ -213,17 +209,7 @@ static int build(const ember_profile_t *p, built_t *b, bool sort) {
   w->loc_address = b->loc_address;
   w->loc_hash = b->loc_hash;
   w->nlocations = nused;
-
-  for (size_t i = 0; i < nused; i++) {
-    uint32_t f = b->loc_function[i], m = b->loc_module[i];
-    uint32_t idx[EMBER_WIRE_LOC_STRINGS] = {
-        f ? b->fn_name[f - 1] : 0, f ? b->fn_file[f - 1] : 0, m ? b->mod_name[m - 1] : 0,
-        m ? b->mod_build_id[m - 1] : 0, f && generated ? b->fn_generated[f - 1] : 0};
-    uint64_t h[EMBER_WIRE_LOC_STRINGS];
-    for (int k = 0; k < EMBER_WIRE_LOC_STRINGS; k++) h[k] = shash[idx[k]]; /* string 0 is "" */
-    b->loc_hash[i] = ember_wire_location_hash(b->loc_address[i], b->loc_line[i], b->loc_kind[i], h,
-                                              idx[EMBER_WIRE_LOC_GENERATED] != 0);
-  }
+  if (ember__wire_hash_locations(w, b->loc_hash) != 0) goto cleanup;
 
   b->depth = alloc_n(nstacks, sizeof *b->depth);
   b->stack_off = alloc_n(nstacks, sizeof *b->stack_off);
@@ -234,7 +220,6 @@ static int build(const ember_profile_t *p, built_t *b, bool sort) {
                   : alloc_n(nstacks * ntypes, sizeof *b->values);
   if (!b->depth || !b->stack_off || !b->stack_hash || !b->locs || !b->values) goto cleanup;
   size_t at = 0;
-  uint64_t lh[EMBER_MAX_STACK_DEPTH];
   for (uint32_t s = 0; s < nstacks; s++) {
     const uint32_t *ids;
     size_t depth;
@@ -242,13 +227,8 @@ static int build(const ember_profile_t *p, built_t *b, bool sort) {
     ember_profile_stack(p, s, &ids, &depth, &values);
     b->depth[s] = (uint32_t)depth; /* at most EMBER_MAX_STACK_DEPTH */
     b->stack_off[s] = (uint32_t)at;
-    for (size_t d = 0; d < depth; d++) {
-      uint32_t l = loc_of[ids[d]];
-      b->locs[at + d] = l;
-      lh[d] = b->loc_hash[l];
-    }
+    for (size_t d = 0; d < depth; d++) b->locs[at + d] = loc_of[ids[d]];
     at += depth;
-    b->stack_hash[s] = ember_wire_stack_hash(lh, depth);
     memcpy(&b->values[(size_t)s * ntypes], values, ntypes * sizeof *values);
   }
   w->depth = b->depth;
@@ -258,11 +238,11 @@ static int build(const ember_profile_t *p, built_t *b, bool sort) {
   w->stack_hash = b->stack_hash;
   w->nsamples = nstacks;
   w->nlocs = nlocs;
+  for (size_t s = 0; s < nstacks; s++) b->stack_hash[s] = ember__wire_stack_hash_of(w, s);
   rc = 0;
 cleanup:
   ember_free(loc_of);
   ember_free(frame_of);
-  ember_free(shash);
   ember_free(order);
   ember_free(rank);
   ember__ptrtab_free(&strings);

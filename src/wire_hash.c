@@ -235,6 +235,14 @@ int ember__wire_hash_locations(const ember_wire_t *w, uint64_t *out) {
   return 0;
 }
 
+uint64_t ember__wire_stack_hash_of(const ember_wire_t *w, size_t i) {
+  uint64_t lh[EMBER_MAX_STACK_DEPTH];
+  const uint32_t *locs = w->locs + w->stack_off[i];
+  size_t depth = w->depth[i] < EMBER_MAX_STACK_DEPTH ? w->depth[i] : EMBER_MAX_STACK_DEPTH;
+  for (size_t d = 0; d < depth; d++) lh[d] = w->loc_hash[locs[d]];
+  return ember_wire_stack_hash(lh, depth);
+}
+
 int ember_wire_check_hashes(const ember_wire_t *w, char *errbuf, size_t errbuf_size) {
   if (w == NULL) return -EINVAL;
   if (w->version != EMBER_WIRE_V2) return 0;
@@ -250,13 +258,11 @@ int ember_wire_check_hashes(const ember_wire_t *w, char *errbuf, size_t errbuf_s
       if (want[i] != w->loc_hash[i]) rc = ember_wire_check_location(w, i, errbuf, errbuf_size);
     ember_free(want);
   }
-  uint64_t lh[EMBER_MAX_STACK_DEPTH];
   for (size_t i = 0; i < w->nsamples && rc == 0; i++) {
-    const uint32_t *locs = w->locs + w->stack_off[i];
-    for (size_t d = 0; d < w->depth[i]; d++) lh[d] = w->loc_hash[locs[d]];
-    uint64_t want = ember_wire_stack_hash(lh, w->depth[i]);
+    uint64_t want = ember__wire_stack_hash_of(w, i);
     if (want == w->stack_hash[i]) continue;
     /* Content the writer did not hash: bad text says best what is wrong. */
+    const uint32_t *locs = w->locs + w->stack_off[i];
     for (size_t d = 0; d < w->depth[i] && rc == 0; d++)
       rc = ember_wire_check_location(w, locs[d], errbuf, errbuf_size);
     if (rc == 0)
