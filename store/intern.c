@@ -199,13 +199,6 @@ static int frame_of(ember__dict_t *d, const ember_wire_t *w, const uint32_t *loc
   return frame_id(d, w, l, &d->fmap[l], why, why_size);
 }
 
-static size_t put_varint(uint8_t *o, uint64_t v) {
-  size_t n = 0;
-  for (; v >= 0x80; v >>= 7) o[n++] = (uint8_t)(v | 0x80);
-  o[n++] = (uint8_t)v;
-  return n;
-}
-
 static int stack_id(ember__dict_t *d, const ember_wire_t *w, size_t i, uint32_t *id, char *why,
                     size_t why_size) {
   uint32_t ids[EMBER_MAX_STACK_DEPTH];
@@ -231,8 +224,8 @@ static int stack_id(ember__dict_t *d, const ember_wire_t *w, size_t i, uint32_t 
   /* On disk: varints of the depth and the ids (at most 5 bytes each). */
   int rc = ember__grow(&d->buf.data, &d->buf.cap, 5 * (depth + 1), 1);
   if (rc < 0) return rc;
-  size_t len = put_varint(d->buf.data, depth);
-  for (size_t k = 0; k < depth; k++) len += put_varint(d->buf.data + len, ids[k]);
+  size_t len = ember__put_varint(d->buf.data, depth);
+  for (size_t k = 0; k < depth; k++) len += ember__put_varint(d->buf.data + len, ids[k]);
   d->buf.len = len;
   bool created;
   return intern_uncached(d, EMBER__DB_STACKS_IDX, EMBER__DB_STACKS, EMBER__CTR_STACK, hash, ids,

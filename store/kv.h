@@ -49,8 +49,9 @@ int ember__out_varint(ember__out_t *o, uint64_t v);
 
 /* The longest varint: 64 bits in groups of 7. */
 #define EMBER__VARINT_MAX 10
-/* Write `v` as a LEB128 varint at `p`, which has room for EMBER__VARINT_MAX
- * bytes; returns the bytes written. */
+/* Write `v` as a LEB128 varint at `p`, which has room for it (at most
+ * EMBER__VARINT_MAX bytes; 5 for a value below 2^32); returns the bytes
+ * written. */
 static inline size_t ember__put_varint(uint8_t *p, uint64_t v) {
   size_t n = 0;
   for (; v >= 0x80; v >>= 7) p[n++] = (uint8_t)(v | 0x80);
