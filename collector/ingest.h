@@ -87,8 +87,9 @@ typedef struct ember__ingest ember__ingest_t;
  * the batch is written, then the same again for the next batch. With
  * glibc's defaults those blocks could be mappings of their own or the
  * heap's top given back to the kernel, and every batch then faulted its
- * ~100 MiB in again: measured, ~45 us a window of its ~80 us decode
- * (bench/RESULTS.md, 2026-12-03). The price: the process keeps the memory
+ * ~100 MiB in again: measured by bench/wire_decode, 120-147 us a window
+ * with glibc's defaults against 71-73 with this (bench/RESULTS.md,
+ * 2026-12-03). The price: the process keeps the memory
  * its largest batches used (at most about twice batch.max_bytes in views). */
 void ember__ingest_malloc_policy(void);
 
