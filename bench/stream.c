@@ -25,6 +25,21 @@ static uint64_t next_rand(void) {
 enum { NSHARED = STREAM_NSHARED };
 static ember_frame_t shared_frames[NSHARED];
 
+/* Addresses as a linker lays functions out: each function starts where the
+ * one before ended (sizes from 16 bytes to 4 KiB, 16-aligned) and a frame's
+ * address (a return address) falls inside its function. A generator of its
+ * own, so the rest of the stream is the same whatever it draws. */
+static uint64_t address_rng = 0x2545f4914f6cdd1dULL;
+static uint64_t next_address(uint64_t *end) {
+  address_rng ^= address_rng << 13;
+  address_rng ^= address_rng >> 7;
+  address_rng ^= address_rng << 17;
+  uint64_t size = 16 * (1 + (address_rng >> 8) % ((address_rng & 3) == 0 ? 256 : 32));
+  uint64_t start = *end;
+  *end += size;
+  return start + 1 + (address_rng >> 32) % (size - 1);
+}
+
 static const char *const shared_modules[][2] = {
     {"/usr/lib/x86_64-linux-gnu/libc.so.6", "c289da5071a3399de893d2af81d6a30c62646e1e"},
     {"/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.30", "e3a1cf4bd3d5a31b2f6f9e3e7a77d3f0b96a1a2c"},
@@ -38,6 +53,7 @@ static const char *const nouns[] = {"request", "response", "header",  "buffer", 
                                     "index",   "cache",    "column",  "row"};
 
 static void make_shared(void) {
+  uint64_t end[4] = {0x1000, 0x1000, 0x1000, 0xffffffff81000000ULL};
   for (size_t i = 0; i < NSHARED; i++) {
     char buf[96];
     size_t m = i % 4;
@@ -51,7 +67,7 @@ static void make_shared(void) {
     shared_frames[i] = (ember_frame_t){.function = strdup(buf),
                                        .module = shared_modules[m][0],
                                        .build_id = shared_modules[m][1],
-                                       .address = 0x1000 + i * 0x40,
+                                       .address = next_address(&end[m]),
                                        .kind = m == 3 ? EMBER_FRAME_KERNEL : EMBER_FRAME_NATIVE};
   }
 }
@@ -68,6 +84,7 @@ void stream_make_worker(stream_worker_t *w, size_t idx) {
   snprintf(build_id, sizeof build_id, "%016llx%08llx", (unsigned long long)next_rand(),
            (unsigned long long)(next_rand() & 0xffffffff));
   char *mod = strdup(module), *bid = strdup(build_id);
+  uint64_t end = 0x401000;
   for (size_t i = 0; i < STREAM_NOWN; i++) {
     char fn[128], file[96];
     snprintf(fn, sizeof fn, "%s::%s::%s_%s_%zu", kinds[idx % 6], nouns[(i / 14) % 14],
@@ -80,7 +97,7 @@ void stream_make_worker(stream_worker_t *w, size_t idx) {
                                 .module = mod,
                                 .build_id = bid,
                                 .line = (uint32_t)(10 + (i * 37) % 2000),
-                                .address = 0x400000 + i * 0x80,
+                                .address = next_address(&end),
                                 .kind = EMBER_FRAME_NATIVE};
   }
   /* Stacks: a root chain in the shared runtime (3-8 frames from a few
