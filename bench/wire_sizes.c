@@ -37,7 +37,6 @@ static void drop_location_columns(v2_t *m) {
 }
 static void drop_addresses(v2_t *m) { m->n_location_address = 0; }
 static void drop_stacks(v2_t *m) { m->n_sample_depth = m->n_sample_locations = 0; }
-static void drop_stack_hashes(v2_t *m) { m->n_stack_hash = 0; }
 static void drop_values(v2_t *m) { m->n_sample_values = 0; }
 
 static const struct {
@@ -50,7 +49,6 @@ static const struct {
     {"locations (function, module, line, kind)", drop_location_columns},
     {"locations' addresses", drop_addresses},
     {"stacks (depths, locations)", drop_stacks},
-    {"stack hashes", drop_stack_hashes},
     {"values", drop_values},
 };
 enum { NCOLUMNS = sizeof columns / sizeof columns[0] };

@@ -4,7 +4,7 @@
  * protobuf-c unpacks the message into a per-message arena (about twenty
  * arrays and the string blob); the view points into it, with the string
  * offsets and the stack offsets computed once, front-coded strings
- * rebuilt and the location hashes a message does not carry computed.
+ * rebuilt and the hashes a message does not carry computed.
  * Checks follow the header: everything but the strings' text and the
  * hashes sent, which the readers that use them check (the store only for
  * content it has not seen). */
@@ -241,7 +241,7 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
   size_t nsamp = m->n_sample_depth;
   if (nsamp > lim->max_samples)
     return FAIL(EMBER_ETOOBIG, "%zu samples (at most %zu)", nsamp, lim->max_samples);
-  if (m->n_stack_hash != nsamp)
+  if (m->n_stack_hash != nsamp && m->n_stack_hash != 0)
     return FAIL(EMBER_ECORRUPT, "%zu stack hashes for %zu samples", m->n_stack_hash, nsamp);
   if (m->n_sample_values / w->ntypes != nsamp || m->n_sample_values % w->ntypes != 0)
     return FAIL(EMBER_ECORRUPT, "%zu values for %zu samples of %zu value types", m->n_sample_values,
@@ -289,12 +289,12 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
   w->stack_off = soff;
   w->locs = sl;
   w->values = m->sample_values;
-  w->stack_hash = m->stack_hash;
   w->nsamples = nsamp;
   w->nlocs = at;
 
-  /* Hashes the writer left out are computed here, once per string and
-   * per location (the reader would check them against this anyway). */
+  /* Hashes the writer left out are computed here, once per string, per
+   * location and per stack (the reader would check them against this
+   * anyway). */
   if (m->n_location_hash == nl) {
     w->loc_hash = m->location_hash;
   } else {
@@ -305,6 +305,17 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
       return FAIL(-ENOMEM, "out of memory while decoding");
     w->location_hashes_computed = true;
   }
+  if (m->n_stack_hash == nsamp) {
+    w->stack_hash = m->stack_hash;
+  } else {
+    uint64_t *sh = ember__arena_alloc(a, (nsamp ? nsamp : 1) * sizeof *sh);
+    if (sh == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
+    for (size_t i = 0; i < nsamp; i++) sh[i] = ember__wire_stack_hash_of(w, i);
+    w->stack_hash = sh;
+    w->stack_hashes_computed = true;
+  }
+  /* Nothing sent to check against: the hashes are the content's. */
+  w->hashes_checked = w->location_hashes_computed && w->stack_hashes_computed;
 
   w->version = m->version;
   w->agent_id = text_or_null(m->agent_id);

@@ -1,13 +1,18 @@
 /* Wire v2 from a profile: the columns (ember_wire_from_profile) and their
  * encoding (ember_codec_encode_v2), include/ember/wire.h.
  *
- * Only frames that a stack uses become locations, in order of first use,
- * so every location of a message is used (the decoder insists). Strings,
- * modules and functions are tables keyed by the profile's interned
- * pointers. Hashes are computed here, once per string and per location;
- * only the stacks' travel (a reader computes the locations' from the
- * content, docs/internals/codec.md). The encoder sorts the strings and
- * front-codes them. Thread-safe: no shared state. */
+ * Only frames that a stack uses become locations, so every location of a
+ * message is used (the decoder insists). Strings, modules and functions
+ * are tables keyed by the profile's interned pointers. Hashes are computed
+ * here, once per string and per location, for the view; none travel (a
+ * reader computes them from the content, docs/internals/codec.md).
+ *
+ * Order: a view for the store keeps first use. A message is laid out for
+ * zstd (codec.md, "Sizes"): strings in byte order, front-coded; functions
+ * in the order of their names; locations in the order of their functions,
+ * then addresses. Each table's index column then grows by small steps, and
+ * what is left to say (which location each stack names) is said once, in
+ * the stacks. Thread-safe: no shared state. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,10 +71,73 @@ static int str_cmp(const void *x, const void *y) {
   return c ? c : (a->n > b->n) - (a->n < b->n);
 }
 
-/* Columns of `p` into `b`. With `sort`, the strings are in byte order (the
- * encoder's front coding wants neighbours that share prefixes); else in
- * order of first use. */
-static int build(const ember_profile_t *p, built_t *b, bool sort) {
+/* A function or a location, for putting a message's tables in order. */
+typedef struct sort_key {
+  uint64_t k[4]; /* compared in turn */
+  uint32_t idx;  /* where it was: last, so the order is total */
+} sort_key_t;
+
+static int key_cmp(const void *x, const void *y) {
+  const sort_key_t *a = x, *b = y;
+  for (int i = 0; i < 4; i++)
+    if (a->k[i] != b->k[i]) return a->k[i] < b->k[i] ? -1 : 1;
+  return (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+/* a[i] = old[keys[i].idx] for n entries, through `tmp`. */
+static void permute32(uint32_t *a, const sort_key_t *keys, size_t n, uint32_t *tmp) {
+  for (size_t i = 0; i < n; i++) tmp[i] = a[keys[i].idx];
+  memcpy(a, tmp, n * sizeof *a);
+}
+
+/* Functions in the order of their names (then files, generated names),
+ * locations in the order of their functions (then modules, addresses,
+ * lines, kinds); loc_of follows the locations. The strings are sorted
+ * already, so a string index orders as its text. */
+static int order_tables(built_t *b, size_t nf, size_t nl, uint32_t *loc_of, size_t nframes) {
+  size_t n = nf > nl ? nf : nl;
+  sort_key_t *keys = alloc_n(n, sizeof *keys);
+  uint32_t *rank = alloc_n(n, sizeof *rank), *tmp = alloc_n(n, sizeof *tmp);
+  uint64_t *addr = alloc_n(nl, sizeof *addr);
+  int rc = -ENOMEM;
+  if (keys == NULL || rank == NULL || tmp == NULL || addr == NULL) goto cleanup;
+  for (uint32_t i = 0; i < nf; i++)
+    keys[i] = (sort_key_t){
+        {b->fn_name[i], b->fn_file[i], b->fn_generated ? b->fn_generated[i] : 0, 0}, i};
+  qsort(keys, nf, sizeof *keys, key_cmp);
+  for (uint32_t i = 0; i < nf; i++) rank[keys[i].idx] = i;
+  permute32(b->fn_name, keys, nf, tmp);
+  permute32(b->fn_file, keys, nf, tmp);
+  if (b->fn_generated) permute32(b->fn_generated, keys, nf, tmp);
+  for (size_t i = 0; i < nl; i++)
+    if (b->loc_function[i]) b->loc_function[i] = rank[b->loc_function[i] - 1] + 1;
+
+  for (uint32_t i = 0; i < nl; i++)
+    keys[i] = (sort_key_t){{b->loc_function[i], b->loc_module[i], b->loc_address[i],
+                            (uint64_t)b->loc_line[i] << 32 | b->loc_kind[i]},
+                           i};
+  qsort(keys, nl, sizeof *keys, key_cmp);
+  for (uint32_t i = 0; i < nl; i++) rank[keys[i].idx] = i;
+  permute32(b->loc_function, keys, nl, tmp);
+  permute32(b->loc_module, keys, nl, tmp);
+  permute32(b->loc_line, keys, nl, tmp);
+  permute32(b->loc_kind, keys, nl, tmp);
+  for (size_t i = 0; i < nl; i++) addr[i] = b->loc_address[keys[i].idx];
+  memcpy(b->loc_address, addr, nl * sizeof *addr);
+  for (size_t f = 0; f < nframes; f++)
+    if (loc_of[f] != UINT32_MAX) loc_of[f] = rank[loc_of[f]];
+  rc = 0;
+cleanup:
+  ember_free(keys);
+  ember_free(rank);
+  ember_free(tmp);
+  ember_free(addr);
+  return rc;
+}
+
+/* Columns of `p` into `b`. With `for_wire`, in the order a message wants
+ * (the header); else in order of first use. */
+static int build(const ember_profile_t *p, built_t *b, bool for_wire) {
   ember_wire_t *w = &b->w;
   int rc = -ENOMEM;
   ember__ptrtab_t strings = {0}, modules = {0}, functions = {0};
@@ -155,7 +223,7 @@ static int build(const ember_profile_t *p, built_t *b, bool sort) {
     /* profile strings are at most EMBER_MAX_STRING */
     order[i] = (sorted_str_t){s, i == 0 ? 0 : (uint32_t)ember_profile_string_len(s), (uint32_t)i};
   }
-  if (sort && ns > 2) qsort(order + 1, ns - 1, sizeof *order, str_cmp); /* "" stays first */
+  if (for_wire && ns > 2) qsort(order + 1, ns - 1, sizeof *order, str_cmp); /* "" stays first */
   size_t blen = 0;
   for (size_t i = 0; i < ns; i++) {
     rank[order[i].idx] = (uint32_t)i;
@@ -190,6 +258,8 @@ static int build(const ember_profile_t *p, built_t *b, bool sort) {
     b->fn_file[i] = rank[b->fn_file[i]];
     if (generated) b->fn_generated[i] = rank[b->fn_generated[i]];
   }
+  if (for_wire && (rc = order_tables(b, nf, nused, loc_of, nframes)) != 0) goto cleanup;
+  rc = -ENOMEM;
 
   w->blob = b->blob;
   w->str_off = b->str_off;
@@ -251,7 +321,7 @@ cleanup:
   return rc;
 }
 
-static int from_profile(const ember_profile_t *p, bool sort, ember_wire_t **out) {
+static int from_profile(const ember_profile_t *p, bool for_wire, ember_wire_t **out) {
   built_t *b = ember_calloc(1, sizeof *b);
   if (b == NULL) return -ENOMEM;
   b->mem.release = built_release;
@@ -265,7 +335,7 @@ static int from_profile(const ember_profile_t *p, bool sort, ember_wire_t **out)
   w->labels = *ember_profile_labels(p);
   ember_profile_window(p, &w->start_ns, &w->end_ns);
   w->period_ns = ember_profile_period(p);
-  int rc = build(p, b, sort);
+  int rc = build(p, b, for_wire);
   if (rc != 0) {
     built_release(&b->mem);
     return rc;
@@ -330,16 +400,15 @@ int ember_codec_encode_v2(const ember_profile_t *p, ember_buf_t *out) {
     m.n_function_generated = w->nfunctions;
     m.function_generated = (uint32_t *)(uintptr_t)w->fn_generated;
   }
-  /* No location hashes: a reader computes them from the content anyway
-   * (codec.md, "Hashes"). */
+  /* No hashes: a reader computes them from the content anyway (codec.md,
+   * "Hashes"). */
   m.n_location_function = m.n_location_module = m.n_location_address = m.n_location_line =
       m.n_location_kind = w->nlocations;
   m.location_module = (uint32_t *)(uintptr_t)w->loc_module;
   m.location_line = (uint32_t *)(uintptr_t)w->loc_line;
   m.location_kind = (uint32_t *)(uintptr_t)w->loc_kind;
-  m.n_sample_depth = m.n_stack_hash = w->nsamples;
+  m.n_sample_depth = w->nsamples;
   m.sample_depth = (uint32_t *)(uintptr_t)w->depth;
-  m.stack_hash = (uint64_t *)(uintptr_t)w->stack_hash;
   m.n_sample_locations = w->nlocs;
   m.n_sample_values = w->nsamples * w->ntypes;
   m.sample_values = (int64_t *)(uintptr_t)w->values;

@@ -258,7 +258,7 @@ int ember_wire_check_hashes(const ember_wire_t *w, char *errbuf, size_t errbuf_s
       if (want[i] != w->loc_hash[i]) rc = ember_wire_check_location(w, i, errbuf, errbuf_size);
     ember_free(want);
   }
-  for (size_t i = 0; i < w->nsamples && rc == 0; i++) {
+  for (size_t i = 0; i < w->nsamples && rc == 0 && !w->stack_hashes_computed; i++) {
     uint64_t want = ember__wire_stack_hash_of(w, i);
     if (want == w->stack_hash[i]) continue;
     /* Content the writer did not hash: bad text says best what is wrong. */

@@ -9,10 +9,10 @@
  * dictionary ids without a profile in between. Every location and every
  * stack has a 64-bit content hash (the definitions are below and in
  * docs/internals/codec.md, "Hashes"), so the store looks its dictionary up
- * by hash and compares bytes only to confirm. Stack hashes come from the
- * writer; location hashes are computed by ember_wire_decode from the
- * content (writers since 2026-12-03 do not send them; older writers' are
- * kept, and checked like stack hashes).
+ * by hash and compares bytes only to confirm. ember_wire_decode computes
+ * them from the content: writers since 2026-12-03 send none (location
+ * hashes went first, then stack hashes); older writers' are kept, and
+ * checked.
  *
  * What decoding checks, and what it leaves to the reader: ember_wire_decode
  * checks every count, length and index (so a reader may index anything
@@ -83,14 +83,14 @@ typedef struct ember_wire {
   const uint64_t *stack_hash;
   size_t nsamples, nlocs;
 
-  /* True when loc_hash was computed here from the content (a version 2
-   * message that did not send its locations' hashes): a check of the
-   * hashes then checks only the stacks'. */
-  bool location_hashes_computed;
+  /* True when loc_hash, or stack_hash, was computed here from the content
+   * (a version 2 message that did not send them, as writers since
+   * 2026-12-03 do not): a check of the hashes then skips them. */
+  bool location_hashes_computed, stack_hashes_computed;
 
   /* True once every location and stack hash is known to be its content's:
-   * set by ember_wire_verify_hashes, and for views whose hashes were
-   * computed here (version 1, from a profile). A reader that would check
+   * set by ember_wire_verify_hashes, and for views whose hashes were all
+   * computed here (version 1, from a profile, version 2 without hashes). A reader that would check
    * them (the store's producers' memo) may skip it. */
   bool hashes_checked;
 

@@ -291,7 +291,16 @@ void tu_blocks_free(tu_blocks_t *blocks) {
   blocks->n = 0;
 }
 
-void tu_v2_add_location_hashes(Ember__Wire__V2__Profile *m, ProtobufCAllocator *alloc) {
+/* n u64s from `alloc` (NULL: malloc), a copy of `src`. */
+static uint64_t *copy_u64(const uint64_t *src, size_t n, ProtobufCAllocator *alloc) {
+  size_t bytes = (n ? n : 1) * sizeof *src;
+  uint64_t *h = alloc ? alloc->alloc(alloc->allocator_data, bytes) : malloc(bytes);
+  assert_non_null(h);
+  if (n) memcpy(h, src, n * sizeof *src);
+  return h;
+}
+
+void tu_v2_add_hashes(Ember__Wire__V2__Profile *m, int which, ProtobufCAllocator *alloc) {
   size_t n = ember__wire__v2__profile__get_packed_size(m);
   uint8_t *buf = malloc(n + 6);
   assert_non_null(buf);
@@ -306,14 +315,15 @@ void tu_v2_add_location_hashes(Ember__Wire__V2__Profile *m, ProtobufCAllocator *
   ember_wire_t *w = NULL;
   char err[256] = "";
   if (ember_wire_decode(buf, n, NULL, &w, err, sizeof err) != 0)
-    fail_msg("tu_v2_add_location_hashes: %s", err);
-  size_t nl = w->nlocations ? w->nlocations : 1;
-  uint64_t *h =
-      alloc ? alloc->alloc(alloc->allocator_data, nl * sizeof *h) : malloc(nl * sizeof *h);
-  assert_non_null(h);
-  memcpy(h, w->loc_hash, w->nlocations * sizeof *h);
-  m->location_hash = h;
-  m->n_location_hash = w->nlocations;
+    fail_msg("tu_v2_add_hashes: %s", err);
+  if (which & TU_LOCATION_HASHES) {
+    m->location_hash = copy_u64(w->loc_hash, w->nlocations, alloc);
+    m->n_location_hash = w->nlocations;
+  }
+  if (which & TU_STACK_HASHES) {
+    m->stack_hash = copy_u64(w->stack_hash, w->nsamples, alloc);
+    m->n_stack_hash = w->nsamples;
+  }
   ember_wire_free(w);
   free(buf);
 }

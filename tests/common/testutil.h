@@ -69,13 +69,15 @@ typedef struct tu_blocks {
 ProtobufCAllocator tu_blocks_allocator(tu_blocks_t *blocks);
 void tu_blocks_free(tu_blocks_t *blocks);
 
-/* Give `m`, an unpacked wire v2 message, the location hashes (field 25)
- * that writers before 2026-12-03 sent and readers still check, computed
- * from its content as it is now (so mutate the content after, or the hashes
- * after to test a mismatch). The array comes from `alloc` (NULL: malloc,
- * as free_unpacked expects). */
+/* Give `m`, an unpacked wire v2 message, the hashes that writers before
+ * 2026-12-03 sent and readers still check: the locations' (field 25) and
+ * the stacks' (field 29), as `which` says, computed from its content as it
+ * is now (so mutate the content after, or the hashes after to test a
+ * mismatch). The arrays come from `alloc` (NULL: malloc, as free_unpacked
+ * expects). */
+enum { TU_LOCATION_HASHES = 1, TU_STACK_HASHES = 2, TU_HASHES = 3 };
 struct Ember__Wire__V2__Profile;
-void tu_v2_add_location_hashes(struct Ember__Wire__V2__Profile *m, ProtobufCAllocator *alloc);
+void tu_v2_add_hashes(struct Ember__Wire__V2__Profile *m, int which, ProtobufCAllocator *alloc);
 
 /* Sum of value `vi` over stacks whose leaf frame's function is `fn`, and
  * over stacks containing a frame whose function contains `substr`. */

@@ -213,10 +213,14 @@ static void *bad_v2(const char *agent, uint64_t seq, const char *worker, int how
   if (how == 2) m->strings.len -= 2;
   if (how == 3) {
     /* Location hashes as writers before 2026-12-03 sent them. */
-    tu_v2_add_location_hashes(m, NULL);
+    tu_v2_add_hashes(m, TU_LOCATION_HASHES, NULL);
     m->location_hash[0] ^= 1;
   }
-  if (how == 4) m->stack_hash[0] ^= 1;
+  if (how == 4) {
+    /* Stack hashes, likewise. */
+    tu_v2_add_hashes(m, TU_STACK_HASHES, NULL);
+    m->stack_hash[0] ^= 1;
+  }
   *len = ember__wire__v2__profile__get_packed_size(m);
   void *out = malloc(*len);
   ember__wire__v2__profile__pack(m, out);

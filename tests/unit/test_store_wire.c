@@ -59,7 +59,7 @@ static ember_profile_t *window(const char *w, int64_t start, uint64_t seq, const
 typedef void (*mutate_fn)(Ember__Wire__V2__Profile *m);
 
 /* The allocator of the message being mutated, for mutations that add
- * arrays (tu_v2_add_location_hashes). */
+ * arrays (tu_v2_add_hashes). */
 static ProtobufCAllocator *mutating;
 
 static ember_wire_t *view_of(const ember_profile_t *p, mutate_fn mutate, uint8_t **keep) {
@@ -218,17 +218,20 @@ static void test_store_wire_keeps_generated_names(void **state) {
   tu_store_remove(path);
 }
 
-/* Location hashes as writers before 2026-12-03 sent them (readers check
- * them); today's writers leave them out. */
+/* Hashes as writers before 2026-12-03 sent them (readers check them);
+ * today's writers leave them out. */
 static void wrong_location_hash(Ember__Wire__V2__Profile *m) {
-  tu_v2_add_location_hashes(m, mutating);
+  tu_v2_add_hashes(m, TU_LOCATION_HASHES, mutating);
   m->location_hash[0] ^= 0x10;
 }
-static void wrong_stack_hash(Ember__Wire__V2__Profile *m) { m->stack_hash[1] ^= 0x10; }
+static void wrong_stack_hash(Ember__Wire__V2__Profile *m) {
+  tu_v2_add_hashes(m, TU_STACK_HASHES, mutating);
+  m->stack_hash[1] ^= 0x10;
+}
 /* Location 0 (fn0, a new frame) claims the hash of location 1 (run, a
  * frame the store has cached by then). */
 static void borrowed_hash(Ember__Wire__V2__Profile *m) {
-  tu_v2_add_location_hashes(m, mutating);
+  tu_v2_add_hashes(m, TU_LOCATION_HASHES, mutating);
   m->location_hash[0] = m->location_hash[1];
 }
 static void bad_utf8(Ember__Wire__V2__Profile *m) {
@@ -330,24 +333,24 @@ static void test_store_wire_refused_batch_leaves_no_ids(void **state) {
 /* v2 may send one stack twice: the store adds them into one entry. */
 static int32_t twice_locs[6];
 static uint32_t twice_depth[2];
-static uint64_t twice_hash[2];
 static int64_t twice_vals[4];
 static void same_stack_twice(Ember__Wire__V2__Profile *m) {
-  /* Samples [s0, s0]; s0 is locations 0, 1, 2 (delta-coded 0, 1, 1). */
-  int32_t locs[6] = {0, 1, 1, -2, 1, 1};
-  memcpy(twice_locs, locs, sizeof locs);
+  /* A window of one sample s0 (3 locations) becomes [s0, s0]: the second
+   * copy's first entry is a delta from the first copy's last. */
+  assert_int_equal(m->n_sample_depth, 1);
+  assert_int_equal(m->n_sample_locations, 3);
+  int32_t abs[3], at = 0;
+  for (int i = 0; i < 3; i++) abs[i] = at += m->sample_locations[i];
+  for (int i = 0; i < 6; i++) twice_locs[i] = m->sample_locations[i % 3];
+  twice_locs[3] = abs[0] - abs[2];
   twice_depth[0] = twice_depth[1] = m->sample_depth[0];
-  twice_hash[0] = twice_hash[1] = m->stack_hash[0];
   for (int i = 0; i < 4; i++) twice_vals[i] = m->sample_values[i % 2];
-  m->n_sample_depth = m->n_stack_hash = 2;
+  m->n_sample_depth = 2;
   m->sample_depth = twice_depth;
-  m->stack_hash = twice_hash;
   m->n_sample_locations = 6;
   m->sample_locations = twice_locs;
   m->n_sample_values = 4;
   m->sample_values = twice_vals;
-  m->n_location_function = m->n_location_module = m->n_location_address = m->n_location_line =
-      m->n_location_kind = 3;
 }
 
 static void test_store_wire_same_stack_twice(void **state) {
@@ -355,7 +358,7 @@ static void test_store_wire_same_stack_twice(void **state) {
   char path[512];
   tu_store_path(path, sizeof path, "wire", "twice");
   ember_store_t *s = open_store(path);
-  ember_profile_t *p = window("api", T0, 1, "", 4);
+  ember_profile_t *p = window("api", T0, 1, "", 1);
   uint8_t *k;
   ember_wire_t *w = view_of(p, same_stack_twice, &k);
   assert_int_equal(w->nsamples, 2);

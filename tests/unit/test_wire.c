@@ -100,29 +100,37 @@ static void test_wire_round_trip(void **state) {
   assert_string_equal(w->agent_id, "agent-7");
   assert_null(w->session_id);
   assert_string_equal(w->labels.actor, "room-7");
-  /* Front-coded strings, no location hashes: the view computed them. */
+  /* Front-coded strings, no hashes: the view computed them, so there is
+   * nothing left to verify. */
   assert_true(w->location_hashes_computed);
+  assert_true(w->stack_hashes_computed);
+  assert_true(w->hashes_checked);
   Ember__Wire__V2__Profile *m =
       ember__wire__v2__profile__unpack(NULL, b.len, (const uint8_t *)b.data);
   assert_non_null(m);
   assert_int_equal(m->n_location_hash, 0);
+  assert_int_equal(m->n_stack_hash, 0);
+  /* Laid out for zstd: functions in name order, locations in function
+   * order. */
+  for (size_t i = 1; i < m->n_function_name; i++) assert_true(m->function_name[i] > 0);
+  for (size_t i = 1; i < m->n_location_function; i++) assert_true(m->location_function[i] >= 0);
   assert_int_equal(m->n_string_prefix, m->n_string_lengths);
   size_t shared = 0;
   for (size_t i = 0; i < m->n_string_prefix; i++) shared += m->string_prefix[i];
   assert_true(shared > 0);
   ember__wire__v2__profile__free_unpacked(m, NULL);
   assert_int_equal(ember_wire_from_profile(p, &f), 0);
+  /* The same locations (in another order: a view keeps first use) and
+   * the same stacks. */
   assert_int_equal(f->nlocations, w->nlocations);
   for (size_t i = 0; i < w->nlocations; i++) {
-    assert_true(f->loc_hash[i] == w->loc_hash[i]);
+    size_t same = 0;
+    for (size_t j = 0; j < f->nlocations; j++) same += f->loc_hash[j] == w->loc_hash[i];
+    assert_int_equal(same, 1);
     assert_int_equal(ember_wire_check_location(w, i, err, sizeof err), 0);
   }
   for (size_t i = 0; i < w->nsamples; i++) assert_true(f->stack_hash[i] == w->stack_hash[i]);
-  /* A decoded view's hashes are verified once; made ones need not be. */
   assert_true(f->hashes_checked);
-  assert_false(w->hashes_checked);
-  assert_int_equal(ember_wire_verify_hashes(w, err, sizeof err), 0);
-  assert_true(w->hashes_checked);
   ember_wire_free(f);
   ember_wire_free(w);
 
@@ -285,7 +293,7 @@ static void test_wire_limits(void **state) {
 typedef void (*mutate_fn)(Ember__Wire__V2__Profile *m);
 
 /* The allocator of the message being mutated, for mutations that add
- * arrays (tu_v2_add_location_hashes). */
+ * arrays (tu_v2_add_hashes). */
 static ProtobufCAllocator *mutating;
 
 /* view_ok: the view's structural checks pass and only the profile's
@@ -307,16 +315,29 @@ static void expect_error_of(ember_profile_t *(*make)(void), mutate_fn mutate, bo
   ember_wire_t *w = NULL;
   char err[256] = "";
   int rc = ember_wire_decode(out, n, NULL, &w, err, sizeof err);
-  if (view_ok) {
+  if (view_ok && (m->n_location_hash || m->n_stack_hash)) {
     if (rc != 0) fail_msg("the view refused it: rc %d '%s'", rc, err);
-    /* Content that disagrees with its hashes: verifying says what, and the
-     * view is not marked checked (the store would check it again). */
+    /* Content that disagrees with the hashes sent: verifying says what,
+     * and the view is not marked checked (the store would check it
+     * again). */
     assert_false(w->hashes_checked);
     err[0] = '\0';
     rc = ember_wire_verify_hashes(w, err, sizeof err);
     if (rc != want_rc || strstr(err, want_msg) == NULL)
       fail_msg("verify: want rc %d and '%s', got rc %d and '%s'", want_rc, want_msg, rc, err);
     assert_false(w->hashes_checked);
+    ember_wire_free(w);
+  } else if (view_ok) {
+    if (rc != 0) fail_msg("the view refused it: rc %d '%s'", rc, err);
+    /* No hashes sent: they are the content's, and a reader that takes a
+     * location's content finds what is wrong with it. */
+    assert_true(w->hashes_checked);
+    assert_int_equal(ember_wire_verify_hashes(w, err, sizeof err), 0);
+    rc = 0;
+    for (size_t i = 0; i < w->nlocations && rc == 0; i++)
+      rc = ember_wire_check_location(w, i, err, sizeof err);
+    if (rc != want_rc || strstr(err, want_msg) == NULL)
+      fail_msg("check: want rc %d and '%s', got rc %d and '%s'", want_rc, want_msg, rc, err);
     ember_wire_free(w);
   } else if (rc != want_rc || strstr(err, want_msg) == NULL) {
     fail_msg("view: want rc %d and '%s', got rc %d and '%s'", want_rc, want_msg, rc, err);
@@ -358,7 +379,7 @@ static void bad_module(Ember__Wire__V2__Profile *m) { m->location_module[0] = 77
 static void bad_kind(Ember__Wire__V2__Profile *m) { m->location_kind[0] = 9; }
 static void columns_uneven(Ember__Wire__V2__Profile *m) { m->n_location_kind--; }
 static void hashes_short(Ember__Wire__V2__Profile *m) {
-  tu_v2_add_location_hashes(m, mutating);
+  tu_v2_add_hashes(m, TU_LOCATION_HASHES, mutating);
   m->n_location_hash--;
 }
 static void prefixes_uneven(Ember__Wire__V2__Profile *m) { m->n_string_prefix--; }
@@ -374,23 +395,40 @@ static void negative_location(Ember__Wire__V2__Profile *m) { m->sample_locations
 static void negative_function(Ember__Wire__V2__Profile *m) { m->function_name[0] = -3; }
 static void negative_value(Ember__Wire__V2__Profile *m) { m->sample_values[5] = -5; }
 static void missing_value(Ember__Wire__V2__Profile *m) { m->n_sample_values--; }
-static void hashes_uneven(Ember__Wire__V2__Profile *m) { m->n_stack_hash--; }
+static void hashes_uneven(Ember__Wire__V2__Profile *m) {
+  tu_v2_add_hashes(m, TU_STACK_HASHES, mutating);
+  m->n_stack_hash--;
+}
 static void unused_location(Ember__Wire__V2__Profile *m) {
   /* Sample 0 (hot, main) becomes (main, main): hot, which no other sample
-   * uses, is left over. Delta-coded: 0, 1 becomes 1, 0. */
-  m->sample_locations[0] = 1;
+   * uses, is left over. Delta-coded: hot, main - hot becomes main, 0 (the
+   * next entry's delta is still from main). */
+  m->sample_locations[0] += m->sample_locations[1];
   m->sample_locations[1] = 0;
 }
 static char bad_label[] = "\xed\xa0\x80";
 static void bad_utf8_label(Ember__Wire__V2__Profile *m) { m->worker = bad_label; }
 /* Content checks: the view takes these, the profile refuses them. */
 static void wrong_location_hash(Ember__Wire__V2__Profile *m) {
-  tu_v2_add_location_hashes(m, mutating);
+  tu_v2_add_hashes(m, TU_LOCATION_HASHES, mutating);
   m->location_hash[1] ^= 1;
 }
-static void wrong_stack_hash(Ember__Wire__V2__Profile *m) { m->stack_hash[2] += 1; }
+static void wrong_stack_hash(Ember__Wire__V2__Profile *m) {
+  tu_v2_add_hashes(m, TU_STACK_HASHES, mutating);
+  m->stack_hash[2] += 1;
+}
 static void bad_utf8(Ember__Wire__V2__Profile *m) { m->strings.data[1] = 0xff; }
 static void nul_in_string(Ember__Wire__V2__Profile *m) { m->strings.data[1] = 0; }
+/* The same from writers that sent stack hashes: the stack that names the
+ * bad text says why it does not hash as sent. */
+static void bad_utf8_hashed(Ember__Wire__V2__Profile *m) {
+  tu_v2_add_hashes(m, TU_STACK_HASHES, mutating);
+  bad_utf8(m);
+}
+static void nul_in_string_hashed(Ember__Wire__V2__Profile *m) {
+  tu_v2_add_hashes(m, TU_STACK_HASHES, mutating);
+  nul_in_string(m);
+}
 
 static void test_wire_rejects_bad_input(void **state) {
   (void)state;
@@ -425,12 +463,14 @@ static void test_wire_rejects_bad_input(void **state) {
   expect_error(negative_value, false, EMBER_ECORRUPT, "sample 2: negative value -5");
   expect_error(missing_value, false, EMBER_ECORRUPT, "values for 5 samples");
   expect_error(hashes_uneven, false, EMBER_ECORRUPT, "stack hashes for 5 samples");
-  expect_error(unused_location, false, EMBER_ECORRUPT, "location 0 is used by no sample");
+  expect_error(unused_location, false, EMBER_ECORRUPT, "is used by no sample");
   expect_error(bad_utf8_label, false, EMBER_ECORRUPT, "label 0: not valid UTF-8");
   expect_error(wrong_location_hash, true, EMBER_ECORRUPT, "location 1: hash");
   expect_error(wrong_stack_hash, true, EMBER_ECORRUPT, "sample 2: stack hash");
   expect_error(bad_utf8, true, EMBER_ECORRUPT, "not valid UTF-8");
   expect_error(nul_in_string, true, EMBER_ECORRUPT, "holds a NUL byte");
+  expect_error(bad_utf8_hashed, true, EMBER_ECORRUPT, "not valid UTF-8");
+  expect_error(nul_in_string_hashed, true, EMBER_ECORRUPT, "holds a NUL byte");
 }
 
 /* A window of a JavaScript service whose frames the agent named through a
@@ -480,16 +520,19 @@ static void test_wire_generated_names(void **state) {
   assert_int_equal(ember_wire_decode(b.data, b.len, NULL, &w, err, sizeof err), 0);
   assert_non_null(w->fn_generated);
   assert_int_equal(w->nlocations, 4);
-  /* Locations in order of first use: mapped, node, twin, anon. */
+  /* Locations in the order of their functions, which are in the order of
+   * their names (none first), files, generated names (none first): anon,
+   * twin, mapped, node. */
   const char *str[EMBER_WIRE_LOC_STRINGS];
   size_t len[EMBER_WIRE_LOC_STRINGS];
-  ember_wire_location_strings(w, 0, str, len);
+  ember_wire_location_strings(w, 2, str, len);
   assert_int_equal(len[EMBER_WIRE_LOC_GENERATED], strlen("a /srv/app/dist/app.js:1:4711"));
   assert_memory_equal(str[EMBER_WIRE_LOC_GENERATED], "a /srv/app/dist/app.js:1:4711",
                       len[EMBER_WIRE_LOC_GENERATED]);
-  ember_wire_location_strings(w, 2, str, len);
+  ember_wire_location_strings(w, 1, str, len);
+  assert_memory_equal(str[EMBER_WIRE_LOC_FUNCTION], "hotLoop", len[EMBER_WIRE_LOC_FUNCTION]);
   assert_null(str[EMBER_WIRE_LOC_GENERATED]);
-  assert_true(w->loc_hash[0] != w->loc_hash[2]);
+  assert_true(w->loc_hash[1] != w->loc_hash[2]);
   for (size_t i = 0; i < w->nlocations; i++)
     assert_int_equal(ember_wire_check_location(w, i, err, sizeof err), 0);
   ember_profile_t *q = NULL;
@@ -539,14 +582,15 @@ static void test_wire_generated_names(void **state) {
 static void generated_uneven(Ember__Wire__V2__Profile *m) { m->n_function_generated--; }
 static void generated_index(Ember__Wire__V2__Profile *m) { m->function_generated[0] = 4000; }
 static void generated_renamed(Ember__Wire__V2__Profile *m) {
-  /* The generated name of function 0 becomes another string: the stacks
-   * of its locations no longer hash as the writer said. */
+  /* The generated name of function 0 becomes another string after the
+   * writer hashed the stacks: its locations' no longer hash as it said. */
+  tu_v2_add_hashes(m, TU_STACK_HASHES, mutating);
   m->function_generated[0] = m->function_file[0];
 }
 static void generated_renamed_hashed(Ember__Wire__V2__Profile *m) {
-  /* The same, from a writer that sent location hashes: they disagree
+  /* The same, from a writer that sent location hashes too: they disagree
    * first. */
-  tu_v2_add_location_hashes(m, mutating);
+  tu_v2_add_hashes(m, TU_HASHES, mutating);
   m->function_generated[0] = m->function_file[0];
 }
 
@@ -564,7 +608,12 @@ static void test_wire_rejects_bad_generated_names(void **state) {
 /* Two samples with the same stack are one stack in the profile. */
 static void test_wire_same_stack_twice_adds(void **state) {
   (void)state;
-  ember_profile_t *p = sample_profile();
+  static const ember_value_type_t one_type[] = {EMBER_VT_CPU_SAMPLES};
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(one_type, 1, &p), 0);
+  assert_int_equal(ember_profile_set_window(p, 1700000000000000000, 1700000010000000000), 0);
+  ember_frame_t stack[] = {{.function = "hot", .line = 20}, {.function = "main", .line = 10}};
+  assert_int_equal(ember_profile_add(p, stack, 2, (int64_t[]){30}), 0);
   ember_buf_t b;
   encode_v2(p, &b);
   tu_blocks_t blocks;
@@ -572,24 +621,20 @@ static void test_wire_same_stack_twice_adds(void **state) {
   Ember__Wire__V2__Profile *u =
       ember__wire__v2__profile__unpack(&alloc, b.len, (const uint8_t *)b.data);
   assert_non_null(u);
-  /* Samples [s0, s0], values [v0, v0]; locations 0 (hot) and 1 (main),
-   * the two that s0 names, are the only ones kept. */
-  uint32_t depth[2] = {u->sample_depth[0], u->sample_depth[0]};
-  int32_t locs[4] = {0, 1, -1, 1}; /* delta-coded: 0, 1, 0, 1 */
-  int64_t vals[4] = {30, 30, 30, 30};
-  uint64_t sh[2] = {u->stack_hash[0], u->stack_hash[0]};
-  assert_int_equal(depth[0], 2);
-  assert_int_equal(u->sample_locations[0], 0);
-  assert_int_equal(u->sample_locations[1], 1);
-  u->n_sample_depth = u->n_stack_hash = 2;
+  /* Its one sample twice, [s0, s0] with values [30, 30]: the second
+   * stack's first entry is a delta from the first stack's last. */
+  assert_int_equal(u->n_sample_depth, 1);
+  assert_int_equal(u->sample_depth[0], 2);
+  int32_t l0 = u->sample_locations[0], l1 = l0 + u->sample_locations[1];
+  uint32_t depth[2] = {2, 2};
+  int32_t locs[4] = {l0, l1 - l0, l0 - l1, l1 - l0};
+  int64_t vals[2] = {30, 30};
+  u->n_sample_depth = 2;
   u->sample_depth = depth;
-  u->stack_hash = sh;
   u->n_sample_locations = 4;
   u->sample_locations = locs;
-  u->n_sample_values = 4;
+  u->n_sample_values = 2;
   u->sample_values = vals;
-  u->n_location_function = u->n_location_module = u->n_location_address = u->n_location_line =
-      u->n_location_kind = 2;
   size_t n;
   uint8_t *out = repack(u, &n);
   ember_profile_t *q = NULL;
@@ -605,8 +650,9 @@ static void test_wire_same_stack_twice_adds(void **state) {
 }
 
 /* What writers before 2026-12-03 sent: every string whole (no field 32)
- * and every location's hash (field 25). Still read, to the same profile
- * and hashes; a wrong hash among them is still refused (above). */
+ * and every location's and stack's hash (fields 25, 29). Still read, to
+ * the same profile and hashes, verified once; a wrong hash among them is
+ * still refused (above). */
 static void test_wire_reads_older_writers(void **state) {
   (void)state;
   ember_profile_t *p = sample_profile();
@@ -618,7 +664,7 @@ static void test_wire_reads_older_writers(void **state) {
   Ember__Wire__V2__Profile *m =
       ember__wire__v2__profile__unpack(NULL, b.len, (const uint8_t *)b.data);
   assert_non_null(m);
-  tu_v2_add_location_hashes(m, NULL);
+  tu_v2_add_hashes(m, TU_HASHES, NULL);
   /* The strings whole, from the view. */
   uint8_t *saved_blob = m->strings.data;
   uint32_t *saved_lengths = m->string_lengths;
@@ -637,9 +683,13 @@ static void test_wire_reads_older_writers(void **state) {
 
   assert_int_equal(ember_wire_decode(out, n, NULL, &old, err, sizeof err), 0);
   assert_false(old->location_hashes_computed);
+  assert_false(old->stack_hashes_computed);
   assert_int_equal(old->nlocations, w->nlocations);
   for (size_t i = 0; i < w->nlocations; i++) assert_true(old->loc_hash[i] == w->loc_hash[i]);
+  for (size_t i = 0; i < w->nsamples; i++) assert_true(old->stack_hash[i] == w->stack_hash[i]);
+  assert_false(old->hashes_checked);
   assert_int_equal(ember_wire_verify_hashes(old, err, sizeof err), 0);
+  assert_true(old->hashes_checked);
   ember_profile_t *q = NULL;
   assert_int_equal(ember_codec_decode(out, n, NULL, &q, err, sizeof err), 0);
   tu_assert_profiles_equal(p, q);
@@ -680,10 +730,13 @@ static void test_wire_prefixes_are_bounded(void **state) {
   assert_int_equal(ember_wire_decode(out, n, &lim, &w, err, sizeof err), EMBER_ETOOBIG);
   if (strstr(err, "once their prefixes are restored") == NULL) fail_msg("'%s'", err);
   assert_null(w);
-  /* Within the default limit it decodes (to other strings than sent:
-   * the stacks' hashes say so). */
+  /* Within the default limit it decodes, to other strings than sent. */
   assert_int_equal(ember_wire_decode(out, n, NULL, &w, err, sizeof err), 0);
-  assert_int_not_equal(ember_wire_verify_hashes(w, err, sizeof err), 0);
+  ember_wire_t *sent = NULL;
+  assert_int_equal(ember_wire_decode(b.data, b.len, NULL, &sent, err, sizeof err), 0);
+  size_t last = w->nstrings - 1;
+  assert_true(w->str_len[last] > sent->str_len[last]);
+  ember_wire_free(sent);
   ember_wire_free(w);
   free(out);
   ember_buf_free(&b);
