@@ -143,8 +143,11 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
     return FAIL(EMBER_ECORRUPT, "string lengths add up to %s%llu bytes, the blob has %zu",
                 total > m->strings.len ? "more than " : "", (unsigned long long)total,
                 m->strings.len);
+  /* An empty blob may come as no pointer at all: readers add offsets to
+   * it, which NULL does not allow even for 0. */
+  const char *data = m->strings.data ? (const char *)m->strings.data : "";
   if (pre == NULL) {
-    w->blob = (const char *)m->strings.data;
+    w->blob = data;
     w->str_len = m->string_lengths;
   } else {
     /* Front-coded: each string is rebuilt after the one before, from
@@ -156,7 +159,7 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
                   (unsigned long long)full, lim->max_message);
     char *blob = ember__arena_alloc(a, full ? full : 1);
     if (blob == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
-    const char *src = (const char *)m->strings.data;
+    const char *src = data;
     for (size_t i = 1; i < ns; i++) {
       char *dst = blob + off[i];
       if (pre[i]) memcpy(dst, blob + off[i - 1], pre[i]);

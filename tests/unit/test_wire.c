@@ -701,6 +701,51 @@ static void test_wire_reads_older_writers(void **state) {
   ember_profile_free(p);
 }
 
+/* Every string empty, so no blob at all (protobuf-c then leaves its
+ * pointer NULL), whole or front-coded: "none" everywhere, read without
+ * arithmetic on a null pointer (UBSan in the sanitizer build; found by
+ * fuzz_codec). */
+static void test_wire_empty_blob(void **state) {
+  (void)state;
+  for (int coded = 0; coded < 2; coded++) {
+    ember_profile_t *p = sample_profile();
+    ember_buf_t b;
+    encode_v2(p, &b);
+    Ember__Wire__V2__Profile *m =
+        ember__wire__v2__profile__unpack(NULL, b.len, (const uint8_t *)b.data);
+    assert_non_null(m);
+    for (size_t i = 0; i < m->n_string_lengths; i++) m->string_lengths[i] = 0;
+    for (size_t i = 0; i < m->n_string_prefix; i++) m->string_prefix[i] = 0;
+    if (!coded) m->n_string_prefix = 0;
+    uint8_t *saved = m->strings.data;
+    m->strings.data = NULL;
+    m->strings.len = 0;
+    size_t n;
+    uint8_t *out = repack(m, &n);
+    m->strings.data = saved;
+    ember__wire__v2__profile__free_unpacked(m, NULL);
+    ember_wire_t *w = NULL;
+    char err[256] = "";
+    int rc = ember_wire_decode(out, n, NULL, &w, err, sizeof err);
+    if (rc != 0) fail_msg("rc %d '%s'", rc, err);
+    assert_non_null(w->blob);
+    for (size_t i = 0; i < w->nlocations; i++) {
+      const char *str[EMBER_WIRE_LOC_STRINGS];
+      size_t len[EMBER_WIRE_LOC_STRINGS];
+      ember_wire_location_strings(w, i, str, len);
+      for (int k = 0; k < EMBER_WIRE_LOC_STRINGS; k++) assert_null(str[k]);
+      assert_int_equal(ember_wire_check_location(w, i, err, sizeof err), 0);
+    }
+    ember_wire_free(w);
+    ember_profile_t *q = NULL;
+    assert_int_equal(ember_codec_decode(out, n, NULL, &q, err, sizeof err), 0);
+    ember_profile_free(q);
+    free(out);
+    ember_buf_free(&b);
+    ember_profile_free(p);
+  }
+}
+
 /* Prefixes can make strings far longer than the message that carries
  * them: they may take no more than a message may. */
 static void test_wire_prefixes_are_bounded(void **state) {
@@ -783,6 +828,7 @@ int main(void) {
       cmocka_unit_test(test_wire_rejects_bad_generated_names),
       cmocka_unit_test(test_wire_reads_older_writers),
       cmocka_unit_test(test_wire_prefixes_are_bounded),
+      cmocka_unit_test(test_wire_empty_blob),
       cmocka_unit_test(test_wire_survives_allocation_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
