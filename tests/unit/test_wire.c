@@ -42,6 +42,15 @@ static void encode_v2(const ember_profile_t *p, ember_buf_t *b) {
   assert_true(b->len > 0);
 }
 
+/* The message in `b`, unpacked with `alloc` (NULL: free it with
+ * free_unpacked). */
+static Ember__Wire__V2__Profile *unpack_msg(const ember_buf_t *b, ProtobufCAllocator *alloc) {
+  Ember__Wire__V2__Profile *m =
+      ember__wire__v2__profile__unpack(alloc, b->len, (const uint8_t *)b->data);
+  assert_non_null(m);
+  return m;
+}
+
 /* The hashes are on the wire: pinned to values of the reference XXH64
  * (libxxhash 0.8.1, through its XXH64()) over the inputs the header
  * defines. */
@@ -105,9 +114,7 @@ static void test_wire_round_trip(void **state) {
   assert_true(w->location_hashes_computed);
   assert_true(w->stack_hashes_computed);
   assert_true(w->hashes_checked);
-  Ember__Wire__V2__Profile *m =
-      ember__wire__v2__profile__unpack(NULL, b.len, (const uint8_t *)b.data);
-  assert_non_null(m);
+  Ember__Wire__V2__Profile *m = unpack_msg(&b, NULL);
   assert_int_equal(m->n_location_hash, 0);
   assert_int_equal(m->n_stack_hash, 0);
   /* Laid out for zstd: functions in name order, locations in function
@@ -305,9 +312,7 @@ static void expect_error_of(ember_profile_t *(*make)(void), mutate_fn mutate, bo
   encode_v2(p, &b);
   tu_blocks_t blocks;
   ProtobufCAllocator alloc = tu_blocks_allocator(&blocks);
-  Ember__Wire__V2__Profile *m =
-      ember__wire__v2__profile__unpack(&alloc, b.len, (const uint8_t *)b.data);
-  assert_non_null(m);
+  Ember__Wire__V2__Profile *m = unpack_msg(&b, &alloc);
   mutating = &alloc;
   mutate(m);
   size_t n;
@@ -618,9 +623,7 @@ static void test_wire_same_stack_twice_adds(void **state) {
   encode_v2(p, &b);
   tu_blocks_t blocks;
   ProtobufCAllocator alloc = tu_blocks_allocator(&blocks);
-  Ember__Wire__V2__Profile *u =
-      ember__wire__v2__profile__unpack(&alloc, b.len, (const uint8_t *)b.data);
-  assert_non_null(u);
+  Ember__Wire__V2__Profile *u = unpack_msg(&b, &alloc);
   /* Its one sample twice, [s0, s0] with values [30, 30]: the second
    * stack's first entry is a delta from the first stack's last. */
   assert_int_equal(u->n_sample_depth, 1);
@@ -661,9 +664,7 @@ static void test_wire_reads_older_writers(void **state) {
   ember_wire_t *w = NULL, *old = NULL;
   char err[256] = "";
   assert_int_equal(ember_wire_decode(b.data, b.len, NULL, &w, err, sizeof err), 0);
-  Ember__Wire__V2__Profile *m =
-      ember__wire__v2__profile__unpack(NULL, b.len, (const uint8_t *)b.data);
-  assert_non_null(m);
+  Ember__Wire__V2__Profile *m = unpack_msg(&b, NULL);
   tu_v2_add_hashes(m, TU_HASHES, NULL);
   /* The strings whole, from the view. */
   uint8_t *saved_blob = m->strings.data;
@@ -711,9 +712,7 @@ static void test_wire_empty_blob(void **state) {
     ember_profile_t *p = sample_profile();
     ember_buf_t b;
     encode_v2(p, &b);
-    Ember__Wire__V2__Profile *m =
-        ember__wire__v2__profile__unpack(NULL, b.len, (const uint8_t *)b.data);
-    assert_non_null(m);
+    Ember__Wire__V2__Profile *m = unpack_msg(&b, NULL);
     for (size_t i = 0; i < m->n_string_lengths; i++) m->string_lengths[i] = 0;
     for (size_t i = 0; i < m->n_string_prefix; i++) m->string_prefix[i] = 0;
     if (!coded) m->n_string_prefix = 0;
@@ -753,9 +752,7 @@ static void test_wire_prefixes_are_bounded(void **state) {
   ember_profile_t *p = sample_profile();
   ember_buf_t b;
   encode_v2(p, &b);
-  Ember__Wire__V2__Profile *m =
-      ember__wire__v2__profile__unpack(NULL, b.len, (const uint8_t *)b.data);
-  assert_non_null(m);
+  Ember__Wire__V2__Profile *m = unpack_msg(&b, NULL);
   /* Each string takes all of the one before as its prefix. */
   uint64_t full = 0, prev = 0;
   for (size_t i = 1; i < m->n_string_prefix; i++) {
