@@ -12,13 +12,16 @@ static void die(const char *what, int rc) {
   exit(1);
 }
 
-static uint64_t rng = 0x9e3779b97f4a7c15ULL;
-static uint64_t next_rand(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
+/* xorshift64: the next value of the generator whose state is *s. */
+static uint64_t xorshift(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
 }
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static uint64_t next_rand(void) { return xorshift(&rng); }
 
 /* The shared part: a runtime and libc that every worker's stacks pass
  * through near the root (what a fleet of services on one stack shares). */
@@ -31,13 +34,11 @@ static ember_frame_t shared_frames[NSHARED];
  * own, so the rest of the stream is the same whatever it draws. */
 static uint64_t address_rng = 0x2545f4914f6cdd1dULL;
 static uint64_t next_address(uint64_t *end) {
-  address_rng ^= address_rng << 13;
-  address_rng ^= address_rng >> 7;
-  address_rng ^= address_rng << 17;
-  uint64_t size = 16 * (1 + (address_rng >> 8) % ((address_rng & 3) == 0 ? 256 : 32));
+  uint64_t r = xorshift(&address_rng);
+  uint64_t size = 16 * (1 + (r >> 8) % ((r & 3) == 0 ? 256 : 32));
   uint64_t start = *end;
   *end += size;
-  return start + 1 + (address_rng >> 32) % (size - 1);
+  return start + 1 + (r >> 32) % (size - 1);
 }
 
 static const char *const shared_modules[][2] = {
