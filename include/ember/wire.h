@@ -90,8 +90,9 @@ typedef struct ember_wire {
 
   /* True once every location and stack hash is known to be its content's:
    * set by ember_wire_verify_hashes, and for views whose hashes were all
-   * computed here (version 1, from a profile, version 2 without hashes). A reader that would check
-   * them (the store's producers' memo) may skip it. */
+   * computed here (version 1, from a profile, version 2 without hashes).
+   * A reader that would check them (the store's producers' memo) may skip
+   * it. */
   bool hashes_checked;
 
   void *priv; /* the memory behind it all */
