@@ -193,7 +193,7 @@ typedef struct agent {
         *unw_tables, *unw_bytes, *unw_builds, *unw_build_s, *unw_no_cfi, *unw_evictions, *unw_cfi,
         *debug_files, *minidebug, *debug_refused, *sym_bytes, *debug_bytes, *sym_evictions,
         *heap_procs, *heap_records, *heap_lost, *heap_bad, *heap_untracked, *heap_unknown,
-        *heap_stacks, *heap_cfi;
+        *heap_in_flight, *heap_stacks, *heap_cfi;
   } m;
   atomic_uint_fast64_t profiles_sent, profile_errors, windows_dropped, unresolved, sym_hits,
       sym_loads, debug_files, minidebug, debug_refused, sym_bytes, debug_bytes, sym_evictions;
@@ -1048,6 +1048,7 @@ static void on_metrics_timer(uv_timer_t *t) {
     ember_metric_set(a->m.heap_bad, (double)hs.bad);
     ember_metric_set(a->m.heap_untracked, (double)hs.live_dropped);
     ember_metric_set(a->m.heap_unknown, (double)hs.unknown);
+    ember_metric_set(a->m.heap_in_flight, (double)hs.in_flight);
     ember_metric_set(a->m.heap_stacks, (double)hs.stacks);
     ember_metric_set(a->m.heap_cfi, (double)hs.cfi);
   }
@@ -1157,6 +1158,9 @@ static void register_metrics(agent_t *a) {
   a->m.heap_unknown =
       ember_metrics_gauge(m, "ember_agent_heap_unknown_stacks",
                           "Live sampled allocations of unknown stack at the last snapshot");
+  a->m.heap_in_flight = ember_metrics_gauge(
+      m, "ember_agent_heap_in_flight",
+      "Live sampled allocations whose record was still being written at the last snapshot");
   a->m.heap_stacks = ember_metrics_gauge(m, "ember_agent_heap_stacks",
                                          "Distinct allocation stacks held for live allocations");
   a->m.heap_cfi = ember_metrics_counter(m, "ember_agent_heap_cfi_stacks_total",

@@ -303,18 +303,40 @@ void ember__heap_poll(ember__heap_t *h, pid_t pid) {
   }
 }
 
+/* A live entry whose record was not read when the table was: its record
+ * is still being written (the entry is taken first), or was published
+ * after the drain. */
+typedef struct pending {
+  uint64_t id, size, mean;
+} pending_t;
+
 typedef struct lctx {
   ember__heap_t *h;
   proc_t *p;
   ember__window_t *w;
   hset_t keep;
+  uint64_t tail; /* the reader's, when the table was read */
+  pending_t *pend;
+  size_t npend, cappend;
   int rc;
 } lctx_t;
+
+static void add_live(lctx_t *c, const uint64_t *ips, uint32_t n, uint64_t size, uint64_t mean) {
+  double prob = ember__heapshm_one_minus_exp_neg((double)size / (double)mean);
+  double w = prob > 0 ? 1.0 / prob : 1.0;
+  if (c->w != NULL)
+    ember__window_add_weighted(c->w, (uint32_t)c->p->pid, ips, n, w, w * (double)size, NULL);
+}
 
 static void on_live(void *ctx, const ember_alloc_live_t *e) {
   lctx_t *c = ctx;
   const hset_t *old = &c->p->set;
   const href_t *r = e->id != 0 ? set_find_ref(old, e->id) : NULL;
+  if (r == NULL && e->id > c->tail &&
+      ember__grow(&c->pend, &c->cappend, c->npend + 1, sizeof *c->pend) == 0) {
+    c->pend[c->npend++] = (pending_t){e->id, e->size, e->mean};
+    return;
+  }
   const uint64_t *ips = unknown_stack;
   uint32_t n = 1;
   if (r != NULL) {
@@ -326,10 +348,32 @@ static void on_live(void *ctx, const ember_alloc_live_t *e) {
   } else {
     c->h->st.unknown++;
   }
-  double prob = ember__heapshm_one_minus_exp_neg((double)e->size / (double)e->mean);
-  double w = prob > 0 ? 1.0 / prob : 1.0;
-  if (c->w != NULL)
-    ember__window_add_weighted(c->w, (uint32_t)c->p->pid, ips, n, w, w * (double)e->size, NULL);
+  add_live(c, ips, n, e->size, e->mean);
+}
+
+/* The entries read before their records: drain once more (a record being
+ * written when the table was read is almost always published by now)
+ * and add each under its stack, or under [unknown] when its record is
+ * still not there. The drain's records land in the process's new set. */
+static void add_pending(lctx_t *c) {
+  ember__heap_t *h = c->h;
+  proc_t *p = c->p;
+  poll_one(h, p);
+  uint64_t tail = ember__heapshm_tail(p->shm);
+  for (size_t i = 0; i < c->npend; i++) {
+    const pending_t *e = &c->pend[i];
+    const href_t *r = set_find_ref(&p->set, e->id);
+    if (r != NULL) {
+      const hstack_t *st = &p->set.stacks[r->stack];
+      add_live(c, p->set.ips + st->off, st->n, e->size, e->mean);
+      continue;
+    }
+    if (e->id > tail)
+      h->st.in_flight++;
+    else
+      h->st.unknown++;
+    add_live(c, unknown_stack, 1, e->size, e->mean);
+  }
 }
 
 int ember__heap_snapshot(ember__heap_t *h, ember__window_t *w, uint32_t *pids, size_t cap,
@@ -338,14 +382,16 @@ int ember__heap_snapshot(ember__heap_t *h, ember__window_t *w, uint32_t *pids, s
   size_t k = 0;
   int rc = 0;
   h->st.unknown = 0;
+  h->st.in_flight = 0;
   for (size_t i = 0; i < h->nprocs; i++) {
     proc_t *p = h->procs[i];
     if (p->state != 0 || !p->followed) continue;
-    lctx_t c = {h, p, w, {0}, 0};
+    lctx_t c = {h, p, w, {0}, ember__heapshm_tail(p->shm), NULL, 0, 0, 0};
     int lr = ember__heapshm_live(p->shm, on_live, &c);
     add_counts(h, p);
     if (lr != 0 || c.rc != 0) {
       set_free(&c.keep);
+      ember_free(c.pend);
       if (lr != 0) p->state = -EPROTO;
       if (c.rc != 0) rc = c.rc;
       continue;
@@ -353,6 +399,8 @@ int ember__heap_snapshot(ember__heap_t *h, ember__window_t *w, uint32_t *pids, s
     /* What no live entry holds is forgotten. */
     set_free(&p->set);
     p->set = c.keep;
+    if (c.npend > 0) add_pending(&c);
+    ember_free(c.pend);
     if (pids != NULL && k < cap) pids[k] = (uint32_t)p->pid;
     k++;
   }

@@ -104,7 +104,8 @@ typedef struct ember__heap_stats {
   uint64_t bad;          /* records and entries refused */
   uint64_t lost;         /* records lost (ring full, stuck slots) */
   uint64_t live_dropped; /* sampled allocations the libraries could not track */
-  uint64_t unknown;      /* live entries of unknown stack, last snapshot */
+  uint64_t unknown;      /* live entries whose record was never read, last snapshot */
+  uint64_t in_flight;    /* live entries whose record was still being written */
   uint64_t stacks;       /* stacks held */
   uint64_t cfi;          /* records whose stack came from the CFI unwinder */
 } ember__heap_stats_t;

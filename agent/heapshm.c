@@ -402,6 +402,8 @@ void ember__heapshm_counts(const ember__heapshm_t *r, ember__heapshm_counts_t *o
   *out = r->counts;
 }
 
+uint64_t ember__heapshm_tail(const ember__heapshm_t *r) { return r->tail; }
+
 void ember__heapshm_close(ember__heapshm_t *r) {
   if (r == NULL) return;
   if (!r->broken) {

@@ -83,6 +83,11 @@ int ember__heapshm_live(ember__heapshm_t *r, void (*fn)(void *ctx, const ember_a
 
 void ember__heapshm_counts(const ember__heapshm_t *r, ember__heapshm_counts_t *out);
 
+/* How far the reader got: every record of seq <= this was read or
+ * skipped. A live entry naming a later seq belongs to a record not yet
+ * published (or not yet drained). */
+uint64_t ember__heapshm_tail(const ember__heapshm_t *r);
+
 /* Files found cut, resized or lying, in this agent process, so far. */
 uint64_t ember__heapshm_faults(void);
 
