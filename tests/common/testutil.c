@@ -58,9 +58,7 @@ static void forget(pid_t pid) {
     if (spawned[i] == pid) spawned[i] = spawned[--nspawned];
 }
 
-/* Is pid still our child? (It may have been reaped by a plain waitpid and
- * its number reused.) */
-static bool our_child(pid_t pid) {
+bool tu_proc_state(pid_t pid, char *state, int *ppid) {
   char path[64], buf[512];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
   FILE *f = fopen(path, "r");
@@ -69,9 +67,15 @@ static bool our_child(pid_t pid) {
   fclose(f);
   buf[n] = '\0';
   const char *rp = strrchr(buf, ')');
-  int ppid = -1;
+  return rp != NULL && sscanf(rp + 1, " %c %d", state, ppid) == 2;
+}
+
+/* Is pid still our child? (It may have been reaped by a plain waitpid and
+ * its number reused.) */
+static bool our_child(pid_t pid) {
   char st;
-  return rp != NULL && sscanf(rp + 1, " %c %d", &st, &ppid) == 2 && ppid == (int)getpid();
+  int ppid = -1;
+  return tu_proc_state(pid, &st, &ppid) && ppid == (int)getpid();
 }
 
 static void kill_leftovers(void) {

@@ -28,6 +28,8 @@ int tu_wait(pid_t pid, int timeout_ms);
 int tu_wait_cpu(pid_t pid, int timeout_ms, double *cpu_seconds);
 /* SIGKILL and reap (for teardown); ignores a pid <= 0. */
 void tu_kill(pid_t pid);
+/* pid's state letter and parent from /proc/PID/stat; false when gone. */
+bool tu_proc_state(pid_t pid, char *state, int *ppid);
 
 /* Consume every message of ember.profiles (from the start, in a fresh
  * group) whose profile has labels.host == host, until `idle_ms` pass with

@@ -470,17 +470,10 @@ static void test_heap_hostile_headers(void **state) {
   finish(&f);
 }
 
-/* Is the process stopped (state T in /proc/PID/stat)? */
 static bool is_stopped(pid_t pid) {
-  char path[64], buf[256];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *fp = fopen(path, "r");
-  if (fp == NULL) return false;
-  size_t n = fread(buf, 1, sizeof buf - 1, fp);
-  fclose(fp);
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')');
-  return p != NULL && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+  char st;
+  int ppid;
+  return tu_proc_state(pid, &st, &ppid) && (st == 'T' || st == 't');
 }
 
 /* The program stopped between two records (none half written) and all
