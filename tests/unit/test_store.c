@@ -349,6 +349,58 @@ static void test_store_duplicate_seq_writes_nothing(void **state) {
   tu_store_remove(path);
 }
 
+/* A one-frame window of api on h at `start` with these values. */
+static ember_profile_t *one_frame(int64_t start, uint64_t seq, const char *fn, int64_t samples) {
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(cpu_types, 2, &p), 0);
+  ember_labels_t l = {.worker = "api", .version = "v1", .host = "h"};
+  assert_int_equal(ember_profile_set_labels(p, &l), 0);
+  assert_int_equal(ember_profile_set_window(p, start, start + 10 * SEC), 0);
+  assert_int_equal(ember_profile_set_origin(p, "agent-1", seq, NULL), 0);
+  ember_frame_t f = {.function = fn, .module = "/usr/bin/app"};
+  int64_t v[2] = {samples, 1};
+  assert_int_equal(ember_profile_add(p, &f, 1, v), 0);
+  return p;
+}
+
+/* Windows whose values would sum past INT64_MAX in one stack's entry of
+ * their minute's and hour's rows: the window that would make the sum
+ * overflow is refused, as the window it is, and nothing of its batch is
+ * stored; without it, the batch is. The same values in different stacks
+ * overflow no sum: stored. */
+static void test_store_sum_overflow_refuses_the_window(void **state) {
+  (void)state;
+  char path[512];
+  tu_store_path(path, sizeof path, "store", "overflow");
+  tu_store_remove(path);
+  ember_store_t *s = tu_store_open(path, (size_t)64 << 20);
+  const int64_t half = INT64_MAX / 2;
+  ember_profile_t *ps[3] = {one_frame(T0, 1, "a", half), one_frame(T0 + 10 * SEC, 2, "a", half),
+                            one_frame(T0 + 20 * SEC, 3, "a", 2)};
+  ember_store_write_result_t r;
+  assert_int_equal(ember_store_write(s, ps, 3, &r), -ERANGE);
+  assert_int_equal(r.bad, 2);
+  assert_non_null(strstr(r.why, "overflow"));
+  ember_store_stats_t st;
+  assert_int_equal(ember_store_stats(s, &st), 0);
+  assert_int_equal(st.profile_rows, 0);
+  assert_int_equal(ember_store_write(s, ps, 2, &r), 0);
+  assert_int_equal(r.written, 2);
+  assert_int_equal(merge_total(s, NULL, T0, T0 + 60 * SEC), 2 * half);
+  free_all(ps, 3);
+  ember_store_close(s);
+  tu_store_remove(path);
+
+  s = tu_store_open(path, (size_t)64 << 20);
+  ember_profile_t *qs[3] = {one_frame(T0, 1, "a", half), one_frame(T0 + 10 * SEC, 2, "a", half),
+                            one_frame(T0 + 20 * SEC, 3, "b", 2)};
+  assert_int_equal(ember_store_write(s, qs, 3, &r), 0);
+  assert_int_equal(r.written, 3);
+  free_all(qs, 3);
+  ember_store_close(s);
+  tu_store_remove(path);
+}
+
 static void test_store_stack_dictionary_dedup(void **state) {
   (void)state;
   char path[512];
@@ -1098,6 +1150,7 @@ int main(void) {
       cmocka_unit_test(test_store_roundtrip_equals_profile_merge),
       cmocka_unit_test(test_store_selects_by_each_label),
       cmocka_unit_test(test_store_time_range_is_half_open),
+      cmocka_unit_test(test_store_sum_overflow_refuses_the_window),
       cmocka_unit_test(test_store_duplicate_seq_writes_nothing),
       cmocka_unit_test(test_store_stack_dictionary_dedup),
       cmocka_unit_test(test_store_cpu_timelines_per_series),
