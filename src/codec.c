@@ -554,7 +554,7 @@ int ember__codec_decode_v1(const void *data, size_t len, const ember_codec_limit
 }
 
 /* A version 1 message as a wire view (ember_wire_decode): the tables
- * copied into columns, the hashes computed here (a v1 writer sends none),
+ * copied into columns, the keys computed here (a v1 writer sends no hashes),
  * without building a profile. */
 typedef struct v1_view {
   ember__wire_mem_t mem;
@@ -628,7 +628,7 @@ static int v1_columns(const wire_profile_t *m, const uint32_t *lens, ember__aren
     at += smp->n_locations;
   }
   w->version = 1;
-  w->hashes_checked = true; /* computed here */
+  w->hashes_checked = true; /* none sent */
   w->agent_id = text_or_null(m->agent_id);
   w->session_id = text_or_null(m->session_id);
   w->seq = m->seq;
@@ -657,18 +657,18 @@ static int v1_columns(const wire_profile_t *m, const uint32_t *lens, ember__aren
   w->loc_address = la;
   w->loc_line = ll;
   w->loc_kind = lk;
-  w->loc_hash = lh;
+  w->loc_key = lh;
   w->nlocations = nl;
   w->depth = depth;
   w->stack_off = soff;
   w->locs = locs;
   w->values = vals;
-  w->stack_hash = sh;
+  w->stack_key = sh;
   w->nsamples = nsamp;
   w->nlocs = nlocs;
-  /* The hashes a v2 writer would have sent, from the finished columns. */
-  if (ember__wire_hash_locations(w, lh) != 0) return -ENOMEM;
-  for (size_t i = 0; i < nsamp; i++) sh[i] = ember__wire_stack_hash_of(w, i);
+  /* The keys, from the finished columns, as a v2 view's. */
+  if (ember__wire_key_locations(w, lh) != 0) return -ENOMEM;
+  for (size_t i = 0; i < nsamp; i++) sh[i] = ember__wire_stack_key_of(w, lh, i);
   return 0;
 }
 

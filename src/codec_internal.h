@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <protobuf-c/protobuf-c.h>
 
@@ -50,9 +51,45 @@ int ember__codec_decode_v1(const void *data, size_t len, const ember_codec_limit
                            ember_profile_t **out, char *errbuf, size_t errbuf_size);
 
 /* ember_wire_decode of a version 1 message (codec.c): a view whose columns
- * are copied from the unpacked message, hashes computed. Same returns. */
+ * are copied from the unpacked message, keys computed. Same returns. */
 int ember__codec_decode_v1_view(const void *data, size_t len, const ember_codec_limits_t *lim,
                                 ember_wire_t **out, char *errbuf, size_t errbuf_size);
+
+/* Little-endian loads: one load on a little-endian host, bytes assembled
+ * elsewhere (wire_hash.c, wire_key.c). */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+static inline uint64_t ember__le64(const unsigned char *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+
+static inline uint32_t ember__le32(const unsigned char *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+#else
+static inline uint64_t ember__le64(const unsigned char *p) {
+  return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
+         (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
+}
+
+static inline uint32_t ember__le32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+#endif
+
+/* out[d] = per_loc[l] for each location l of sample i's stack, leaf
+ * first; returns the depth (at most EMBER_MAX_STACK_DEPTH, which decoding
+ * and profiles enforce). For the stack hashes and keys. */
+static inline size_t ember__wire_gather(const ember_wire_t *w, const uint64_t *per_loc, size_t i,
+                                        uint64_t out[EMBER_MAX_STACK_DEPTH]) {
+  const uint32_t *locs = w->locs + w->stack_off[i];
+  size_t depth = w->depth[i] < EMBER_MAX_STACK_DEPTH ? w->depth[i] : EMBER_MAX_STACK_DEPTH;
+  for (size_t d = 0; d < depth; d++) out[d] = per_loc[locs[d]];
+  return depth;
+}
 
 /* XXH64 of data[0..len) with `seed`, as its specification defines it
  * (wire_hash.c; wire v2's hashes are built on it). */
@@ -64,8 +101,17 @@ uint64_t ember__xxh64(const void *data, size_t len, uint64_t seed);
 int ember__wire_hash_locations(const ember_wire_t *w, uint64_t *out);
 
 /* The hash of sample i's stack of `w` from its locations' hashes
- * (w->loc_hash), as ember_wire_stack_hash defines it (wire_hash.c). */
-uint64_t ember__wire_stack_hash_of(const ember_wire_t *w, size_t i);
+ * `loc_hash` (one per location), as ember_wire_stack_hash defines it
+ * (wire_hash.c). */
+uint64_t ember__wire_stack_hash_of(const ember_wire_t *w, const uint64_t *loc_hash, size_t i);
+
+/* out[i] = the content key of location i of `w`, for every location,
+ * keying each string once (wire_key.c). 0 or -ENOMEM. */
+int ember__wire_key_locations(const ember_wire_t *w, uint64_t *out);
+
+/* The content key of sample i's stack of `w` from its locations' keys
+ * `loc_key` (wire_key.c). */
+uint64_t ember__wire_stack_key_of(const ember_wire_t *w, const uint64_t *loc_key, size_t i);
 
 /* The checks every wire text (ids, labels, strings) passes: at most
  * EMBER_MAX_STRING bytes and valid UTF-8. `what` and `idx` name it in the

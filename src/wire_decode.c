@@ -4,10 +4,10 @@
  * protobuf-c unpacks the message into a per-message arena (about twenty
  * arrays and the string blob); the view points into it, with the string
  * offsets and the stack offsets computed once, front-coded strings
- * rebuilt and the hashes a message does not carry computed.
- * Checks follow the header: everything but the strings' text and the
- * hashes sent, which the readers that use them check (the store only for
- * content it has not seen). */
+ * rebuilt and every location and stack keyed (wire_key.c). Checks follow
+ * the header: everything but the strings' text, which the readers check
+ * (the store only for content it has not seen), and the hashes sent, which
+ * ember_wire_check_hashes checks. */
 #include <errno.h>
 #include <string.h>
 
@@ -295,30 +295,18 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
   w->nsamples = nsamp;
   w->nlocs = at;
 
-  /* Hashes the writer left out are computed here, once per string, per
-   * location and per stack (the reader would check them against this
-   * anyway). */
-  if (m->n_location_hash == nl) {
-    w->loc_hash = m->location_hash;
-  } else {
-    uint64_t *lh = ember__arena_alloc(a, (nl ? nl : 1) * sizeof *lh);
-    if (lh == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
-    w->loc_hash = lh; /* before hashing: it reads the finished view */
-    if (ember__wire_hash_locations(w, lh) != 0)
-      return FAIL(-ENOMEM, "out of memory while decoding");
-    w->location_hashes_computed = true;
-  }
-  if (m->n_stack_hash == nsamp) {
-    w->stack_hash = m->stack_hash;
-  } else {
-    uint64_t *sh = ember__arena_alloc(a, (nsamp ? nsamp : 1) * sizeof *sh);
-    if (sh == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
-    for (size_t i = 0; i < nsamp; i++) sh[i] = ember__wire_stack_hash_of(w, i);
-    w->stack_hash = sh;
-    w->stack_hashes_computed = true;
-  }
-  /* Nothing sent to check against: the hashes are the content's. */
-  w->hashes_checked = w->location_hashes_computed && w->stack_hashes_computed;
+  /* Every location's and stack's key, once. The hashes an older writer
+   * sent are kept as they came, for ember_wire_check_hashes. */
+  uint64_t *lk = ember__arena_alloc(a, (nl ? nl : 1) * sizeof *lk);
+  uint64_t *sk = ember__arena_alloc(a, (nsamp ? nsamp : 1) * sizeof *sk);
+  if (lk == NULL || sk == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
+  if (ember__wire_key_locations(w, lk) != 0) return FAIL(-ENOMEM, "out of memory while decoding");
+  for (size_t i = 0; i < nsamp; i++) sk[i] = ember__wire_stack_key_of(w, lk, i);
+  w->loc_key = lk;
+  w->stack_key = sk;
+  w->loc_hash = m->n_location_hash != 0 ? m->location_hash : NULL;
+  w->stack_hash = m->n_stack_hash != 0 ? m->stack_hash : NULL;
+  w->hashes_checked = w->loc_hash == NULL && w->stack_hash == NULL;
 
   w->version = m->version;
   w->agent_id = text_or_null(m->agent_id);
@@ -397,6 +385,8 @@ int ember_wire_to_profile(const ember_wire_t *w, ember_profile_t **out, char *er
     goto cleanup;
   }
   ember_profile_set_period(p, w->period_ns);
+  if (!w->hashes_checked && (rc = ember_wire_check_hashes(w, errbuf, errbuf_size)) != 0)
+    goto cleanup;
   for (size_t i = 0; i < w->nlocations; i++) {
     if ((rc = ember_wire_check_location(w, i, errbuf, errbuf_size)) != 0) goto cleanup;
     const char *s[EMBER_WIRE_LOC_STRINGS];
@@ -429,13 +419,6 @@ int ember_wire_to_profile(const ember_wire_t *w, ember_profile_t **out, char *er
   for (size_t i = 0; i < w->nsamples; i++) {
     const uint32_t *locs = w->locs + w->stack_off[i];
     for (size_t d = 0; d < w->depth[i]; d++) ids[d] = frame_of[locs[d]];
-    uint64_t want = ember__wire_stack_hash_of(w, i);
-    if (want != w->stack_hash[i]) {
-      rc = FAIL(EMBER_ECORRUPT,
-                "sample %zu: stack hash %016llx does not match its locations (%016llx)", i,
-                (unsigned long long)w->stack_hash[i], (unsigned long long)want);
-      goto cleanup;
-    }
     rc = ember_profile_add_ids(p, ids, w->depth[i], w->values + i * w->ntypes, NULL);
     if (rc != 0) {
       rc = rc == -ERANGE ? FAIL(EMBER_ECORRUPT, "sample %zu: a value sum would overflow", i)

@@ -28,18 +28,18 @@ typedef struct built {
   char *blob;
   uint32_t *str_off, *str_len, *mod_name, *mod_build_id, *fn_name, *fn_file, *fn_generated;
   uint32_t *loc_function, *loc_module, *loc_line, *loc_kind;
-  uint64_t *loc_address, *loc_hash;
+  uint64_t *loc_address, *loc_key;
   uint32_t *depth, *stack_off, *locs;
   int64_t *values;
-  uint64_t *stack_hash;
+  uint64_t *stack_key;
 } built_t;
 
 static void built_release(ember__wire_mem_t *m) {
   built_t *b = (built_t *)m;
   void *arrays[] = {b->blob,      b->str_off,  b->str_len,      b->mod_name,     b->mod_build_id,
                     b->fn_name,   b->fn_file,  b->fn_generated, b->loc_function, b->loc_module,
-                    b->loc_line,  b->loc_kind, b->loc_address,  b->loc_hash,     b->depth,
-                    b->stack_off, b->locs,     b->values,       b->stack_hash};
+                    b->loc_line,  b->loc_kind, b->loc_address,  b->loc_key,      b->depth,
+                    b->stack_off, b->locs,     b->values,       b->stack_key};
   for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) ember_free(arrays[i]);
   ember_free(b);
 }
@@ -174,9 +174,7 @@ static int build(const ember_profile_t *p, built_t *b, bool for_wire) {
   b->loc_line = alloc_n(nused, sizeof *b->loc_line);
   b->loc_kind = alloc_n(nused, sizeof *b->loc_kind);
   b->loc_address = alloc_n(nused, sizeof *b->loc_address);
-  b->loc_hash = alloc_n(nused, sizeof *b->loc_hash);
-  if (!b->loc_function || !b->loc_module || !b->loc_line || !b->loc_kind || !b->loc_address ||
-      !b->loc_hash)
+  if (!b->loc_function || !b->loc_module || !b->loc_line || !b->loc_kind || !b->loc_address)
     goto cleanup;
   bool generated = false; /* whether any function has a generated name */
   for (size_t i = 0; i < nused; i++) {
@@ -277,18 +275,15 @@ static int build(const ember_profile_t *p, built_t *b, bool for_wire) {
   w->loc_line = b->loc_line;
   w->loc_kind = b->loc_kind;
   w->loc_address = b->loc_address;
-  w->loc_hash = b->loc_hash;
   w->nlocations = nused;
-  if (ember__wire_hash_locations(w, b->loc_hash) != 0) goto cleanup;
 
   b->depth = alloc_n(nstacks, sizeof *b->depth);
   b->stack_off = alloc_n(nstacks, sizeof *b->stack_off);
-  b->stack_hash = alloc_n(nstacks, sizeof *b->stack_hash);
   b->locs = alloc_n(nlocs, sizeof *b->locs);
   b->values = nstacks > SIZE_MAX / EMBER_MAX_VALUE_TYPES
                   ? NULL
                   : alloc_n(nstacks * ntypes, sizeof *b->values);
-  if (!b->depth || !b->stack_off || !b->stack_hash || !b->locs || !b->values) goto cleanup;
+  if (!b->depth || !b->stack_off || !b->locs || !b->values) goto cleanup;
   size_t at = 0;
   for (uint32_t s = 0; s < nstacks; s++) {
     const uint32_t *ids;
@@ -305,10 +300,18 @@ static int build(const ember_profile_t *p, built_t *b, bool for_wire) {
   w->stack_off = b->stack_off;
   w->locs = b->locs;
   w->values = b->values;
-  w->stack_hash = b->stack_hash;
   w->nsamples = nstacks;
   w->nlocs = nlocs;
-  for (size_t s = 0; s < nstacks; s++) b->stack_hash[s] = ember__wire_stack_hash_of(w, s);
+  /* Keys for the store; a message carries none. */
+  if (!for_wire) {
+    b->loc_key = alloc_n(nused, sizeof *b->loc_key);
+    b->stack_key = alloc_n(nstacks, sizeof *b->stack_key);
+    if (!b->loc_key || !b->stack_key || ember__wire_key_locations(w, b->loc_key) != 0) goto cleanup;
+    for (size_t s = 0; s < nstacks; s++)
+      b->stack_key[s] = ember__wire_stack_key_of(w, b->loc_key, s);
+    w->loc_key = b->loc_key;
+    w->stack_key = b->stack_key;
+  }
   rc = 0;
 cleanup:
   ember_free(loc_of);
@@ -328,7 +331,7 @@ static int from_profile(const ember_profile_t *p, bool for_wire, ember_wire_t **
   ember_wire_t *w = &b->w;
   w->priv = &b->mem;
   w->version = 1;
-  w->hashes_checked = true; /* computed here */
+  w->hashes_checked = true; /* no hashes sent */
   w->agent_id = ember_profile_agent_id(p);
   w->session_id = ember_profile_session_id(p);
   w->seq = ember_profile_seq(p);

@@ -1,8 +1,9 @@
 /* Wire v2 content hashes (include/ember/wire.h, docs/internals/codec.md
  * "Hashes"): XXH64 as its specification defines it, and the location and
- * stack hashes built on it. These values travel on the wire and key the
- * store's dictionary cache, so they never change: the unit test pins them
- * to vectors of the reference implementation. Thread-safe: pure functions. */
+ * stack hashes built on it, and the checks of the hashes a message sent.
+ * Older writers send these values, so they never change: the unit test
+ * pins them to vectors of the reference implementation. (What the store's
+ * caches are keyed by is wire_key.c's.) Thread-safe: pure functions. */
 #include <errno.h>
 #include <string.h>
 
@@ -18,30 +19,9 @@
 
 static inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
-/* Little-endian loads (the spec reads lanes little-endian on every host):
- * one load on a little-endian host, bytes assembled elsewhere. */
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-static inline uint64_t le64(const unsigned char *p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
-}
-
-static inline uint32_t le32(const unsigned char *p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-#else
-static inline uint64_t le64(const unsigned char *p) {
-  return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
-         (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
-}
-
-static inline uint32_t le32(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-#endif
+/* The spec reads lanes little-endian on every host. */
+#define le64 ember__le64
+#define le32 ember__le32
 
 static inline uint64_t xround(uint64_t acc, uint64_t lane) {
   acc += lane * P2;
@@ -183,10 +163,20 @@ void ember_wire_location_strings(const ember_wire_t *w, size_t i,
 static const char *const string_names[EMBER_WIRE_LOC_STRINGS] = {"function name", "file", "module",
                                                                  "build id", "generated name"};
 
-int ember_wire_check_location(const ember_wire_t *w, size_t i, char *errbuf, size_t errbuf_size) {
+uint64_t ember_wire_location_hash_at(const ember_wire_t *w, size_t i) {
   const char *p[EMBER_WIRE_LOC_STRINGS];
   size_t n[EMBER_WIRE_LOC_STRINGS];
   uint64_t h[EMBER_WIRE_LOC_STRINGS];
+  ember_wire_location_strings(w, i, p, n);
+  for (int k = 0; k < EMBER_WIRE_LOC_STRINGS; k++)
+    h[k] = ember_wire_string_hash(p[k] ? p[k] : "", n[k]);
+  return ember_wire_location_hash(w->loc_address[i], w->loc_line[i], w->loc_kind[i], h,
+                                  p[EMBER_WIRE_LOC_GENERATED] != NULL);
+}
+
+int ember_wire_check_location(const ember_wire_t *w, size_t i, char *errbuf, size_t errbuf_size) {
+  const char *p[EMBER_WIRE_LOC_STRINGS];
+  size_t n[EMBER_WIRE_LOC_STRINGS];
   ember_wire_location_strings(w, i, p, n);
   for (int k = 0; k < EMBER_WIRE_LOC_STRINGS; k++) {
     if (n[k] > EMBER_MAX_STRING)
@@ -199,10 +189,9 @@ int ember_wire_check_location(const ember_wire_t *w, size_t i, char *errbuf, siz
     if (!ember__utf8_valid(p[k], n[k]))
       return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
                                "location %zu: %s is not valid UTF-8", i, string_names[k]);
-    h[k] = ember_wire_string_hash(p[k] ? p[k] : "", n[k]);
   }
-  uint64_t want = ember_wire_location_hash(w->loc_address[i], w->loc_line[i], w->loc_kind[i], h,
-                                           p[EMBER_WIRE_LOC_GENERATED] != NULL);
+  if (w->loc_hash == NULL) return 0;
+  uint64_t want = ember_wire_location_hash_at(w, i);
   if (want != w->loc_hash[i])
     return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
                              "location %zu: hash %016llx does not match its content (%016llx)", i,
@@ -235,32 +224,29 @@ int ember__wire_hash_locations(const ember_wire_t *w, uint64_t *out) {
   return 0;
 }
 
-uint64_t ember__wire_stack_hash_of(const ember_wire_t *w, size_t i) {
+uint64_t ember__wire_stack_hash_of(const ember_wire_t *w, const uint64_t *loc_hash, size_t i) {
   uint64_t lh[EMBER_MAX_STACK_DEPTH];
-  const uint32_t *locs = w->locs + w->stack_off[i];
-  size_t depth = w->depth[i] < EMBER_MAX_STACK_DEPTH ? w->depth[i] : EMBER_MAX_STACK_DEPTH;
-  for (size_t d = 0; d < depth; d++) lh[d] = w->loc_hash[locs[d]];
+  size_t depth = ember__wire_gather(w, loc_hash, i, lh);
   return ember_wire_stack_hash(lh, depth);
 }
 
 int ember_wire_check_hashes(const ember_wire_t *w, char *errbuf, size_t errbuf_size) {
   if (w == NULL) return -EINVAL;
-  if (w->version != EMBER_WIRE_V2) return 0;
-  int rc = 0;
-  if (!w->location_hashes_computed) {
-    uint64_t *want = ember_malloc((w->nlocations ? w->nlocations : 1) * sizeof *want);
-    if (want == NULL || ember__wire_hash_locations(w, want) != 0) {
-      ember_free(want);
-      return ember__codec_fail(-ENOMEM, errbuf, errbuf_size, "out of memory");
-    }
-    /* The full check says best what is wrong (bad text, or the hash). */
-    for (size_t i = 0; i < w->nlocations && rc == 0; i++)
-      if (want[i] != w->loc_hash[i]) rc = ember_wire_check_location(w, i, errbuf, errbuf_size);
+  if (w->loc_hash == NULL && w->stack_hash == NULL) return 0;
+  /* The locations' hashes from their content: what a stack hash sent is
+   * of, whether or not the locations' were sent too. */
+  uint64_t *want = ember_malloc((w->nlocations ? w->nlocations : 1) * sizeof *want);
+  if (want == NULL || ember__wire_hash_locations(w, want) != 0) {
     ember_free(want);
+    return ember__codec_fail(-ENOMEM, errbuf, errbuf_size, "out of memory");
   }
-  for (size_t i = 0; i < w->nsamples && rc == 0 && !w->stack_hashes_computed; i++) {
-    uint64_t want = ember__wire_stack_hash_of(w, i);
-    if (want == w->stack_hash[i]) continue;
+  int rc = 0;
+  /* The full check says best what is wrong (bad text, or the hash). */
+  for (size_t i = 0; w->loc_hash != NULL && i < w->nlocations && rc == 0; i++)
+    if (want[i] != w->loc_hash[i]) rc = ember_wire_check_location(w, i, errbuf, errbuf_size);
+  for (size_t i = 0; w->stack_hash != NULL && i < w->nsamples && rc == 0; i++) {
+    uint64_t sh = ember__wire_stack_hash_of(w, want, i);
+    if (sh == w->stack_hash[i]) continue;
     /* Content the writer did not hash: bad text says best what is wrong. */
     const uint32_t *locs = w->locs + w->stack_off[i];
     for (size_t d = 0; d < w->depth[i] && rc == 0; d++)
@@ -269,8 +255,9 @@ int ember_wire_check_hashes(const ember_wire_t *w, char *errbuf, size_t errbuf_s
       rc =
           ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
                             "sample %zu: stack hash %016llx does not match its locations (%016llx)",
-                            i, (unsigned long long)w->stack_hash[i], (unsigned long long)want);
+                            i, (unsigned long long)w->stack_hash[i], (unsigned long long)sh);
   }
+  ember_free(want);
   return rc;
 }
 

@@ -172,11 +172,11 @@ static int frame_id(ember__dict_t *d, const ember_wire_t *w, size_t i, uint32_t 
                     size_t why_size) {
   int rc = loc_encode(d, w, i);
   if (rc < 0) return rc;
-  uint64_t hash = w->loc_hash[i];
+  uint64_t hash = w->loc_key[i];
   ember__dcache_t *cache = &d->s->cache[EMBER__CTR_FRAME];
   if (ember__dcache_find(cache, hash, d->buf.data, d->buf.len, fid)) return 0;
-  /* Not seen (or a different content under the same hash): check it before
-   * it enters the dictionary under this hash. */
+  /* Not seen (or a different content under the same key): check its text
+   * before it enters the dictionary. */
   rc = ember_wire_check_location(w, i, why, why_size);
   if (rc != 0) return rc;
   bool created;
@@ -191,9 +191,9 @@ static int frame_of(ember__dict_t *d, const ember_wire_t *w, const uint32_t *loc
   const ember__dcache_t *c = &d->s->cache[EMBER__CTR_FRAME];
   enum { AHEAD = 4 };
   if (k + AHEAD < depth && d->fmap[locs[k + AHEAD]] == 0)
-    ember__dcache_prefetch_entry(c, w->loc_hash[locs[k + AHEAD]]);
+    ember__dcache_prefetch_entry(c, w->loc_key[locs[k + AHEAD]]);
   if (k + 2 * AHEAD < depth && d->fmap[locs[k + 2 * AHEAD]] == 0)
-    ember__dcache_prefetch(c, w->loc_hash[locs[k + 2 * AHEAD]]);
+    ember__dcache_prefetch(c, w->loc_key[locs[k + 2 * AHEAD]]);
   uint32_t l = locs[k];
   if (d->fmap[l] != 0) return 0;
   return frame_id(d, w, l, &d->fmap[l], why, why_size);
@@ -211,21 +211,8 @@ static int stack_id(ember__dict_t *d, const ember_wire_t *w, size_t i, uint32_t 
     ids[k] = d->fmap[locs[k]];
   }
   ember__dcache_t *cache = &d->s->cache[EMBER__CTR_STACK];
-  uint64_t hash = w->stack_hash[i];
+  uint64_t hash = w->stack_key[i];
   if (ember__dcache_find(cache, hash, ids, depth * sizeof *ids, id)) return 0;
-  /* New content: its hash must be its locations', unless the view's
-   * hashes are known to be (computed on decode, or verified there). */
-  if (!w->hashes_checked) {
-    uint64_t lh[EMBER_MAX_STACK_DEPTH];
-    for (size_t k = 0; k < depth; k++) lh[k] = w->loc_hash[locs[k]];
-    uint64_t want = ember_wire_stack_hash(lh, depth);
-    if (want != hash) {
-      snprintf(why, why_size,
-               "sample %zu: stack hash %016llx does not match its locations (%016llx)", i,
-               (unsigned long long)hash, (unsigned long long)want);
-      return EMBER_ECORRUPT;
-    }
-  }
   /* On disk: varints of the depth and the ids (at most 5 bytes each). */
   int rc = ember__grow(&d->buf.data, &d->buf.cap, 5 * (depth + 1), 1);
   if (rc < 0) return rc;
@@ -237,7 +224,7 @@ static int stack_id(ember__dict_t *d, const ember_wire_t *w, size_t i, uint32_t 
                          depth * sizeof *ids, id, &created);
 }
 
-/* The memo's key of (producer, stack hash): both hashes, compared whole. */
+/* The memo's key of (producer, stack key): both, compared whole. */
 static void memo_key(uint64_t agent, uint64_t stack, uint8_t key[16], uint64_t *hash) {
   memcpy(key, &agent, 8);
   memcpy(key + 8, &stack, 8);
@@ -253,11 +240,9 @@ int ember__dict_stacks(ember__dict_t *d, const ember_wire_t *w, uint32_t *ids, c
   if (w->nlocations) memset(d->fmap, 0, w->nlocations * sizeof *d->fmap);
   ember__dcache_t *memo = &d->s->cache[EMBER__CACHE_MEMO];
   bool producer = w->agent_id != NULL;
-  /* The memo reads a known stack by its hash alone: the window's hashes
-   * must be its content's, or it is refused as a window would be whose
-   * content the store had not seen. */
-  if (producer && !w->hashes_checked && (rc = ember_wire_check_hashes(w, why, why_size)) != 0)
-    return rc;
+  /* The keys are the view maker's, from the content; the hashes an older
+   * writer sent must be their content's too, or the window is refused. */
+  if (!w->hashes_checked && (rc = ember_wire_check_hashes(w, why, why_size)) != 0) return rc;
   uint64_t agent = producer ? ember__label_hash(w->agent_id) : 0;
   const ember__dcache_t *sc = &d->s->cache[EMBER__CTR_STACK];
   enum { AHEAD = 4 };
@@ -266,13 +251,13 @@ int ember__dict_stacks(ember__dict_t *d, const ember_wire_t *w, uint32_t *ids, c
     uint64_t mh;
     if (producer) {
       if (i + AHEAD < n) {
-        memo_key(agent, w->stack_hash[i + AHEAD], key, &mh);
+        memo_key(agent, w->stack_key[i + AHEAD], key, &mh);
         ember__dcache_prefetch(memo, mh);
       }
-      memo_key(agent, w->stack_hash[i], key, &mh);
+      memo_key(agent, w->stack_key[i], key, &mh);
       if (ember__dcache_find(memo, mh, key, sizeof key, &ids[i])) continue;
     }
-    if (i + AHEAD < n) ember__dcache_prefetch(sc, w->stack_hash[i + AHEAD]);
+    if (i + AHEAD < n) ember__dcache_prefetch(sc, w->stack_key[i + AHEAD]);
     rc = stack_id(d, w, i, &ids[i], why, why_size);
     if (rc != 0) return rc;
     if (producer) ember__dcache_add(memo, mh, key, sizeof key, ids[i]);

@@ -2,23 +2,22 @@
  * -> frame ids, stacks -> stack ids, each looked up in the in-memory cache
  * (dcache.h) and then in LMDB's hash index, and created when absent.
  *
- * Locations and stacks are found by the content hashes their writer sent
- * (ember/wire.h), confirmed by comparing content: a location's against the
- * cached encoding of its frame, a stack's as its frame ids. What the cache
- * does not hold is checked before it is taken: a location's strings (UTF-8,
- * no NUL) and hash, a stack's hash against its locations'. A hash that
- * hits is therefore true: content equal to content that was checked.
+ * Locations and stacks are found by the content keys the view's maker
+ * computed (ember/wire.h; never a writer's word), confirmed by comparing
+ * content: a location's against the cached encoding of its frame, a
+ * stack's as its frame ids. What the cache does not hold has its text
+ * checked (UTF-8, no NUL) before it is taken. A key that hits is therefore
+ * true: content equal to content that was checked. The hashes an older
+ * writer sent are checked for every window (ember_wire_check_hashes,
+ * unless the view says it was: the collector verifies on its decode
+ * threads); a window is refused when they disagree with its content.
  *
  * The producers' memo: once a stack of producer P (its agent id) was
- * confirmed that way, the next windows of P that send its hash take its id
- * without looking its locations up (EMBER__CACHE_MEMO: (P, stack hash) ->
- * stack id). So that no hash is taken on trust, a window of a producer is
- * first checked whole: every location's hash against its content, every
- * stack's against its locations' (ember_wire_check_hashes, unless the
- * view says it was: the collector verifies on its decode threads); it is
- * refused when they disagree. A hit then reads P's content as the stack P
- * confirmed under that hash; only a collision P made itself could differ,
- * and it moves P's own samples only (docs/internals/store.md).
+ * confirmed that way, the next windows of P with its key take its id
+ * without looking its locations up (EMBER__CACHE_MEMO: (P, stack key) ->
+ * stack id). Only a collision on the key could read another content as
+ * that stack, one P made itself, and it moves P's own samples only
+ * (docs/internals/store.md).
  *
  * All of it runs inside the caller's write transaction (write.c), so
  * LMDB's writer lock serialises it; not thread-safe otherwise. */

@@ -7,25 +7,26 @@
  * structure and hands out an ember_wire_t that points into them, so the
  * store (ember_store_write_wire) can map its locations and stacks to
  * dictionary ids without a profile in between. Every location and every
- * stack has a 64-bit content hash (the definitions are below and in
- * docs/internals/codec.md, "Hashes"), so the store looks its dictionary up
- * by hash and compares bytes only to confirm. ember_wire_decode computes
- * them from the content: writers since 2026-12-03 send none (location
- * hashes went first, then stack hashes); older writers' are kept, and
- * checked.
+ * stack of a view has a 64-bit content key that the view's maker computed
+ * (ember_wire_decode, for a message), so the store looks its caches up by
+ * key and compares bytes only to confirm. Keys are in-memory only and may
+ * change between releases (docs/internals/codec.md, "Keys"). The wire's
+ * own hashes (XXH64, defined below, "Hashes" there) are fixed forever:
+ * writers since 2026-12-03 send none, older writers' are kept as they came
+ * (loc_hash, stack_hash) and checked against their content.
  *
  * What decoding checks, and what it leaves to the reader: ember_wire_decode
  * checks every count, length and index (so a reader may index anything
  * without checks), the window, the value types, the labels' and ids' text,
  * and that every location is used by a sample. It rebuilds front-coded
- * strings and hashes the strings locations name, but does not check their
+ * strings and keys the strings locations name, but does not check their
  * text nor the hashes sent: a reader that takes a location's content
- * checks that its strings are UTF-8 without NUL and that its hash is its
- * content's (ember_wire_check_location), and a stack's hash against its
- * locations' (ember_wire_stack_hash); a reader that finds the content
- * byte-for-byte equal to content it checked before needs neither.
- * ember_wire_to_profile checks everything. So a message is accepted or
- * refused alike by every reader.
+ * checks that its strings are UTF-8 without NUL
+ * (ember_wire_check_location), and one that takes the window checks the
+ * hashes sent, if any (ember_wire_check_hashes); a reader that finds the
+ * content byte-for-byte equal to content it checked before needs no text
+ * check. ember_wire_to_profile checks everything. So a message is
+ * accepted or refused alike by every reader.
  *
  * Thread-safety: no shared state; an ember_wire_t may be read by any number
  * of threads. */
@@ -73,26 +74,24 @@ typedef struct ember_wire {
   size_t nfunctions;
 
   const uint32_t *loc_function, *loc_module, *loc_line, *loc_kind;
-  const uint64_t *loc_address, *loc_hash;
+  const uint64_t *loc_address, *loc_key;
   size_t nlocations;
 
   /* Sample i: locs[stack_off[i] .. + depth[i]) (leaf first), values
-   * values[i * ntypes .. + ntypes) (each >= 0), hash stack_hash[i]. */
+   * values[i * ntypes .. + ntypes) (each >= 0), key stack_key[i]. */
   const uint32_t *depth, *stack_off, *locs;
   const int64_t *values;
-  const uint64_t *stack_hash;
+  const uint64_t *stack_key;
   size_t nsamples, nlocs;
 
-  /* True when loc_hash, or stack_hash, was computed here from the content
-   * (a version 2 message that did not send them, as writers since
-   * 2026-12-03 do not): a check of the hashes then skips them. */
-  bool location_hashes_computed, stack_hashes_computed;
+  /* The wire hashes a version 2 message sent, one per location and one
+   * per sample, as they came (unchecked); NULL when it sent none, as
+   * writers since 2026-12-03 do not. */
+  const uint64_t *loc_hash, *stack_hash;
 
-  /* True once every location and stack hash is known to be its content's:
-   * set by ember_wire_verify_hashes, and for views whose hashes were all
-   * computed here (version 1, from a profile, version 2 without hashes).
-   * A reader that would check them (the store's producers' memo) may skip
-   * it. */
+  /* True once the hashes sent are known to be their content's (set by
+   * ember_wire_verify_hashes), or when none were: the check may be
+   * skipped. */
   bool hashes_checked;
 
   void *priv; /* the memory behind it all */
@@ -101,7 +100,7 @@ typedef struct ember_wire {
 /* Decode a version 1 or version 2 message (the version field comes first
  * in both). Version 2 is checked as the header comment says and read in
  * place; version 1 is checked as ember_codec_decode checks it (its strings
- * too) and copied into columns, its hashes computed here, so v1 windows
+ * too) and copied into columns, its keys computed here, so v1 windows
  * share the store's caches with v2 ones (its locations may include some no
  * sample uses). Returns as ember_codec_decode; *out (free with
  * ember_wire_free) only on success. */
@@ -112,13 +111,13 @@ EMBER_API int ember_wire_decode(const void *data, size_t len, const ember_codec_
  * not start with one. */
 EMBER_API uint32_t ember_wire_peek_version(const void *data, size_t len);
 
-/* Columns and hashes of `p` (every frame used by a stack becomes a
- * location, every stack a sample). 0, -EINVAL or -ENOMEM. */
+/* Columns and keys of `p` (every frame used by a stack becomes a
+ * location, every stack a sample; no wire hashes). 0, -EINVAL or -ENOMEM. */
 EMBER_API int ember_wire_from_profile(const ember_profile_t *p, ember_wire_t **out);
 
 /* Build a profile from `w`, checking everything ember_wire_decode left
  * (strings of every location UTF-8 without NUL and at most
- * EMBER_MAX_STRING bytes, every location and stack hash). Samples with the
+ * EMBER_MAX_STRING bytes, every location and stack hash sent). Samples with the
  * same stack are added together. 0; EMBER_ECORRUPT with a sentence (also
  * for a sum that would overflow, as version 1's decoder says); -ENOMEM. */
 EMBER_API int ember_wire_to_profile(const ember_wire_t *w, ember_profile_t **out, char *errbuf,
@@ -162,20 +161,23 @@ EMBER_API uint64_t ember_wire_location_hash(uint64_t address, uint32_t line, uin
  * little-endian u64s. */
 EMBER_API uint64_t ember_wire_stack_hash(const uint64_t *location_hashes, size_t depth);
 
+/* The wire hash of location `i` of `w`, from its content (what a writer
+ * that sends hashes sends for it). */
+EMBER_API uint64_t ember_wire_location_hash_at(const ember_wire_t *w, size_t i);
+
 /* The strings of location `i` of `w`, in the order above (p[k] NULL with
  * n[k] 0 when missing). */
 EMBER_API void ember_wire_location_strings(const ember_wire_t *w, size_t i,
                                            const char *p[EMBER_WIRE_LOC_STRINGS],
                                            size_t n[EMBER_WIRE_LOC_STRINGS]);
 
-/* Check that every location's hash is its content's and every stack's is
- * its locations' (not the strings' text: see ember_wire_check_location),
- * hashing each string of the window once. For a reader that takes the
- * hashes as the identity of content it does not look at (the store's
- * producers' memo), so that a window whose hashes disagree with its
- * content is still refused. A view made here from version 1 or from a
- * profile (version 1) has hashes of its own making: 0 at once. Returns 0,
- * EMBER_ECORRUPT with a sentence, or -ENOMEM. */
+/* Check that every location hash sent is its content's and every stack
+ * hash sent its locations' (not the strings' text: see
+ * ember_wire_check_location), hashing each string of the window once, so
+ * that a window whose hashes disagree with its content is refused whoever
+ * reads it. A view with no hashes sent (version 1, from a profile, or a
+ * version 2 writer since 2026-12-03): 0 at once. Returns 0, EMBER_ECORRUPT
+ * with a sentence, or -ENOMEM. */
 EMBER_API int ember_wire_check_hashes(const ember_wire_t *w, char *errbuf, size_t errbuf_size);
 
 /* ember_wire_check_hashes, and on success set w->hashes_checked. For a
@@ -184,8 +186,9 @@ EMBER_API int ember_wire_check_hashes(const ember_wire_t *w, char *errbuf, size_
 EMBER_API int ember_wire_verify_hashes(ember_wire_t *w, char *errbuf, size_t errbuf_size);
 
 /* Check what ember_wire_decode left about location `i`: its strings are
- * UTF-8 without NUL, at most EMBER_MAX_STRING bytes, and its hash is its
- * content's. Returns 0 or EMBER_ECORRUPT with a sentence. */
+ * UTF-8 without NUL, at most EMBER_MAX_STRING bytes, and its hash, when
+ * one was sent, is its content's. Returns 0 or EMBER_ECORRUPT with a
+ * sentence. */
 EMBER_API int ember_wire_check_location(const ember_wire_t *w, size_t i, char *errbuf,
                                         size_t errbuf_size);
 

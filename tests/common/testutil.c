@@ -320,14 +320,25 @@ void tu_v2_add_hashes(Ember__Wire__V2__Profile *m, int which, ProtobufCAllocator
   char err[256] = "";
   if (ember_wire_decode(buf, n, NULL, &w, err, sizeof err) != 0)
     fail_msg("tu_v2_add_hashes: %s", err);
+  /* The wire's hashes of the content. */
+  uint64_t *lh = calloc(w->nlocations + 1, sizeof *lh), *sh = calloc(w->nsamples + 1, sizeof *sh);
+  assert_true(lh != NULL && sh != NULL);
+  for (size_t i = 0; i < w->nlocations; i++) lh[i] = ember_wire_location_hash_at(w, i);
+  for (size_t i = 0; i < w->nsamples; i++) {
+    uint64_t stack[EMBER_MAX_STACK_DEPTH];
+    for (size_t d = 0; d < w->depth[i]; d++) stack[d] = lh[w->locs[w->stack_off[i] + d]];
+    sh[i] = ember_wire_stack_hash(stack, w->depth[i]);
+  }
   if (which & TU_LOCATION_HASHES) {
-    m->location_hash = copy_u64(w->loc_hash, w->nlocations, alloc);
+    m->location_hash = copy_u64(lh, w->nlocations, alloc);
     m->n_location_hash = w->nlocations;
   }
   if (which & TU_STACK_HASHES) {
-    m->stack_hash = copy_u64(w->stack_hash, w->nsamples, alloc);
+    m->stack_hash = copy_u64(sh, w->nsamples, alloc);
     m->n_stack_hash = w->nsamples;
   }
+  free(lh);
+  free(sh);
   ember_wire_free(w);
   free(buf);
 }

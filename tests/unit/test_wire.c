@@ -92,6 +92,80 @@ static void test_wire_hashes_are_xxh64(void **state) {
   assert_true(ember_wire_location_hash(0, 12, 2, hc, false) == 0x1b984527e175bb81ULL);
 }
 
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* How many of v[0..n) repeat one before (sorts v). */
+static size_t repeats(uint64_t *v, size_t n) {
+  qsort(v, n, sizeof *v, cmp_u64);
+  size_t r = 0;
+  for (size_t i = 1; i < n; i++) r += v[i] == v[i - 1];
+  return r;
+}
+
+/* The store's keys (wire_key.c) tell contents apart: function names of 1
+ * to 40 bytes, each also with any one byte changed (every byte of a
+ * string counts, whichever of its words it falls in), names that differ
+ * only in length, each field of a location changed alone, and stacks of
+ * the same locations in another order. */
+static void test_wire_keys_tell_contents_apart(void **state) {
+  (void)state;
+  ember_profile_t *p = NULL;
+  const ember_value_type_t vt[] = {EMBER_VT_CPU_SAMPLES};
+  assert_int_equal(ember_profile_new(vt, 1, &p), 0);
+  int64_t one = 1;
+  size_t nframes = 0;
+  char name[48];
+  for (size_t len = 1; len <= 40; len++) {
+    for (size_t j = 0; j <= len; j++) {
+      memset(name, 'a', len);
+      name[len] = '\0';
+      if (j < len) name[j] = 'b';
+      ember_frame_t f = {.function = name, .module = "/bin/x"};
+      assert_int_equal(ember_profile_add(p, &f, 1, &one), 0);
+      nframes++;
+    }
+  }
+  const ember_frame_t base = {.function = "f",
+                              .file = "f.c",
+                              .module = "/bin/x",
+                              .build_id = "ab",
+                              .generated = "g",
+                              .line = 7,
+                              .address = 0x40,
+                              .kind = EMBER_FRAME_NATIVE};
+  ember_frame_t fields[] = {base, base, base, base, base, base, base, base, base, base};
+  fields[1].file = "g.c";
+  fields[2].module = "/bin/y";
+  fields[3].build_id = "ac";
+  fields[4].generated = "h";
+  fields[5].generated = NULL;
+  fields[6].line = 8;
+  fields[7].address = 0x41;
+  fields[8].kind = EMBER_FRAME_KERNEL;
+  fields[9].file = NULL;
+  for (size_t i = 0; i < 10; i++) assert_int_equal(ember_profile_add(p, &fields[i], 1, &one), 0);
+  nframes += 10;
+  ember_frame_t ab[2] = {fields[1], fields[2]}, ba[2] = {fields[2], fields[1]};
+  assert_int_equal(ember_profile_add(p, ab, 2, &one), 0);
+  assert_int_equal(ember_profile_add(p, ba, 2, &one), 0);
+  ember_wire_t *w = NULL;
+  assert_int_equal(ember_wire_from_profile(p, &w), 0);
+  assert_int_equal(w->nlocations, nframes);
+  assert_int_equal(w->nsamples, nframes + 2);
+  uint64_t *keys = malloc((nframes + 2) * sizeof *keys);
+  assert_non_null(keys);
+  memcpy(keys, w->loc_key, nframes * sizeof *keys);
+  assert_int_equal(repeats(keys, nframes), 0);
+  memcpy(keys, w->stack_key, (nframes + 2) * sizeof *keys);
+  assert_int_equal(repeats(keys, nframes + 2), 0);
+  free(keys);
+  ember_wire_free(w);
+  ember_profile_free(p);
+}
+
 static void test_wire_round_trip(void **state) {
   (void)state;
   ember_profile_t *p = sample_profile();
@@ -99,7 +173,7 @@ static void test_wire_round_trip(void **state) {
   encode_v2(p, &b);
   assert_int_equal(ember_wire_peek_version(b.data, b.len), 2);
 
-  /* The view: only used frames are locations; hashes as from_profile's. */
+  /* The view: only used frames are locations; keys as from_profile's. */
   ember_wire_t *w = NULL, *f = NULL;
   char err[256] = "";
   assert_int_equal(ember_wire_decode(b.data, b.len, NULL, &w, err, sizeof err), 0);
@@ -109,10 +183,9 @@ static void test_wire_round_trip(void **state) {
   assert_string_equal(w->agent_id, "agent-7");
   assert_null(w->session_id);
   assert_string_equal(w->labels.actor, "room-7");
-  /* Front-coded strings, no hashes: the view computed them, so there is
-   * nothing left to verify. */
-  assert_true(w->location_hashes_computed);
-  assert_true(w->stack_hashes_computed);
+  /* Front-coded strings, no hashes sent: nothing to verify. */
+  assert_null(w->loc_hash);
+  assert_null(w->stack_hash);
   assert_true(w->hashes_checked);
   Ember__Wire__V2__Profile *m = unpack_msg(&b, NULL);
   assert_int_equal(m->n_location_hash, 0);
@@ -132,11 +205,11 @@ static void test_wire_round_trip(void **state) {
   assert_int_equal(f->nlocations, w->nlocations);
   for (size_t i = 0; i < w->nlocations; i++) {
     size_t same = 0;
-    for (size_t j = 0; j < f->nlocations; j++) same += f->loc_hash[j] == w->loc_hash[i];
+    for (size_t j = 0; j < f->nlocations; j++) same += f->loc_key[j] == w->loc_key[i];
     assert_int_equal(same, 1);
     assert_int_equal(ember_wire_check_location(w, i, err, sizeof err), 0);
   }
-  for (size_t i = 0; i < w->nsamples; i++) assert_true(f->stack_hash[i] == w->stack_hash[i]);
+  for (size_t i = 0; i < w->nsamples; i++) assert_true(f->stack_key[i] == w->stack_key[i]);
   assert_true(f->hashes_checked);
   ember_wire_free(f);
   ember_wire_free(w);
@@ -164,7 +237,7 @@ static void test_wire_round_trip(void **state) {
   assert_int_equal(b.len, b2.len);
   assert_memory_equal(b.data, b2.data, b.len);
 
-  /* Version 1 reads through ember_wire_decode too, with the same hashes. */
+  /* Version 1 reads through ember_wire_decode too, with the same keys. */
   ember_buf_t v1;
   ember_buf_init(&v1, 1u << 24);
   assert_int_equal(ember_codec_encode(p, &v1), 0);
@@ -173,7 +246,7 @@ static void test_wire_round_trip(void **state) {
   assert_int_equal(w->version, 1);
   assert_int_equal(ember_wire_decode(b.data, b.len, NULL, &f, err, sizeof err), 0);
   assert_int_equal(w->nsamples, f->nsamples);
-  for (size_t i = 0; i < w->nsamples; i++) assert_true(w->stack_hash[i] == f->stack_hash[i]);
+  for (size_t i = 0; i < w->nsamples; i++) assert_true(w->stack_key[i] == f->stack_key[i]);
   ember_wire_free(w);
   ember_wire_free(f);
   ember_buf_free(&v1);
@@ -537,7 +610,7 @@ static void test_wire_generated_names(void **state) {
   ember_wire_location_strings(w, 1, str, len);
   assert_memory_equal(str[EMBER_WIRE_LOC_FUNCTION], "hotLoop", len[EMBER_WIRE_LOC_FUNCTION]);
   assert_null(str[EMBER_WIRE_LOC_GENERATED]);
-  assert_true(w->loc_hash[1] != w->loc_hash[2]);
+  assert_true(w->loc_key[1] != w->loc_key[2]);
   for (size_t i = 0; i < w->nlocations; i++)
     assert_int_equal(ember_wire_check_location(w, i, err, sizeof err), 0);
   ember_profile_t *q = NULL;
@@ -546,7 +619,7 @@ static void test_wire_generated_names(void **state) {
   ember_profile_free(q);
   q = NULL;
 
-  /* Version 1: the same profile back, and the same hashes as v2's. */
+  /* Version 1: the same profile back, and the same keys as v2's. */
   ember_buf_t b1;
   ember_buf_init(&b1, 1u << 24);
   assert_int_equal(ember_codec_encode(p, &b1), 0);
@@ -557,8 +630,8 @@ static void test_wire_generated_names(void **state) {
   assert_non_null(v1w->fn_generated);
   for (size_t i = 0; i < w->nlocations; i++) {
     bool found = false;
-    for (size_t k = 0; k < v1w->nlocations; k++) found |= v1w->loc_hash[k] == w->loc_hash[i];
-    if (!found) fail_msg("v2 location %zu's hash is not among v1's", i);
+    for (size_t k = 0; k < v1w->nlocations; k++) found |= v1w->loc_key[k] == w->loc_key[i];
+    if (!found) fail_msg("v2 location %zu's key is not among v1's", i);
   }
   ember_wire_free(v1w);
 
@@ -683,11 +756,12 @@ static void test_wire_reads_older_writers(void **state) {
   assert_true(n > b.len); /* what front coding and no hashes save */
 
   assert_int_equal(ember_wire_decode(out, n, NULL, &old, err, sizeof err), 0);
-  assert_false(old->location_hashes_computed);
-  assert_false(old->stack_hashes_computed);
+  assert_non_null(old->loc_hash);
+  assert_non_null(old->stack_hash);
   assert_int_equal(old->nlocations, w->nlocations);
-  for (size_t i = 0; i < w->nlocations; i++) assert_true(old->loc_hash[i] == w->loc_hash[i]);
-  for (size_t i = 0; i < w->nsamples; i++) assert_true(old->stack_hash[i] == w->stack_hash[i]);
+  /* The same content: the same keys, whatever was sent. */
+  for (size_t i = 0; i < w->nlocations; i++) assert_true(old->loc_key[i] == w->loc_key[i]);
+  for (size_t i = 0; i < w->nsamples; i++) assert_true(old->stack_key[i] == w->stack_key[i]);
   assert_false(old->hashes_checked);
   assert_int_equal(ember_wire_verify_hashes(old, err, sizeof err), 0);
   assert_true(old->hashes_checked);
@@ -814,6 +888,7 @@ static void test_wire_survives_allocation_failures(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_wire_hashes_are_xxh64),
+      cmocka_unit_test(test_wire_keys_tell_contents_apart),
       cmocka_unit_test(test_wire_round_trip),
       cmocka_unit_test(test_wire_six_value_types),
       cmocka_unit_test(test_wire_empty_window),
