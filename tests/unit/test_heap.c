@@ -333,11 +333,20 @@ static void file_of(pid_t pid, char *path, size_t n) {
   snprintf(path, n, "/dev/shm/ember-alloc.%d", (int)pid);
 }
 
-/* Stop the program and open its control file as the program could (to
- * write lies into it); *h gets its header. Returns the descriptor. */
+static bool is_stopped(pid_t pid) {
+  char st;
+  int ppid;
+  return tu_proc_state(pid, &st, &ppid) && (st == 'T' || st == 't');
+}
+
+/* Stop the program (and wait until it is: SIGSTOP is not taken at once)
+ * and open its control file as the program could (to write lies into
+ * it); *h gets its header. Returns the descriptor. */
 static int open_stopped(const fixture_t *f, ember_alloc_shm_t *h) {
   char path[64];
   kill(f->pid, SIGSTOP);
+  for (int k = 0; k < 200 && !is_stopped(f->pid); k++) sleep_ms(1);
+  assert_true(is_stopped(f->pid));
   file_of(f->pid, path, sizeof path);
   int fd = open(path, O_RDWR | O_CLOEXEC);
   assert_true(fd >= 0);
@@ -470,27 +479,16 @@ static void test_heap_hostile_headers(void **state) {
   finish(&f);
 }
 
-static bool is_stopped(pid_t pid) {
-  char st;
-  int ppid;
-  return tu_proc_state(pid, &st, &ppid) && (st == 'T' || st == 't');
-}
-
 /* The program stopped between two records (none half written) and all
  * its published records read: *h is its header then. Returns the file's
  * descriptor. */
 static int stop_between_records(fixture_t *f, ember_alloc_shm_t *h) {
-  char path[64];
-  file_of(f->pid, path, sizeof path);
-  int fd = open(path, O_RDWR | O_CLOEXEC);
-  assert_true(fd >= 0);
   for (int i = 0; i < 200; i++) {
-    kill(f->pid, SIGSTOP);
-    for (int k = 0; k < 200 && !is_stopped(f->pid); k++) sleep_ms(1);
-    assert_true(is_stopped(f->pid));
+    int fd = open_stopped(f, h);
     ember__heap_poll(f->heap, 0);
     assert_int_equal(pread(fd, h, sizeof *h, 0), (ssize_t)sizeof *h);
     if (h->head == h->tail) return fd;
+    close(fd);
     kill(f->pid, SIGCONT);
     sleep_ms(1);
   }
