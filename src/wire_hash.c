@@ -17,11 +17,8 @@
 #define P4 0x85EBCA77C2B2AE63ULL
 #define P5 0x27D4EB2F165667C5ULL
 
+/* The spec reads lanes little-endian on every host (ember__le64). */
 static inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-
-/* The spec reads lanes little-endian on every host. */
-#define le64 ember__le64
-#define le32 ember__le32
 
 static inline uint64_t xround(uint64_t acc, uint64_t lane) {
   acc += lane * P2;
@@ -65,10 +62,10 @@ uint64_t ember__xxh64(const void *data, size_t len, uint64_t seed) {
   if (n >= 32) {
     uint64_t v1 = seed + P1 + P2, v2 = seed + P2, v3 = seed, v4 = seed - P1;
     do {
-      v1 = xround(v1, le64(p));
-      v2 = xround(v2, le64(p + 8));
-      v3 = xround(v3, le64(p + 16));
-      v4 = xround(v4, le64(p + 24));
+      v1 = xround(v1, ember__le64(p));
+      v2 = xround(v2, ember__le64(p + 8));
+      v3 = xround(v3, ember__le64(p + 16));
+      v4 = xround(v4, ember__le64(p + 24));
       p += 32;
       n -= 32;
     } while (n >= 32);
@@ -77,9 +74,9 @@ uint64_t ember__xxh64(const void *data, size_t len, uint64_t seed) {
     h = seed + P5;
   }
   h += (uint64_t)len;
-  for (; n >= 8; p += 8, n -= 8) h = tail_lane(h, le64(p));
+  for (; n >= 8; p += 8, n -= 8) h = tail_lane(h, ember__le64(p));
   if (n >= 4) {
-    h ^= (uint64_t)le32(p) * P1;
+    h ^= (uint64_t)ember__le32(p) * P1;
     h = rotl(h, 23) * P2 + P3;
     p += 4;
     n -= 4;
@@ -190,7 +187,9 @@ int ember_wire_check_location(const ember_wire_t *w, size_t i, char *errbuf, siz
       return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,
                                "location %zu: %s is not valid UTF-8", i, string_names[k]);
   }
-  if (w->loc_hash == NULL) return 0;
+  /* A hash sent and already verified with the whole window's is not
+   * hashed again here. */
+  if (w->loc_hash == NULL || w->hashes_checked) return 0;
   uint64_t want = ember_wire_location_hash_at(w, i);
   if (want != w->loc_hash[i])
     return ember__codec_fail(EMBER_ECORRUPT, errbuf, errbuf_size,

@@ -35,8 +35,9 @@ static inline uint64_t fold(uint64_t a, uint64_t b) {
   return (uint64_t)r ^ (uint64_t)(r >> 64);
 }
 
-/* The key of s[0..n). The last 1 to 16 bytes are read as two words that may overlap (every byte is
- * in one of them; the length, mixed in, tells where they meet). */
+/* The key of s[0..n). The last 1 to 16 bytes are read as two words that
+ * may overlap (every byte is in one of them; the length, mixed in, tells
+ * where they meet). */
 static uint64_t key_string(const unsigned char *p, size_t n) {
   uint64_t h = C0 ^ (uint64_t)n;
   size_t m = n;

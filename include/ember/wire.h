@@ -187,7 +187,8 @@ EMBER_API int ember_wire_verify_hashes(ember_wire_t *w, char *errbuf, size_t err
 
 /* Check what ember_wire_decode left about location `i`: its strings are
  * UTF-8 without NUL, at most EMBER_MAX_STRING bytes, and its hash, when
- * one was sent, is its content's. Returns 0 or EMBER_ECORRUPT with a
+ * one was sent and the view's hashes were not verified already
+ * (hashes_checked), is its content's. Returns 0 or EMBER_ECORRUPT with a
  * sentence. */
 EMBER_API int ember_wire_check_location(const ember_wire_t *w, size_t i, char *errbuf,
                                         size_t errbuf_size);
