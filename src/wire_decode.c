@@ -9,6 +9,7 @@
  * (the store only for content it has not seen), and the hashes sent, which
  * ember_wire_check_hashes checks. */
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "codec_internal.h"
@@ -68,11 +69,58 @@ static int index_fail(uint32_t idx, size_t n, const char *what, size_t i, char *
               idx, n);
 }
 
-/* Inline: it runs for every string index of a window. */
-static inline int check_index(uint32_t idx, size_t n, const char *what, size_t i, char *errbuf,
-                              size_t errbuf_size) {
+static int check_index(uint32_t idx, size_t n, const char *what, size_t i, char *errbuf,
+                       size_t errbuf_size) {
   if (idx == 0 || idx < n) return 0;
   return index_fail(idx, n, what, i, errbuf, errbuf_size);
+}
+
+/* The largest of v[0..n), 0 for none. Columns are checked by their
+ * largest entry, in four independent lanes without branches (a few
+ * thousand entries a window); the loops that name the first bad entry run
+ * only when one is out of range. */
+static uint32_t max32(const uint32_t *v, size_t n) {
+  uint32_t m[4] = {0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (size_t k = 0; k < 4; k++) m[k] = v[i + k] > m[k] ? v[i + k] : m[k];
+  for (; i < n; i++) m[0] = v[i] > m[0] ? v[i] : m[0];
+  uint32_t a = m[0] > m[1] ? m[0] : m[1], b = m[2] > m[3] ? m[2] : m[3];
+  return a > b ? a : b;
+}
+
+/* Is every string index of the columns below `ns` (or 0, "none")? */
+static bool indices_ok(size_t ns, const uint32_t *const *cols, const size_t *n, size_t ncols) {
+  uint32_t top = 0;
+  for (size_t c = 0; c < ncols; c++) {
+    uint32_t x = max32(cols[c], n[c]);
+    top = x > top ? x : top;
+  }
+  return top == 0 || top < ns;
+}
+
+/* Copies of the front-coded strings' pieces, most shorter than a line:
+ * in blocks of RUN bytes rather than a call to memcpy each (two per
+ * string, ~1,400 a window). A block may write up to RUN - 1 bytes past
+ * the piece, so the rebuilt blob has RUN bytes to spare; pieces are
+ * written in order, so what a block writes past its piece is written over
+ * by the pieces after it. Each block is loaded whole before it is stored,
+ * so a prefix may be read from the string just before, whose end the
+ * block's store may overlap. Reads past the piece stay inside the rebuilt
+ * blob, or inside the message's blob (`end`; NULL for the rebuilt one),
+ * which near its end is copied by memcpy instead. */
+enum { RUN = 16 };
+
+static inline void copy_run(char *dst, const char *src, size_t n, const char *end) {
+  if (end != NULL && (size_t)(end - src) < n + RUN) {
+    if (n) memcpy(dst, src, n);
+    return;
+  }
+  for (size_t k = 0; k < n; k += RUN) {
+    unsigned char b[RUN];
+    memcpy(b, src + k, RUN);
+    memcpy(dst + k, b, RUN);
+  }
 }
 
 /* Everything of `m` but the blob's bytes and the hashes; fills the view. */
@@ -157,14 +205,14 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
       return FAIL(EMBER_ETOOBIG,
                   "strings of %llu bytes once their prefixes are restored (at most %zu)",
                   (unsigned long long)full, lim->max_message);
-    char *blob = ember__arena_alloc(a, full ? full : 1);
+    char *blob = ember__arena_alloc(a, full + RUN);
     if (blob == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
-    const char *src = data;
+    const char *src = data, *src_end = data + m->strings.len;
     for (size_t i = 1; i < ns; i++) {
       char *dst = blob + off[i];
-      if (pre[i]) memcpy(dst, blob + off[i - 1], pre[i]);
+      copy_run(dst, blob + off[i - 1], pre[i], NULL);
       size_t n = m->string_lengths[i];
-      if (n) memcpy(dst + pre[i], src, n);
+      copy_run(dst + pre[i], src, n, src_end);
       src += n;
     }
     w->blob = blob;
@@ -187,16 +235,22 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
   if (fnn == NULL) return FAIL(-ENOMEM, "out of memory while decoding");
   size_t bad = undelta32(m->function_name, m->n_function_name, fnn);
   if (bad != SIZE_MAX) return FAIL(EMBER_ECORRUPT, "function %zu: name index out of range", bad);
-  for (size_t i = 0; i < m->n_module_name; i++)
-    if ((rc = check_index(m->module_name[i], ns, "module", i, errbuf, errbuf_size)) ||
-        (rc = check_index(m->module_build_id[i], ns, "module", i, errbuf, errbuf_size)))
-      return rc;
-  for (size_t i = 0; i < m->n_function_name; i++)
-    if ((rc = check_index(fnn[i], ns, "function", i, errbuf, errbuf_size)) ||
-        (rc = check_index(m->function_file[i], ns, "function", i, errbuf, errbuf_size)) ||
-        (m->n_function_generated != 0 &&
-         (rc = check_index(m->function_generated[i], ns, "function", i, errbuf, errbuf_size))))
-      return rc;
+  const uint32_t *idx_cols[] = {m->module_name, m->module_build_id, fnn, m->function_file,
+                                m->function_generated};
+  const size_t idx_n[] = {m->n_module_name, m->n_module_name, m->n_function_name,
+                          m->n_function_name, m->n_function_generated};
+  if (!indices_ok(ns, idx_cols, idx_n, 5)) {
+    for (size_t i = 0; i < m->n_module_name; i++)
+      if ((rc = check_index(m->module_name[i], ns, "module", i, errbuf, errbuf_size)) ||
+          (rc = check_index(m->module_build_id[i], ns, "module", i, errbuf, errbuf_size)))
+        return rc;
+    for (size_t i = 0; i < m->n_function_name; i++)
+      if ((rc = check_index(fnn[i], ns, "function", i, errbuf, errbuf_size)) ||
+          (rc = check_index(m->function_file[i], ns, "function", i, errbuf, errbuf_size)) ||
+          (m->n_function_generated != 0 &&
+           (rc = check_index(m->function_generated[i], ns, "function", i, errbuf, errbuf_size))))
+        return rc;
+  }
   w->mod_name = m->module_name;
   w->mod_build_id = m->module_build_id;
   w->nmodules = m->n_module_name;
@@ -223,15 +277,18 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
     return FAIL(EMBER_ECORRUPT, "location %zu: function index out of range", bad);
   uint64_t addr = 0;
   for (size_t i = 0; i < nl; i++) la[i] = addr += (uint64_t)m->location_address[i];
-  for (size_t i = 0; i < nl; i++) {
-    if (lf[i] > w->nfunctions)
-      return FAIL(EMBER_ECORRUPT, "location %zu: function %u out of range (have %zu functions)", i,
-                  lf[i], w->nfunctions);
-    if (m->location_module[i] > w->nmodules)
-      return FAIL(EMBER_ECORRUPT, "location %zu: module %u out of range (have %zu modules)", i,
-                  m->location_module[i], w->nmodules);
-    if (m->location_kind[i] > EMBER_FRAME_KIND_MAX)
-      return FAIL(EMBER_ECORRUPT, "location %zu: unknown frame kind %u", i, m->location_kind[i]);
+  if (max32(lf, nl) > w->nfunctions || max32(m->location_module, nl) > w->nmodules ||
+      max32(m->location_kind, nl) > EMBER_FRAME_KIND_MAX) {
+    for (size_t i = 0; i < nl; i++) {
+      if (lf[i] > w->nfunctions)
+        return FAIL(EMBER_ECORRUPT, "location %zu: function %u out of range (have %zu functions)",
+                    i, lf[i], w->nfunctions);
+      if (m->location_module[i] > w->nmodules)
+        return FAIL(EMBER_ECORRUPT, "location %zu: module %u out of range (have %zu modules)", i,
+                    m->location_module[i], w->nmodules);
+      if (m->location_kind[i] > EMBER_FRAME_KIND_MAX)
+        return FAIL(EMBER_ECORRUPT, "location %zu: unknown frame kind %u", i, m->location_kind[i]);
+    }
   }
   w->loc_function = lf;
   w->loc_module = m->location_module;
@@ -260,6 +317,7 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
   if ((bad = undelta32(m->sample_locations, nsl, sl)) != SIZE_MAX)
     return FAIL(EMBER_ECORRUPT, "sample location %zu: index out of range", bad);
   memset(used, 0, nl);
+  bool sl_bad = nsl != 0 && max32(sl, nsl) >= nl;
   size_t at = 0;
   for (size_t i = 0; i < nsamp; i++) {
     uint32_t d = m->sample_depth[i];
@@ -270,19 +328,20 @@ static int check(const v2_t *m, const ember_codec_limits_t *lim, ember__arena_t 
       return FAIL(EMBER_ECORRUPT, "sample %zu: its %u frames run past the %zu locations sent", i, d,
                   m->n_sample_locations);
     soff[i] = (uint32_t)at; /* n_sample_locations fits: it is below the message size */
-    for (size_t j = at; j < at + d; j++) {
-      uint32_t l = sl[j];
-      if (l >= nl)
+    for (size_t j = at; sl_bad && j < at + d; j++)
+      if (sl[j] >= nl)
         return FAIL(EMBER_ECORRUPT,
-                    "sample %zu: location index %u out of range (have %zu locations)", i, l, nl);
-      used[l] = 1;
-    }
+                    "sample %zu: location index %u out of range (have %zu locations)", i, sl[j],
+                    nl);
+    for (size_t j = at; j < at + d; j++) used[sl[j]] = 1;
     at += d;
   }
   if (at != m->n_sample_locations)
     return FAIL(EMBER_ECORRUPT, "%zu sample locations sent, the depths add up to %zu",
                 m->n_sample_locations, at);
-  for (size_t i = 0; i < m->n_sample_values; i++)
+  int64_t any = 0; /* negative when one is */
+  for (size_t i = 0; i < m->n_sample_values; i++) any |= m->sample_values[i];
+  for (size_t i = 0; any < 0 && i < m->n_sample_values; i++)
     if (m->sample_values[i] < 0)
       return FAIL(EMBER_ECORRUPT, "sample %zu: negative value %lld", i / w->ntypes,
                   (long long)m->sample_values[i]);

@@ -859,6 +859,50 @@ static void test_wire_prefixes_are_bounded(void **state) {
   ember_profile_free(p);
 }
 
+/* Front-coded strings are rebuilt in blocks that may run past each piece
+ * (wire_decode.c): strings of every length from 0 to past two blocks,
+ * sharing prefixes of every length, the longest last (its piece ends the
+ * message's blob), must come back byte for byte. */
+static void test_wire_strings_rebuilt_exactly(void **state) {
+  (void)state;
+  ember_profile_t *p = NULL;
+  assert_int_equal(ember_profile_new(types, 2, &p), 0);
+  assert_int_equal(ember_profile_set_window(p, 1700000000000000000, 1700000010000000000), 0);
+  char name[128], file[128];
+  for (int k = 0; k < 300; k++) {
+    int shared = (k * 7) % 53, own = (k * 13) % 47;
+    memset(name, 'n', (size_t)shared);
+    int len = shared + snprintf(name + shared, 16, "%03d", k);
+    for (int j = 0; j < own; j++) name[len++] = (char)('a' + (k + j) % 26);
+    name[len] = '\0';
+    snprintf(file, sizeof file, "src/%.*s.c", k % 40, "deep/deeper/deepest/and/deeper/still/xyz");
+    ember_frame_t f[] = {{.function = name, .file = file, .module = "/usr/bin/prog"}};
+    int64_t v[] = {k + 1, 1000};
+    assert_int_equal(ember_profile_add(p, f, 1, v), 0);
+  }
+  memset(name, 'z', 100);
+  name[100] = '\0';
+  ember_frame_t last[] = {{.function = name}};
+  int64_t v[] = {1, 1};
+  assert_int_equal(ember_profile_add(p, last, 1, v), 0);
+  ember_buf_t b;
+  encode_v2(p, &b);
+  Ember__Wire__V2__Profile *m = unpack_msg(&b, NULL);
+  assert_int_equal(m->n_string_prefix, m->n_string_lengths);
+  assert_int_equal(m->string_lengths[m->n_string_lengths - 1], 100); /* zzz..., no prefix */
+  ember__wire__v2__profile__free_unpacked(m, NULL);
+  ember_wire_t *w = NULL;
+  ember_profile_t *back = NULL;
+  char err[256] = "";
+  assert_int_equal(ember_wire_decode(b.data, b.len, NULL, &w, err, sizeof err), 0);
+  assert_int_equal(ember_wire_to_profile(w, &back, err, sizeof err), 0);
+  tu_assert_profiles_equal(p, back);
+  ember_profile_free(back);
+  ember_wire_free(w);
+  ember_buf_free(&b);
+  ember_profile_free(p);
+}
+
 static void test_wire_survives_allocation_failures(void **state) {
   (void)state;
   ember_profile_t *p = sample_profile();
@@ -901,6 +945,7 @@ int main(void) {
       cmocka_unit_test(test_wire_reads_older_writers),
       cmocka_unit_test(test_wire_prefixes_are_bounded),
       cmocka_unit_test(test_wire_empty_blob),
+      cmocka_unit_test(test_wire_strings_rebuilt_exactly),
       cmocka_unit_test(test_wire_survives_allocation_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
