@@ -3,8 +3,8 @@
  * (ember_wire_verify_hashes), free them, as a batch is decoded and freed
  * once written; best of R rounds, thread CPU time per window. Also the
  * part of decoding that is protobuf-c's: the same messages unpacked by
- * protobuf-c alone, into a bump allocator reset for each (as decode's
- * arena is), which is what any decode of these messages with protobuf-c
+ * protobuf-c alone into decode's own arena (codec_internal.h), released
+ * after each, which is what any decode of these messages with protobuf-c
  * costs at least; and the agent's side: encoding the same windows
  * (ember_codec_encode_v2).
  *
@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "codec_internal.h"
 #include "ember/parse.h"
 #include "ember_v2.pb-c.h"
 #include "ember/wire.h"
@@ -29,26 +30,6 @@ static double cpu_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* A bump allocator for protobuf-c, emptied before each message. */
-typedef struct bump {
-  unsigned char *mem;
-  size_t used, size;
-} bump_t;
-
-static void *bump_alloc(void *data, size_t size) {
-  bump_t *b = data;
-  size = (size + 15) & ~(size_t)15;
-  if (size > b->size - b->used) return NULL;
-  void *p = b->mem + b->used;
-  b->used += size;
-  return p;
-}
-
-static void bump_free(void *data, void *p) {
-  (void)data;
-  (void)p;
 }
 
 static void die(const char *what) {
@@ -108,21 +89,20 @@ int main(int argc, char **argv) {
     fre = t3 - t2 < fre ? t3 - t2 : fre;
   }
   double unp = 1e30;
-  bump_t bump = {.size = (size_t)1 << 24};
-  if ((bump.mem = malloc(bump.size)) == NULL) die("out of memory");
-  ProtobufCAllocator alloc = {bump_alloc, bump_free, &bump};
   for (uint64_t r = 0; r < rounds; r++) {
     double t0 = cpu_s();
     for (size_t k = 0; k < n; k++) {
-      bump.used = 0;
+      /* Decode's own arena, sized as ember_wire_decode sizes it. */
+      ember__arena_t arena = {.next_size = msgs[k].len * 3 + 4096};
+      ProtobufCAllocator alloc = {ember__arena_alloc, ember__arena_free, &arena};
       if (ember__wire__v2__profile__unpack(&alloc, msgs[k].len, (const uint8_t *)msgs[k].data) ==
           NULL)
         die("protobuf-c cannot unpack a window");
+      ember__arena_release(&arena);
     }
     double t1 = cpu_s();
     unp = t1 - t0 < unp ? t1 - t0 : unp;
   }
-  free(bump.mem);
   for (uint64_t r = 0; r < rounds; r++) {
     double t0 = cpu_s();
     for (size_t k = 0; k < n; k++) {
